@@ -3,4 +3,18 @@
 //! The binary's `main` is a one-liner into [`cli::main`]; everything else lives in library
 //! modules so that tests never need the binary.
 
+pub mod cgroups;
+pub mod cleanup;
 pub mod cli;
+pub mod daemon;
+pub mod error;
+pub mod events;
+pub mod logger;
+pub mod mount;
+pub mod reaper;
+pub mod rpc;
+pub mod runtime;
+pub mod stdio;
+pub mod task;
+pub mod util;
+pub mod validate;

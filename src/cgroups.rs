@@ -1,0 +1,508 @@
+//! Container cgroups: where they are, their statistics (cgroup v1 and v2), and OOM events.
+//!
+//! Paths come from `/proc/<pid>/cgroup` of the container's init (so any cgroupsPath form
+//! works) joined with the hierarchy mount points of `/proc/self/mountinfo`. Statistics are read
+//! straight from cgroupfs into containerd's `io.containerd.cgroups.v1.Metrics` or `...v2.Metrics`.
+//! One lazily started thread watches for OOM kills: a `memory.oom_control` eventfd per
+//! container on v1, inotify on `memory.events` on v2.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use containerd_shim_protos::cgroups::metrics as v1;
+use containerd_shim_protos::cgroups_v2::metrics as v2;
+use protobuf::MessageField;
+
+use crate::error::{Context, Error, Result};
+
+/// Whether the host runs the unified (v2 only) hierarchy at /sys/fs/cgroup.
+pub fn is_unified(root: &Path) -> bool {
+    nix::sys::statfs::statfs(root).map(|s| s.filesystem_type().0 as i64 == 0x6367_7270).unwrap_or(false)
+}
+
+/// The cgroup directories of one process.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupPaths {
+    /// v1: controller name → directory.
+    pub v1: BTreeMap<String, PathBuf>,
+    /// v2 (unified) directory, when the host is v2-only.
+    pub v2: Option<PathBuf>,
+}
+
+impl CgroupPaths {
+    /// Reads where `pid` lives. `unified` says which layout to use for statistics.
+    pub fn of_pid(pid: i32, unified: bool) -> Result<CgroupPaths> {
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).with_context(|| format!("read /proc/{pid}/cgroup"))?;
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").context("read /proc/self/mountinfo")?;
+        Ok(Self::parse(&cgroup, &mountinfo, unified))
+    }
+
+    /// Pure part of [`of_pid`]: joins `/proc/<pid>/cgroup` lines with cgroup mount points.
+    pub fn parse(cgroup: &str, mountinfo: &str, unified: bool) -> CgroupPaths {
+        let mut v1_mounts: Vec<(Vec<String>, PathBuf)> = Vec::new();
+        let mut v2_mount: Option<PathBuf> = None;
+        for line in mountinfo.lines() {
+            // id parent maj:min root mountpoint opts [optional...] - fstype source superopts
+            let Some((left, right)) = line.split_once(" - ") else { continue };
+            let fields: Vec<&str> = left.split(' ').collect();
+            let rfields: Vec<&str> = right.split(' ').collect();
+            if fields.len() < 5 || rfields.len() < 3 {
+                continue;
+            }
+            let mountpoint = PathBuf::from(fields[4]);
+            match rfields[0] {
+                "cgroup2" => {
+                    v2_mount.get_or_insert(mountpoint);
+                }
+                "cgroup" => {
+                    let ctrls = rfields[2].split(',').map(|s| s.strip_prefix("name=").unwrap_or(s).to_string()).collect();
+                    v1_mounts.push((ctrls, mountpoint));
+                }
+                _ => {}
+            }
+        }
+        let mut paths = CgroupPaths::default();
+        for line in cgroup.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (Some(_), Some(ctrls), Some(rel)) = (parts.next(), parts.next(), parts.next()) else { continue };
+            let rel = rel.trim_start_matches('/');
+            if ctrls.is_empty() {
+                if unified {
+                    paths.v2 = v2_mount.as_ref().map(|m| m.join(rel));
+                }
+                continue;
+            }
+            for ctrl in ctrls.split(',') {
+                let ctrl = ctrl.strip_prefix("name=").unwrap_or(ctrl);
+                if let Some((_, mp)) = v1_mounts.iter().find(|(c, _)| c.iter().any(|x| x == ctrl)) {
+                    paths.v1.insert(ctrl.to_string(), mp.join(rel));
+                }
+            }
+        }
+        paths
+    }
+
+    /// Statistics in the format containerd expects for this host.
+    pub fn metrics(&self) -> Result<protobuf::well_known_types::any::Any> {
+        let any = match &self.v2 {
+            Some(dir) => protobuf::well_known_types::any::Any {
+                type_url: "io.containerd.cgroups.v2.Metrics".into(),
+                value: protobuf::Message::write_to_bytes(&v2_metrics(dir)).context("encode metrics")?,
+                ..Default::default()
+            },
+            None => protobuf::well_known_types::any::Any {
+                type_url: "io.containerd.cgroups.v1.Metrics".into(),
+                value: protobuf::Message::write_to_bytes(&self.v1_metrics()).context("encode metrics")?,
+                ..Default::default()
+            },
+        };
+        Ok(any)
+    }
+
+    fn v1_metrics(&self) -> v1::Metrics {
+        let mut m = v1::Metrics::new();
+        if let Some(dir) = self.v1.get("pids") {
+            m.pids = MessageField::some(v1::PidsStat {
+                current: read_u64(&dir.join("pids.current")).unwrap_or(0),
+                limit: read_u64(&dir.join("pids.max")).unwrap_or(0),
+                ..Default::default()
+            });
+        }
+        if let Some(dir) = self.v1.get("cpuacct") {
+            let stat = read_kv(&dir.join("cpuacct.stat"));
+            // cpuacct.stat is in USER_HZ ticks; containerd reports nanoseconds.
+            let tick_ns = 1_000_000_000 / clock_ticks();
+            let usage = v1::CPUUsage {
+                total: read_u64(&dir.join("cpuacct.usage")).unwrap_or(0),
+                user: stat.get("user").copied().unwrap_or(0) * tick_ns,
+                kernel: stat.get("system").copied().unwrap_or(0) * tick_ns,
+                per_cpu: std::fs::read_to_string(dir.join("cpuacct.usage_percpu"))
+                    .map(|s| s.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+                    .unwrap_or_default(),
+                ..Default::default()
+            };
+            let mut cpu = v1::CPUStat { usage: MessageField::some(usage), ..Default::default() };
+            if let Some(cdir) = self.v1.get("cpu") {
+                let t = read_kv(&cdir.join("cpu.stat"));
+                cpu.throttling = MessageField::some(v1::Throttle {
+                    periods: t.get("nr_periods").copied().unwrap_or(0),
+                    throttled_periods: t.get("nr_throttled").copied().unwrap_or(0),
+                    throttled_time: t.get("throttled_time").copied().unwrap_or(0),
+                    ..Default::default()
+                });
+            }
+            m.cpu = MessageField::some(cpu);
+        }
+        if let Some(dir) = self.v1.get("memory") {
+            let s = read_kv(&dir.join("memory.stat"));
+            let g = |k: &str| s.get(k).copied().unwrap_or(0);
+            let entry = |prefix: &str| v1::MemoryEntry {
+                usage: read_u64(&dir.join(format!("{prefix}usage_in_bytes"))).unwrap_or(0),
+                max: read_u64(&dir.join(format!("{prefix}max_usage_in_bytes"))).unwrap_or(0),
+                limit: read_u64(&dir.join(format!("{prefix}limit_in_bytes"))).unwrap_or(0),
+                failcnt: read_u64(&dir.join(format!("{prefix}failcnt"))).unwrap_or(0),
+                ..Default::default()
+            };
+            m.memory = MessageField::some(v1::MemoryStat {
+                cache: g("cache"),
+                rss: g("rss"),
+                rss_huge: g("rss_huge"),
+                mapped_file: g("mapped_file"),
+                dirty: g("dirty"),
+                writeback: g("writeback"),
+                pg_pg_in: g("pgpgin"),
+                pg_pg_out: g("pgpgout"),
+                pg_fault: g("pgfault"),
+                pg_maj_fault: g("pgmajfault"),
+                inactive_anon: g("inactive_anon"),
+                active_anon: g("active_anon"),
+                inactive_file: g("inactive_file"),
+                active_file: g("active_file"),
+                unevictable: g("unevictable"),
+                hierarchical_memory_limit: g("hierarchical_memory_limit"),
+                hierarchical_swap_limit: g("hierarchical_memsw_limit"),
+                total_cache: g("total_cache"),
+                total_rss: g("total_rss"),
+                total_rss_huge: g("total_rss_huge"),
+                total_mapped_file: g("total_mapped_file"),
+                total_dirty: g("total_dirty"),
+                total_writeback: g("total_writeback"),
+                total_pg_pg_in: g("total_pgpgin"),
+                total_pg_pg_out: g("total_pgpgout"),
+                total_pg_fault: g("total_pgfault"),
+                total_pg_maj_fault: g("total_pgmajfault"),
+                total_inactive_anon: g("total_inactive_anon"),
+                total_active_anon: g("total_active_anon"),
+                total_inactive_file: g("total_inactive_file"),
+                total_active_file: g("total_active_file"),
+                total_unevictable: g("total_unevictable"),
+                usage: MessageField::some(entry("memory.")),
+                swap: MessageField::some(entry("memory.memsw.")),
+                kernel: MessageField::some(entry("memory.kmem.")),
+                kernel_tcp: MessageField::some(entry("memory.kmem.tcp.")),
+                ..Default::default()
+            });
+            let oom = read_kv(&dir.join("memory.oom_control"));
+            m.memory_oom_control = MessageField::some(v1::MemoryOomControl {
+                oom_kill_disable: oom.get("oom_kill_disable").copied().unwrap_or(0),
+                under_oom: oom.get("under_oom").copied().unwrap_or(0),
+                oom_kill: oom.get("oom_kill").copied().unwrap_or(0),
+                ..Default::default()
+            });
+        }
+        m
+    }
+}
+
+fn v2_metrics(dir: &Path) -> v2::Metrics {
+    let mut m = v2::Metrics::new();
+    m.pids = MessageField::some(v2::PidsStat {
+        current: read_u64(&dir.join("pids.current")).unwrap_or(0),
+        limit: read_u64(&dir.join("pids.max")).unwrap_or(0),
+        ..Default::default()
+    });
+    let c = read_kv(&dir.join("cpu.stat"));
+    let g = |k: &str| c.get(k).copied().unwrap_or(0);
+    m.cpu = MessageField::some(v2::CPUStat {
+        usage_usec: g("usage_usec"),
+        user_usec: g("user_usec"),
+        system_usec: g("system_usec"),
+        nr_periods: g("nr_periods"),
+        nr_throttled: g("nr_throttled"),
+        throttled_usec: g("throttled_usec"),
+        ..Default::default()
+    });
+    let s = read_kv(&dir.join("memory.stat"));
+    let g = |k: &str| s.get(k).copied().unwrap_or(0);
+    m.memory = MessageField::some(v2::MemoryStat {
+        anon: g("anon"),
+        file: g("file"),
+        kernel_stack: g("kernel_stack"),
+        slab: g("slab"),
+        sock: g("sock"),
+        shmem: g("shmem"),
+        file_mapped: g("file_mapped"),
+        file_dirty: g("file_dirty"),
+        file_writeback: g("file_writeback"),
+        inactive_anon: g("inactive_anon"),
+        active_anon: g("active_anon"),
+        inactive_file: g("inactive_file"),
+        active_file: g("active_file"),
+        unevictable: g("unevictable"),
+        pgfault: g("pgfault"),
+        pgmajfault: g("pgmajfault"),
+        usage: read_u64(&dir.join("memory.current")).unwrap_or(0),
+        usage_limit: read_u64(&dir.join("memory.max")).unwrap_or(0),
+        swap_usage: read_u64(&dir.join("memory.swap.current")).unwrap_or(0),
+        swap_limit: read_u64(&dir.join("memory.swap.max")).unwrap_or(0),
+        max_usage: read_u64(&dir.join("memory.peak")).unwrap_or(0),
+        ..Default::default()
+    });
+    let e = read_kv(&dir.join("memory.events"));
+    let g = |k: &str| e.get(k).copied().unwrap_or(0);
+    m.memory_events = MessageField::some(v2::MemoryEvents {
+        low: g("low"),
+        high: g("high"),
+        max: g("max"),
+        oom: g("oom"),
+        oom_kill: g("oom_kill"),
+        ..Default::default()
+    });
+    m
+}
+
+/// A number file; "max" reads as 0 (no limit), as containerd's cgroups library does.
+fn read_u64(path: &Path) -> Option<u64> {
+    let s = std::fs::read_to_string(path).ok()?;
+    let s = s.trim();
+    if s == "max" { Some(0) } else { s.parse().ok() }
+}
+
+/// A "key value" per line file (memory.stat, cpu.stat, ...).
+fn read_kv(path: &Path) -> HashMap<String, u64> {
+    std::fs::read_to_string(path)
+        .map(|s| {
+            s.lines()
+                .filter_map(|l| {
+                    let (k, v) = l.split_once(' ')?;
+                    Some((k.to_string(), v.trim().parse().ok()?))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn clock_ticks() -> u64 {
+    // SAFETY: sysconf has no memory effects.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as u64 } else { 100 }
+}
+
+/// Called with the container ID when the kernel OOM-killed something in its cgroup.
+pub type OomCallback = Arc<dyn Fn(&str) + Send + Sync>;
+
+struct Watch {
+    id: String,
+    fd: OwnedFd,
+    /// v2: the memory.events file whose oom_kill count is compared.
+    events_file: Option<PathBuf>,
+    /// v1: the cgroup dir, to tell an OOM from the cgroup's removal.
+    dir: PathBuf,
+    last_oom_kill: u64,
+}
+
+/// Watches containers' memory cgroups for OOM kills (one thread for all).
+pub struct OomWatcher {
+    inner: Mutex<Option<Arc<WatcherThread>>>,
+    callback: OomCallback,
+}
+
+struct WatcherThread {
+    watches: Mutex<Vec<Watch>>,
+    wake: OwnedFd,
+}
+
+impl OomWatcher {
+    pub fn new(callback: OomCallback) -> Self {
+        OomWatcher { inner: Mutex::new(None), callback }
+    }
+
+    fn thread(&self) -> Result<Arc<WatcherThread>> {
+        let mut inner = self.inner.lock().unwrap();
+        if let Some(t) = inner.as_ref() {
+            return Ok(t.clone());
+        }
+        let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+            .context("oom watcher pipe")?;
+        let t = Arc::new(WatcherThread { watches: Mutex::new(Vec::new()), wake: tx });
+        let t2 = t.clone();
+        let cb = self.callback.clone();
+        std::thread::Builder::new()
+            .name("oom".into())
+            .stack_size(128 * 1024)
+            .spawn(move || t2.run(rx, cb))
+            .context("start oom watcher")?;
+        *inner = Some(t.clone());
+        Ok(t)
+    }
+
+    /// Starts watching container `id`, whose cgroups are `paths`.
+    pub fn watch(&self, id: &str, paths: &CgroupPaths) -> Result<()> {
+        let watch = if let Some(dir) = &paths.v2 {
+            let events = dir.join("memory.events");
+            let ino = nix::sys::inotify::Inotify::init(nix::sys::inotify::InitFlags::IN_CLOEXEC | nix::sys::inotify::InitFlags::IN_NONBLOCK)
+                .context("inotify_init")?;
+            ino.add_watch(&events, nix::sys::inotify::AddWatchFlags::IN_MODIFY)
+                .with_context(|| format!("watch {}", events.display()))?;
+            let last = read_kv(&events).get("oom_kill").copied().unwrap_or(0);
+            Watch { id: id.into(), fd: OwnedFd::from(ino), events_file: Some(events), dir: dir.clone(), last_oom_kill: last }
+        } else if let Some(dir) = paths.v1.get("memory") {
+            let efd = nix::sys::eventfd::EventFd::from_value_and_flags(0, nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK)
+                .context("eventfd")?;
+            let oom_control = File::open(dir.join("memory.oom_control")).with_context(|| format!("open {}/memory.oom_control", dir.display()))?;
+            let line = format!("{} {}", efd.as_fd().as_raw_fd(), oom_control.as_raw_fd());
+            std::fs::write(dir.join("cgroup.event_control"), line).with_context(|| format!("register oom event for {}", dir.display()))?;
+            Watch { id: id.into(), fd: OwnedFd::from(efd), events_file: None, dir: dir.clone(), last_oom_kill: 0 }
+        } else {
+            return Ok(()); // no memory controller: nothing to watch
+        };
+        let t = self.thread()?;
+        t.watches.lock().unwrap().push(watch);
+        let _ = nix::unistd::write(&t.wake, b"w");
+        Ok(())
+    }
+
+    /// Stops watching container `id`.
+    pub fn unwatch(&self, id: &str) {
+        if let Some(t) = self.inner.lock().unwrap().as_ref() {
+            t.watches.lock().unwrap().retain(|w| w.id != id);
+            let _ = nix::unistd::write(&t.wake, b"w");
+        }
+    }
+}
+
+impl WatcherThread {
+    fn run(&self, wake: OwnedFd, callback: OomCallback) {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        loop {
+            // Duplicate the fds so the list lock is not held while polling.
+            let (ids, fds): (Vec<String>, Vec<OwnedFd>) = {
+                let w = self.watches.lock().unwrap();
+                w.iter().filter_map(|w| Some((w.id.clone(), w.fd.try_clone().ok()?))).unzip()
+            };
+            let mut pfds: Vec<PollFd> = vec![PollFd::new(wake.as_fd(), PollFlags::POLLIN)];
+            pfds.extend(fds.iter().map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)));
+            if poll(&mut pfds, PollTimeout::NONE).is_err() {
+                continue;
+            }
+            let ready: Vec<bool> = pfds.iter().map(|p| p.revents().is_some_and(|r| !r.is_empty())).collect();
+            drop(pfds);
+            if ready[0] {
+                let mut b = [0u8; 64];
+                let _ = nix::unistd::read(&wake, &mut b);
+            }
+            for (i, id) in ids.iter().enumerate() {
+                if !ready[i + 1] {
+                    continue;
+                }
+                let mut drain = [0u8; 4096];
+                let _ = File::from(fds[i].try_clone().unwrap()).read(&mut drain);
+                if self.is_oom(id) {
+                    log::info!("container {id}: OOM kill");
+                    callback(id);
+                }
+            }
+        }
+    }
+
+    /// Whether the event on `id`'s fd was an OOM kill (not a cgroup removal or other change).
+    fn is_oom(&self, id: &str) -> bool {
+        let mut watches = self.watches.lock().unwrap();
+        let Some(pos) = watches.iter().position(|w| w.id == id) else { return false };
+        let w = &mut watches[pos];
+        match &w.events_file {
+            Some(f) => {
+                let now = read_kv(f).get("oom_kill").copied().unwrap_or(0);
+                let oom = now > w.last_oom_kill;
+                w.last_oom_kill = now;
+                oom
+            }
+            None => {
+                if w.dir.join("memory.oom_control").exists() {
+                    true
+                } else {
+                    watches.remove(pos); // the cgroup is gone: that was the removal notice
+                    false
+                }
+            }
+        }
+    }
+}
+
+/// Error for callers that need a cgroup and found none.
+pub fn no_cgroup(id: &str) -> Error {
+    Error::precondition(format!("task {id} has no cgroup to read (not started or already gone)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+25 30 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw
+28 25 0:25 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+29 25 0:26 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+30 25 0:27 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids
+31 25 0:28 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,name=systemd";
+
+    const CGROUP: &str = "\
+12:pids:/default/c1
+4:cpu,cpuacct:/default/c1
+3:memory:/default/c1
+1:name=systemd:/default/c1
+0::/default/c1";
+
+    #[test]
+    fn v1_paths_join_mount_points() {
+        let p = CgroupPaths::parse(CGROUP, MOUNTINFO, false);
+        assert_eq!(p.v1["memory"], PathBuf::from("/sys/fs/cgroup/memory/default/c1"));
+        assert_eq!(p.v1["cpuacct"], PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/default/c1"));
+        assert_eq!(p.v1["systemd"], PathBuf::from("/sys/fs/cgroup/systemd/default/c1"));
+        assert_eq!(p.v2, None);
+    }
+
+    #[test]
+    fn v2_path_on_unified_hosts() {
+        let mi = "26 1 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw";
+        let p = CgroupPaths::parse("0::/k8s.io/abc", mi, true);
+        assert_eq!(p.v2, Some(PathBuf::from("/sys/fs/cgroup/k8s.io/abc")));
+        assert!(p.v1.is_empty());
+    }
+
+    #[test]
+    fn v1_metrics_read_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mem = dir.path().join("memory");
+        let pids = dir.path().join("pids");
+        std::fs::create_dir_all(&mem).unwrap();
+        std::fs::create_dir_all(&pids).unwrap();
+        std::fs::write(mem.join("memory.usage_in_bytes"), "4096\n").unwrap();
+        std::fs::write(mem.join("memory.limit_in_bytes"), "8192\n").unwrap();
+        std::fs::write(mem.join("memory.stat"), "cache 10\nrss 20\ntotal_rss 30\n").unwrap();
+        std::fs::write(pids.join("pids.current"), "3\n").unwrap();
+        std::fs::write(pids.join("pids.max"), "max\n").unwrap();
+        let mut p = CgroupPaths::default();
+        p.v1.insert("memory".into(), mem);
+        p.v1.insert("pids".into(), pids);
+        let any = p.metrics().unwrap();
+        assert_eq!(any.type_url, "io.containerd.cgroups.v1.Metrics");
+        let m: v1::Metrics = protobuf::Message::parse_from_bytes(&any.value).unwrap();
+        assert_eq!(m.pids.current, 3);
+        assert_eq!(m.pids.limit, 0);
+        assert_eq!(m.memory.usage.usage, 4096);
+        assert_eq!(m.memory.usage.limit, 8192);
+        assert_eq!((m.memory.cache, m.memory.rss, m.memory.total_rss), (10, 20, 30));
+    }
+
+    #[test]
+    fn v2_metrics_read_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("memory.current"), "100\n").unwrap();
+        std::fs::write(d.join("memory.max"), "max\n").unwrap();
+        std::fs::write(d.join("memory.events"), "low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n").unwrap();
+        std::fs::write(d.join("cpu.stat"), "usage_usec 55\nuser_usec 50\nsystem_usec 5\n").unwrap();
+        std::fs::write(d.join("pids.current"), "2\n").unwrap();
+        let p = CgroupPaths { v2: Some(d.to_path_buf()), ..Default::default() };
+        let any = p.metrics().unwrap();
+        assert_eq!(any.type_url, "io.containerd.cgroups.v2.Metrics");
+        let m: v2::Metrics = protobuf::Message::parse_from_bytes(&any.value).unwrap();
+        assert_eq!((m.memory.usage, m.memory.usage_limit), (100, 0));
+        assert_eq!((m.memory_events.oom_kill, m.cpu.usage_usec, m.pids.current), (1, 55, 2));
+    }
+}

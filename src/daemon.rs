@@ -1,0 +1,125 @@
+//! The long-running shim: one ttrpc server carrying the Task service (v3 and v2 names) and
+//! the Sandbox service, the reaper, the event forwarder, and a clean exit.
+
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use containerd_shim::Flags;
+use containerd_shim_protos::events::task::TaskOOM;
+use containerd_shim_protos::shim_sync::create_task;
+
+use crate::cgroups::OomWatcher;
+use crate::error::{Context, Error, Result};
+use crate::events::{Event, EventSink, RemotePublisher};
+use crate::reaper::{Reaper, Spawner};
+use crate::rpc::server::Server;
+use crate::rpc::task::{TaskService, runc_config_from_options};
+use crate::runtime::RuncConfig;
+use crate::task::{LinuxHost, TaskManager};
+
+/// The fd on which `start` hands the listening socket to the daemon.
+pub const LISTENER_FD: i32 = 3;
+
+/// Directory for the shim's own short-lived sockets (runc console sockets).
+pub const SOCKET_DIR: &str = "/run/containerd/s";
+
+/// Set once when the shim should exit.
+#[derive(Default)]
+pub struct ExitSignal {
+    done: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl ExitSignal {
+    pub fn signal(&self) {
+        *self.done.lock().unwrap() = true;
+        self.cond.notify_all();
+    }
+    pub fn wait(&self) {
+        let mut d = self.done.lock().unwrap();
+        while !*d {
+            d = self.cond.wait(d).unwrap();
+        }
+    }
+}
+
+fn listener(flags: &Flags) -> Result<UnixListener> {
+    // Handed over by `start`: fd 3 is a listening unix socket.
+    let inherited = nix::sys::socket::getsockopt(
+        // SAFETY: fd 3 is only borrowed for the check.
+        &unsafe { std::os::fd::BorrowedFd::borrow_raw(LISTENER_FD) },
+        nix::sys::socket::sockopt::AcceptConn,
+    );
+    if inherited == Ok(true) {
+        // SAFETY: fd 3 is a listening socket that nothing else in this process owns.
+        let l = unsafe { UnixListener::from_raw_fd(LISTENER_FD) };
+        nix::fcntl::fcntl(&l, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC)).context("cloexec listener")?;
+        return Ok(l);
+    }
+    // Started by hand: bind -socket ourselves.
+    let path = flags.socket.trim_start_matches("unix://");
+    if path.is_empty() {
+        return Err(Error::invalid("no listening socket on fd 3 and no -socket given"));
+    }
+    let _ = std::fs::remove_file(path);
+    UnixListener::bind(path).with_context(|| format!("bind {path}"))
+}
+
+/// Default runc settings: the runtime options saved by `start`, else containerd's defaults.
+fn default_runc(bundle: &Path, namespace: &str) -> RuncConfig {
+    std::fs::read(bundle.join(crate::cli::OPTIONS_FILE))
+        .ok()
+        .and_then(|raw| protobuf::Message::parse_from_bytes(&raw).ok())
+        .and_then(|any: protobuf::well_known_types::any::Any| runc_config_from_options(Some(&any), namespace).ok().flatten())
+        .unwrap_or_else(|| RuncConfig::defaults(namespace))
+}
+
+/// Runs the daemon until Shutdown (or ShutdownSandbox) lets it exit.
+pub fn serve(flags: &Flags) -> Result<()> {
+    let bundle = std::env::current_dir().context("getcwd")?;
+    if let Err(e) = crate::logger::init(&bundle.join("log"), flags.debug, &flags.namespace, &flags.id) {
+        eprintln!("{}: no log fifo: {e}", crate::cli::RUNTIME_ID);
+    }
+    let listener = listener(flags)?;
+    nix::sys::prctl::set_child_subreaper(true).context("become a child subreaper")?;
+    let reaper = Reaper::start().context("start the reaper")?;
+    let ttrpc_address = std::env::var("TTRPC_ADDRESS").unwrap_or_default();
+    let events: Arc<dyn EventSink> =
+        Arc::new(RemotePublisher::start(ttrpc_address, flags.namespace.clone()).context("start the event forwarder")?);
+    let oom_events = events.clone();
+    let host = Arc::new(LinuxHost {
+        spawner: Spawner::with_reaper(reaper.clone()),
+        oom: OomWatcher::new(Arc::new(move |id: &str| {
+            oom_events.publish(Event::Oom(TaskOOM { container_id: id.to_string(), ..Default::default() }))
+        })),
+        unified: crate::cgroups::is_unified(Path::new("/sys/fs/cgroup")),
+        socket_dir: PathBuf::from(SOCKET_DIR),
+    });
+    let tm = TaskManager::new(&flags.namespace, default_runc(&bundle, &flags.namespace), host, events, Some(reaper.clone()));
+    let weak = Arc::downgrade(&tm);
+    reaper.set_handler(move |exit| {
+        if let Some(tm) = weak.upgrade() {
+            tm.on_exit(exit);
+        }
+    });
+    let exit = Arc::new(ExitSignal::default());
+    let e = exit.clone();
+    tm.set_on_shutdown(move || e.signal());
+
+    let mut server = Server::new();
+    let task = Arc::new(TaskService::new(tm.clone()));
+    server.register(create_task(task.clone()));
+    server.register_renamed(create_task(task), "containerd.task.v3.Task", "containerd.task.v2.Task");
+    let handle = server.start(listener).context("start the ttrpc server")?;
+    log::info!("shim {} serving namespace {} (pid {})", flags.id, flags.namespace, std::process::id());
+
+    exit.wait();
+    // Let the call that asked for the exit (and any other short one) send its reply.
+    handle.wait_idle(0, Duration::from_secs(2));
+    let _ = std::fs::remove_file(flags.socket.trim_start_matches("unix://"));
+    log::info!("shim {} exiting", flags.id);
+    Ok(())
+}

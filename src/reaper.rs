@@ -1,0 +1,384 @@
+//! The one exit monitor of the shim.
+//!
+//! The shim is a child subreaper: container processes (double-forked by runc) are re-parented to
+//! it, and so are orphans of theirs. One thread owns `waitpid(-1)`: on SIGCHLD it reaps every
+//! exited child and hands each [`Exit`] to the permanent handler (the task manager) and to every
+//! live [`Subscription`]. Code that runs a helper (runc, a CNI plugin) subscribes BEFORE it
+//! spawns, so an exit can never be reaped before someone listens for it. Nothing in the daemon
+//! may call `std::process::Child::wait`: it would race this thread and get ECHILD.
+//!
+//! Outside the daemon (the `delete` action, tests) there is no reaper: [`Spawner::direct`] then
+//! waits for its own children.
+
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::process::{Child as StdChild, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::errno::Errno;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+/// A reaped child: its pid, its exit status (128+signal when killed), and when it was reaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    pub pid: i32,
+    pub status: i32,
+    pub at: SystemTime,
+}
+
+type Handler = Box<dyn Fn(Exit) + Send + Sync>;
+
+#[derive(Default)]
+struct Subscribers {
+    next_id: u64,
+    list: Vec<(u64, Sender<Exit>)>,
+}
+
+/// Owner of `waitpid(-1)`; see the module docs.
+pub struct Reaper {
+    subscribers: Mutex<Subscribers>,
+    handler: Mutex<Option<Handler>>,
+}
+
+impl Reaper {
+    /// Starts the reaper thread. Call before the first child is spawned.
+    pub fn start() -> io::Result<Arc<Reaper>> {
+        let mut signals = signal_hook::iterator::Signals::new([libc::SIGCHLD])?;
+        let reaper = Arc::new(Reaper { subscribers: Mutex::default(), handler: Mutex::new(None) });
+        let r = reaper.clone();
+        std::thread::Builder::new().name("reaper".into()).stack_size(128 * 1024).spawn(move || {
+            r.reap_all();
+            for _ in signals.forever() {
+                r.reap_all();
+            }
+        })?;
+        Ok(reaper)
+    }
+
+    /// Installs the handler that sees every exit (the task manager's exit dispatcher).
+    /// It runs on the reaper thread and must never block on a lock held across a helper run.
+    pub fn set_handler(&self, handler: impl Fn(Exit) + Send + Sync + 'static) {
+        *self.handler.lock().unwrap() = Some(Box::new(handler));
+    }
+
+    /// Listens for exits from now on, until the subscription is dropped.
+    pub fn subscribe(self: &Arc<Self>) -> Subscription {
+        let (tx, rx) = mpsc::channel();
+        let mut subs = self.subscribers.lock().unwrap();
+        subs.next_id += 1;
+        let id = subs.next_id;
+        subs.list.push((id, tx));
+        Subscription { id, rx, seen: Mutex::new(Vec::new()), reaper: self.clone() }
+    }
+
+    fn reap_all(&self) {
+        loop {
+            let exit = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => Exit { pid: pid.as_raw(), status: code, at: SystemTime::now() },
+                Ok(WaitStatus::Signaled(pid, sig, _)) => {
+                    Exit { pid: pid.as_raw(), status: 128 + sig as i32, at: SystemTime::now() }
+                }
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
+                Ok(_) => continue,
+                Err(Errno::EINTR) => continue,
+                Err(e) => {
+                    log::warn!("waitpid: {e}");
+                    return;
+                }
+            };
+            self.dispatch(exit);
+        }
+    }
+
+    fn dispatch(&self, exit: Exit) {
+        log::debug!("reaped pid {} status {}", exit.pid, exit.status);
+        self.subscribers.lock().unwrap().list.retain(|(_, tx)| tx.send(exit).is_ok());
+        if let Some(handler) = self.handler.lock().unwrap().as_ref() {
+            handler(exit);
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn new_for_test() -> Arc<Reaper> {
+        Arc::new(Reaper { subscribers: Mutex::default(), handler: Mutex::new(None) })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn inject(&self, exit: Exit) {
+        self.dispatch(exit);
+    }
+}
+
+/// Exits seen since [`Reaper::subscribe`]; unsubscribes on drop.
+pub struct Subscription {
+    id: u64,
+    rx: Receiver<Exit>,
+    /// Exits received while looking for another pid.
+    seen: Mutex<Vec<Exit>>,
+    reaper: Arc<Reaper>,
+}
+
+impl Subscription {
+    /// Waits until `pid` exits or `timeout` passes (`None` waits forever).
+    pub fn wait(&self, pid: i32, timeout: Option<Duration>) -> Option<Exit> {
+        if let Some(e) = self.take(pid) {
+            return Some(e);
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let got = match deadline {
+                None => self.rx.recv().ok(),
+                Some(d) => match self.rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
+                    Ok(e) => Some(e),
+                    Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => return None,
+                },
+            };
+            match got {
+                Some(e) if e.pid == pid => return Some(e),
+                Some(e) => self.seen.lock().unwrap().push(e),
+                None => return None,
+            }
+        }
+    }
+
+    /// The exit of `pid` if it was already seen, without waiting.
+    pub fn take(&self, pid: i32) -> Option<Exit> {
+        let mut seen = self.seen.lock().unwrap();
+        seen.extend(self.rx.try_iter());
+        let pos = seen.iter().position(|e| e.pid == pid)?;
+        Some(seen.swap_remove(pos))
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.reaper.subscribers.lock().unwrap().list.retain(|(id, _)| *id != self.id);
+    }
+}
+
+/// Runs helper processes and waits for them the right way for this process: through the
+/// reaper in the daemon, directly elsewhere.
+#[derive(Clone)]
+pub struct Spawner {
+    reaper: Option<Arc<Reaper>>,
+}
+
+/// What a helper printed and how it ended.
+#[derive(Debug)]
+pub struct Output {
+    pub status: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// A spawned helper.
+pub struct Child {
+    pub inner: StdChild,
+    subscription: Option<Subscription>,
+}
+
+impl Spawner {
+    /// Waits through `reaper` (the daemon).
+    pub fn with_reaper(reaper: Arc<Reaper>) -> Self {
+        Spawner { reaper: Some(reaper) }
+    }
+
+    /// Waits for its own children (no reaper thread in this process).
+    pub fn direct() -> Self {
+        Spawner { reaper: None }
+    }
+
+    /// Spawns `cmd`, subscribing first so its exit cannot be missed.
+    pub fn spawn(&self, cmd: &mut Command) -> io::Result<Child> {
+        let subscription = self.reaper.as_ref().map(|r| r.subscribe());
+        let inner = cmd.spawn()?;
+        Ok(Child { inner, subscription })
+    }
+
+    /// Runs `cmd` to completion with `input` on stdin, capturing stdout and stderr. After
+    /// `timeout` the helper is killed and an error returned.
+    pub fn output(&self, cmd: &mut Command, input: Option<&[u8]>, timeout: Duration) -> io::Result<Output> {
+        cmd.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = self.spawn(cmd)?;
+        if let (Some(data), Some(mut stdin)) = (input, child.inner.stdin.take()) {
+            // Inputs are small (JSON documents); a helper that does not read them fails on EPIPE.
+            let _ = stdin.write_all(data);
+        }
+        let deadline = Instant::now() + timeout;
+        let (stdout, stderr) = match read_both(&mut child, deadline) {
+            Ok(out) => out,
+            Err(e) => {
+                child.kill();
+                let _ = child.wait(Some(Duration::from_secs(5)));
+                return Err(e);
+            }
+        };
+        match child.wait(Some(deadline.saturating_duration_since(Instant::now())))? {
+            Some(status) => Ok(Output { status, stdout, stderr }),
+            None => {
+                child.kill();
+                let _ = child.wait(Some(Duration::from_secs(5)));
+                Err(io::Error::new(io::ErrorKind::TimedOut, format!("timed out after {timeout:?}")))
+            }
+        }
+    }
+}
+
+impl Child {
+    /// The helper's pid.
+    pub fn pid(&self) -> i32 {
+        self.inner.id() as i32
+    }
+
+    /// Its exit status if it has exited, without waiting.
+    pub fn try_wait(&mut self) -> io::Result<Option<i32>> {
+        match &self.subscription {
+            Some(s) => Ok(s.take(self.pid()).map(|e| e.status)),
+            None => Ok(self.inner.try_wait()?.map(status_code)),
+        }
+    }
+
+    /// Waits for the exit, at most `timeout` (`None`: forever); `Ok(None)` on timeout.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Option<i32>> {
+        let pid = self.pid();
+        if let Some(s) = &self.subscription {
+            return Ok(s.wait(pid, timeout).map(|e| e.status));
+        }
+        let Some(timeout) = timeout else {
+            return self.inner.wait().map(|s| Some(status_code(s)));
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.inner.try_wait()? {
+                return Ok(Some(status_code(s)));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Sends SIGKILL (errors ignored: it may be gone already).
+    pub fn kill(&mut self) {
+        let _ = self.inner.kill();
+    }
+}
+
+fn status_code(s: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+}
+
+/// Reads the child's stdout and stderr to EOF without a helper thread, until `deadline`.
+fn read_both(child: &mut Child, deadline: Instant) -> io::Result<(Vec<u8>, Vec<u8>)> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut out = child.inner.stdout.take();
+    let mut err = child.inner.stderr.take();
+    let (mut out_buf, mut err_buf) = (Vec::new(), Vec::new());
+    let mut chunk = [0u8; 8192];
+    while out.is_some() || err.is_some() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "timed out reading helper output"));
+        }
+        let mut fds = Vec::with_capacity(2);
+        if let Some(o) = &out {
+            fds.push(PollFd::new(unsafe_borrow(o.as_raw_fd()), PollFlags::POLLIN));
+        }
+        if let Some(e) = &err {
+            fds.push(PollFd::new(unsafe_borrow(e.as_raw_fd()), PollFlags::POLLIN));
+        }
+        let ms = left.as_millis().min(60_000) as u16;
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
+        drop(fds);
+        let mut idx = 0;
+        if let Some(o) = out.as_mut() {
+            if ready[idx] {
+                let n = o.read(&mut chunk)?;
+                if n == 0 { out = None } else { out_buf.extend_from_slice(&chunk[..n]) }
+            }
+            idx += 1;
+        }
+        if let Some(e) = err.as_mut()
+            && ready[idx]
+        {
+            let n = e.read(&mut chunk)?;
+            if n == 0 { err = None } else { err_buf.extend_from_slice(&chunk[..n]) }
+        }
+    }
+    Ok((out_buf, err_buf))
+}
+
+/// Borrows a raw fd that the caller keeps open for the borrow's lifetime.
+fn unsafe_borrow(fd: std::os::fd::RawFd) -> std::os::fd::BorrowedFd<'static> {
+    // SAFETY: every caller passes the fd of a pipe it owns and drops the BorrowedFd (inside the
+    // PollFd vector) before that pipe is closed.
+    unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_output_captures_both_streams_and_status() {
+        let out = Spawner::direct()
+            .output(
+                Command::new("/bin/sh").args(["-c", "read x; echo out:$x; echo err >&2; exit 3"]),
+                Some(b"in\n"),
+                Duration::from_secs(10),
+            )
+            .unwrap();
+        assert_eq!(out.status, 3);
+        assert_eq!(out.stdout, b"out:in\n");
+        assert_eq!(out.stderr, b"err\n");
+    }
+
+    #[test]
+    fn direct_output_times_out_and_kills() {
+        let start = Instant::now();
+        let err = Spawner::direct()
+            .output(Command::new("/bin/sleep").arg("30"), None, Duration::from_millis(200))
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn subscription_sees_only_exits_after_subscribe_and_filters_by_pid() {
+        let reaper = Reaper::new_for_test();
+        let at = SystemTime::now();
+        reaper.inject(Exit { pid: 1, status: 0, at });
+        let sub = reaper.subscribe();
+        reaper.inject(Exit { pid: 2, status: 1, at });
+        reaper.inject(Exit { pid: 3, status: 137, at });
+        assert_eq!(sub.take(1), None);
+        assert_eq!(sub.wait(3, Some(Duration::from_millis(10))).map(|e| e.status), Some(137));
+        assert_eq!(sub.wait(4, Some(Duration::from_millis(10))), None);
+        drop(sub);
+        assert!(reaper.subscribers.lock().unwrap().list.is_empty());
+    }
+
+    #[test]
+    fn handler_sees_every_exit() {
+        let reaper = Reaper::new_for_test();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        reaper.set_handler(move |e| s.lock().unwrap().push(e.pid));
+        let at = SystemTime::now();
+        reaper.inject(Exit { pid: 7, status: 0, at });
+        reaper.inject(Exit { pid: 8, status: 0, at });
+        assert_eq!(*seen.lock().unwrap(), vec![7, 8]);
+    }
+}

@@ -1,0 +1,5 @@
+//! The ttrpc surface: our server, and the adapters between protobuf requests and the
+//! task manager and sandbox.
+
+pub mod server;
+pub mod task;

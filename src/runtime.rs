@@ -1,0 +1,401 @@
+//! The OCI runtime (runc) behind a narrow trait.
+//!
+//! [`Runtime`] is the only way the task manager acts on containers, so tests drive the whole
+//! Task service with a fake. [`Runc`] is the real one: it runs the `runc` binary through the
+//! [`Spawner`] (never `Child::wait`, see `reaper`), passes stdio file descriptors straight to
+//! runc (which hands them to the container: no copy loop in the shim), receives the pty master
+//! over a console socket for terminals, and turns runc's JSON log into error messages.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::{Context, Error, Result};
+use crate::reaper::Spawner;
+
+/// Stdio handed to a new process: each `None` becomes /dev/null.
+#[derive(Debug, Default)]
+pub struct ProcessIo {
+    pub stdin: Option<OwnedFd>,
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
+}
+
+/// What `create`/`exec` produced.
+#[derive(Debug)]
+pub struct Spawned {
+    /// Host pid of the new process.
+    pub pid: i32,
+    /// The pty master when a terminal was requested.
+    pub console: Option<File>,
+}
+
+/// Operations the task manager needs from an OCI runtime.
+pub trait Runtime: Send + Sync {
+    /// `runc create`: the container's init is created and waits for `start`.
+    fn create(&self, id: &str, bundle: &Path, terminal: bool, io: ProcessIo) -> Result<Spawned>;
+    /// `runc start`.
+    fn start(&self, id: &str) -> Result<()>;
+    /// `runc exec --detach` of the process spec at `process_json`.
+    fn exec(&self, id: &str, bundle: &Path, exec_id: &str, process_json: &[u8], terminal: bool, io: ProcessIo)
+    -> Result<Spawned>;
+    /// `runc kill [--all] id signal`.
+    fn kill(&self, id: &str, signal: u32, all: bool) -> Result<()>;
+    /// `runc delete [--force] id`.
+    fn delete(&self, id: &str, force: bool) -> Result<()>;
+    /// `runc pause id`.
+    fn pause(&self, id: &str) -> Result<()>;
+    /// `runc resume id`.
+    fn resume(&self, id: &str) -> Result<()>;
+    /// `runc ps --format json id`: host pids in the container.
+    fn ps(&self, id: &str) -> Result<Vec<i32>>;
+    /// `runc update --resources - id` with a JSON `LinuxResources`.
+    fn update(&self, id: &str, resources_json: &[u8]) -> Result<()>;
+}
+
+/// runc settings, from the runtime options (`containerd.runc.v1.Options`) or defaults.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RuncConfig {
+    /// The runc binary (a path, or a name looked up in PATH).
+    pub binary: String,
+    /// runc's state root.
+    pub root: PathBuf,
+    /// Use the systemd cgroup driver.
+    pub systemd_cgroup: bool,
+}
+
+impl RuncConfig {
+    /// Defaults for namespace `ns`: `runc` from PATH, root `/run/containerd/runc/<ns>` (the
+    /// same as containerd's runc shim, so `runc list` shows all containers of a namespace).
+    pub fn defaults(ns: &str) -> Self {
+        RuncConfig { binary: "runc".into(), root: PathBuf::from("/run/containerd/runc").join(ns), systemd_cgroup: false }
+    }
+}
+
+/// How long one runc invocation may take before it is killed.
+const RUNC_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The real runtime: the runc CLI.
+pub struct Runc {
+    config: RuncConfig,
+    spawner: Spawner,
+    /// Directory for console sockets (short, root-only: socket paths are limited to 108 bytes).
+    socket_dir: PathBuf,
+}
+
+static CONSOLE_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl Runc {
+    pub fn new(config: RuncConfig, spawner: Spawner, socket_dir: PathBuf) -> Self {
+        Runc { config, spawner, socket_dir }
+    }
+
+    fn command(&self, log: Option<&Path>) -> Command {
+        let mut cmd = Command::new(&self.config.binary);
+        cmd.arg("--root").arg(&self.config.root);
+        if let Some(log) = log {
+            cmd.arg("--log").arg(log).args(["--log-format", "json"]);
+        }
+        if self.config.systemd_cgroup {
+            cmd.arg("--systemd-cgroup");
+        }
+        // runc would otherwise notify systemd for the container.
+        cmd.env_remove("NOTIFY_SOCKET");
+        cmd
+    }
+
+    /// Runs a short runc command and maps a failure to an error naming `what`.
+    fn run(&self, what: &str, args: &[&str], input: Option<&[u8]>) -> Result<Vec<u8>> {
+        let mut cmd = self.command(None);
+        cmd.args(args);
+        let out = self
+            .spawner
+            .output(&mut cmd, input, RUNC_TIMEOUT)
+            .with_context(|| format!("run {} {what}", self.config.binary))?;
+        if out.status != 0 {
+            return Err(classify(what, &String::from_utf8_lossy(&out.stderr), out.status));
+        }
+        Ok(out.stdout)
+    }
+
+    /// Runs runc create/exec, which hand stdio to the new process and may send a console.
+    fn spawn_process(&self, what: &str, bundle: &Path, args: Vec<String>, terminal: bool, io: ProcessIo) -> Result<Spawned> {
+        let log = bundle.join("log.json");
+        let pid_file = bundle.join(format!("{}.pid", what.replace(' ', "-")));
+        let _ = std::fs::remove_file(&pid_file);
+        let mut cmd = self.command(Some(&log));
+        cmd.args(&args[..1]).arg("--pid-file").arg(&pid_file);
+        let console = if terminal {
+            std::fs::create_dir_all(&self.socket_dir).context("create console socket dir")?;
+            let path = self.socket_dir.join(format!(
+                "pty-{}-{}",
+                std::process::id(),
+                CONSOLE_SEQ.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = std::fs::remove_file(&path);
+            let listener = UnixListener::bind(&path).with_context(|| format!("bind console socket {}", path.display()))?;
+            cmd.arg("--console-socket").arg(&path);
+            Some((path, listener))
+        } else {
+            None
+        };
+        cmd.args(&args[1..]);
+        cmd.stdin(io.stdin.map(Stdio::from).unwrap_or_else(Stdio::null));
+        cmd.stdout(io.stdout.map(Stdio::from).unwrap_or_else(Stdio::null));
+        cmd.stderr(io.stderr.map(Stdio::from).unwrap_or_else(Stdio::null));
+        let result = self.spawn_and_collect(what, cmd, console.as_ref().map(|(_, l)| l), &log);
+        if let Some((path, _)) = console {
+            let _ = std::fs::remove_file(path);
+        }
+        let master = result?;
+        let pid = std::fs::read_to_string(&pid_file)
+            .with_context(|| format!("{what}: read pid file {}", pid_file.display()))?
+            .trim()
+            .parse::<i32>()
+            .map_err(|e| Error::internal(format!("{what}: bad pid file {}: {e}", pid_file.display())))?;
+        let _ = std::fs::remove_file(&pid_file);
+        Ok(Spawned { pid, console: master })
+    }
+
+    fn spawn_and_collect(&self, what: &str, mut cmd: Command, console: Option<&UnixListener>, log: &Path) -> Result<Option<File>> {
+        let mut child = self.spawner.spawn(&mut cmd).with_context(|| format!("{what}: spawn {}", self.config.binary))?;
+        // The Command holds the stdio fds: close our copies now so that only the container
+        // keeps the write ends (EOF for readers depends on it).
+        drop(cmd);
+        let deadline = Instant::now() + RUNC_TIMEOUT;
+        let mut master = None;
+        if let Some(listener) = console {
+            master = match receive_console(listener, &mut child, deadline) {
+                Ok(m) => m,
+                Err(e) => {
+                    child.kill();
+                    let _ = child.wait(Some(Duration::from_secs(5)));
+                    return Err(e.context(what));
+                }
+            };
+        }
+        let status = match child.wait(Some(deadline.saturating_duration_since(Instant::now()))) {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                child.kill();
+                let _ = child.wait(Some(Duration::from_secs(5)));
+                return Err(Error::internal(format!("{what}: runc timed out after {RUNC_TIMEOUT:?}")));
+            }
+            Err(e) => return Err(Error::from(e).context(what)),
+        };
+        if status != 0 {
+            let msg = last_log_error(log).unwrap_or_else(|| format!("exit status {status}"));
+            return Err(classify(what, &msg, status));
+        }
+        Ok(master)
+    }
+}
+
+/// Accepts runc's connection on the console socket and receives the pty master (SCM_RIGHTS),
+/// while watching runc so that a failing runc does not leave us waiting.
+fn receive_console(listener: &UnixListener, child: &mut crate::reaper::Child, deadline: Instant) -> Result<Option<File>> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    listener.set_nonblocking(true).context("console socket")?;
+    let stream = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if child.try_wait()?.is_some() {
+                    return Ok(None); // runc failed before sending; its status tells why
+                }
+                if Instant::now() >= deadline {
+                    return Err(Error::internal("timed out waiting for the console from runc"));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(Error::from(e).context("accept console socket")),
+        }
+    };
+    stream.set_nonblocking(false).context("console socket")?;
+    let mut buf = [0u8; 4096];
+    let mut iov = [io::IoSliceMut::new(&mut buf)];
+    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
+        .context("receive console fd")?;
+    for c in msg.cmsgs().context("receive console fd")? {
+        if let ControlMessageOwned::ScmRights(fds) = c
+            && let Some(&fd) = fds.first()
+        {
+            // SAFETY: the fd was just received through SCM_RIGHTS and nothing else owns it.
+            return Ok(Some(unsafe { File::from_raw_fd(fd) }));
+        }
+    }
+    Err(Error::internal("runc sent no console fd"))
+}
+
+/// The message of the last error line in runc's JSON log (`{"level":"error","msg":...}`).
+fn last_log_error(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines().rev().find_map(|line| {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        if v.get("level")?.as_str()? == "error" { Some(v.get("msg")?.as_str()?.to_string()) } else { None }
+    })
+}
+
+/// Turns runc's failure text into an error of the right kind. The one place that reads runc's
+/// wording: "does not exist" and finished processes are NotFound, the rest Internal.
+pub fn classify(what: &str, stderr: &str, status: i32) -> Error {
+    let text = stderr.trim();
+    let text = if text.is_empty() { format!("exit status {status}") } else { text.to_string() };
+    let lower = text.to_ascii_lowercase();
+    let msg = format!("runc {what}: {text}");
+    if lower.contains("does not exist") || lower.contains("not exist") && lower.contains("container") {
+        Error::not_found(msg)
+    } else if lower.contains("process already finished")
+        || lower.contains("container not running")
+        || lower.contains("no such process")
+    {
+        Error::not_found(format!("runc {what}: process already finished"))
+    } else {
+        Error::internal(msg)
+    }
+}
+
+impl Runtime for Runc {
+    fn create(&self, id: &str, bundle: &Path, terminal: bool, io: ProcessIo) -> Result<Spawned> {
+        let _ = std::fs::remove_file(bundle.join("log.json"));
+        let args = vec!["create".into(), "--bundle".into(), bundle.display().to_string(), id.into()];
+        self.spawn_process("create", bundle, args, terminal, io)
+    }
+
+    fn start(&self, id: &str) -> Result<()> {
+        self.run("start", &["start", id], None).map(drop)
+    }
+
+    fn exec(&self, id: &str, bundle: &Path, exec_id: &str, process_json: &[u8], terminal: bool, io: ProcessIo) -> Result<Spawned> {
+        let spec = bundle.join(format!("exec-{exec_id}.json"));
+        crate::util::write_file_atomic(&spec, process_json, 0o600).context("write exec process spec")?;
+        let args = vec!["exec".into(), "--process".into(), spec.display().to_string(), "--detach".into(), id.into()];
+        let r = self.spawn_process(&format!("exec {exec_id}"), bundle, args, terminal, io);
+        let _ = std::fs::remove_file(&spec);
+        r
+    }
+
+    fn kill(&self, id: &str, signal: u32, all: bool) -> Result<()> {
+        let sig = signal.to_string();
+        let mut args = vec!["kill"];
+        if all {
+            args.push("--all");
+        }
+        args.extend([id, &sig]);
+        self.run("kill", &args, None).map(drop)
+    }
+
+    fn delete(&self, id: &str, force: bool) -> Result<()> {
+        let args: &[&str] = if force { &["delete", "--force", id] } else { &["delete", id] };
+        self.run("delete", args, None).map(drop)
+    }
+
+    fn pause(&self, id: &str) -> Result<()> {
+        self.run("pause", &["pause", id], None).map(drop)
+    }
+
+    fn resume(&self, id: &str) -> Result<()> {
+        self.run("resume", &["resume", id], None).map(drop)
+    }
+
+    fn ps(&self, id: &str) -> Result<Vec<i32>> {
+        let out = self.run("ps", &["ps", "--format", "json", id], None)?;
+        // runc prints `null` for an empty list.
+        let pids: Option<Vec<i32>> =
+            serde_json::from_slice(&out).map_err(|e| Error::internal(format!("runc ps: bad output: {e}")))?;
+        Ok(pids.unwrap_or_default())
+    }
+
+    fn update(&self, id: &str, resources_json: &[u8]) -> Result<()> {
+        self.run("update", &["update", "--resources", "-", id], Some(resources_json)).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Kind;
+
+    #[test]
+    fn classify_maps_runc_wording_to_kinds() {
+        assert_eq!(classify("kill", "container \"x\" does not exist", 1).kind(), Kind::NotFound);
+        assert_eq!(classify("kill", "container not running", 1).kind(), Kind::NotFound);
+        assert_eq!(classify("kill", "os: process already finished", 1).message(), "runc kill: process already finished");
+        let e = classify("create", "", 2);
+        assert_eq!((e.kind(), e.message()), (Kind::Internal, "runc create: exit status 2"));
+    }
+
+    #[test]
+    fn last_error_line_of_runc_log_is_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log.json");
+        std::fs::write(
+            &log,
+            "{\"level\":\"warning\",\"msg\":\"w\"}\n{\"level\":\"error\",\"msg\":\"first\"}\n{\"level\":\"error\",\"msg\":\"exec: \\\"nope\\\": not found\"}\n",
+        )
+        .unwrap();
+        assert_eq!(last_log_error(&log).as_deref(), Some("exec: \"nope\": not found"));
+        assert_eq!(last_log_error(&dir.path().join("missing")), None);
+    }
+
+    /// A stand-in runc: a script that records its arguments and plays the part asked for.
+    fn fake_runc(dir: &Path, body: &str) -> Runc {
+        let bin = dir.join("runc");
+        std::fs::write(&bin, format!("#!/bin/sh\necho \"$@\" >> {}/args\n{body}\n", dir.display())).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cfg = RuncConfig { binary: bin.display().to_string(), root: dir.join("root"), systemd_cgroup: false };
+        Runc::new(cfg, Spawner::direct(), dir.join("s"))
+    }
+
+    #[test]
+    fn create_passes_bundle_and_reads_pid_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let runc = fake_runc(
+            dir.path(),
+            r#"while [ $# -gt 0 ]; do [ "$1" = --pid-file ] && echo 4242 > "$2"; shift; done"#,
+        );
+        let s = runc.create("c1", dir.path(), false, ProcessIo::default()).unwrap();
+        assert_eq!(s.pid, 4242);
+        let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
+        assert!(args.starts_with(&format!("--root {}/root --log {}/log.json --log-format json create --pid-file", dir.path().display(), dir.path().display())), "{args}");
+        assert!(args.trim_end().ends_with(&format!("--bundle {} c1", dir.path().display())), "{args}");
+    }
+
+    #[test]
+    fn failing_create_reports_runc_log_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log.json");
+        let runc = fake_runc(
+            dir.path(),
+            &format!("echo '{{\"level\":\"error\",\"msg\":\"rootfs missing\"}}' > {}; exit 1", log.display()),
+        );
+        let e = runc.create("c1", dir.path(), false, ProcessIo::default()).unwrap_err();
+        assert_eq!(e.message(), "runc create: rootfs missing");
+    }
+
+    #[test]
+    fn ps_accepts_null_and_lists() {
+        let dir = tempfile::tempdir().unwrap();
+        let runc = fake_runc(dir.path(), "echo null");
+        assert_eq!(runc.ps("c1").unwrap(), Vec::<i32>::new());
+        let runc = fake_runc(dir.path(), "echo '[1,2]'");
+        assert_eq!(runc.ps("c1").unwrap(), vec![1, 2]);
+    }
+
+    #[test]
+    fn kill_all_and_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let runc = fake_runc(dir.path(), "echo 'container does not exist' >&2; exit 1");
+        let e = runc.kill("c9", 9, true).unwrap_err();
+        assert_eq!(e.kind(), Kind::NotFound);
+        let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
+        assert!(args.trim_end().ends_with("kill --all c9 9"), "{args}");
+    }
+}

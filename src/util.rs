@@ -1,0 +1,122 @@
+//! Small helpers shared by several modules: time stamps, /proc reads, file writes.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use protobuf::well_known_types::timestamp::Timestamp;
+
+use crate::error::{Context, Result};
+
+/// A protobuf timestamp for `t`.
+pub fn timestamp(t: SystemTime) -> Timestamp {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    Timestamp { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32, ..Default::default() }
+}
+
+/// `t` as RFC 3339 UTC with nanoseconds, the format containerd's logrus logs use.
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, day) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_nanos()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day): Howard Hinnant's `civil_from_days`.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// The start time of `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat), used to
+/// tell a live process from a recycled pid.
+pub fn process_start_ticks(pid: i32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // comm (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// Writes `data` to `path` atomically (temp file + rename) with `mode`.
+pub fn write_file_atomic(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let _ = fs::remove_file(&tmp);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .with_context(|| format!("create {}", tmp.display()))?;
+    f.write_all(data).with_context(|| format!("write {}", tmp.display()))?;
+    drop(f);
+    fs::rename(&tmp, path).with_context(|| format!("rename {} to {}", tmp.display(), path.display()))
+}
+
+/// Machine architecture in containerd/Go's naming (`amd64`, `arm64`, ...).
+pub fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        "loongarch64" => "loong64",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000000000Z");
+        let t = UNIX_EPOCH + Duration::new(1_798_547_696, 5); // 2026-12-29T12:34:56Z
+        assert_eq!(rfc3339(t), "2026-12-29T12:34:56.000000005Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(&rfc3339(leap)[..10], "2000-02-29");
+    }
+
+    #[test]
+    fn timestamp_splits_seconds_and_nanos() {
+        let ts = timestamp(UNIX_EPOCH + Duration::new(12, 34));
+        assert_eq!((ts.seconds, ts.nanos), (12, 34));
+    }
+
+    #[test]
+    fn start_ticks_of_self_is_stable_and_differs_for_missing_pid() {
+        let me = std::process::id() as i32;
+        let a = process_start_ticks(me).unwrap();
+        assert_eq!(process_start_ticks(me), Some(a));
+        assert_eq!(process_start_ticks(i32::MAX), None);
+    }
+
+    #[test]
+    fn atomic_write_replaces_content_with_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state.json");
+        write_file_atomic(&p, b"one", 0o600).unwrap();
+        write_file_atomic(&p, b"two", 0o600).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+}
