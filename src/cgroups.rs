@@ -21,7 +21,7 @@ use crate::error::{Context, Error, Result};
 
 /// Whether the host runs the unified (v2 only) hierarchy at /sys/fs/cgroup.
 pub fn is_unified(root: &Path) -> bool {
-    nix::sys::statfs::statfs(root).map(|s| s.filesystem_type().0 as i64 == 0x6367_7270).unwrap_or(false)
+    nix::sys::statfs::statfs(root).map(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC).unwrap_or(false)
 }
 
 /// The cgroup directories of one process.

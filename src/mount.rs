@@ -153,7 +153,7 @@ mod tests {
         let m = |kind: &str, target: &str| MountSpec { kind: kind.into(), source: "s".into(), target: target.into(), options: vec![] };
         assert!(validate(&[m("overlay", "")]).is_ok());
         for bad in [m("", ""), m("a/b", ""), m("bind", "/abs"), m("bind", "../x"), m("bind", "a/../../x")] {
-            assert_eq!(validate(&[bad.clone()]).unwrap_err().kind(), Kind::InvalidArgument, "{bad:?}");
+            assert_eq!(validate(std::slice::from_ref(&bad)).unwrap_err().kind(), Kind::InvalidArgument, "{bad:?}");
         }
     }
 

@@ -173,10 +173,9 @@ pub fn open(req: &StdioRequest) -> Result<Opened> {
     };
     process.stdout = output("stdout", &req.stdout)?;
     // Same target as stdout (e.g. a single log file): share the description.
-    process.stderr = if req.stderr == req.stdout && process.stdout.is_some() {
-        Some(process.stdout.as_ref().unwrap().try_clone().context("dup stdout")?)
-    } else {
-        output("stderr", &req.stderr)?
+    process.stderr = match &process.stdout {
+        Some(out) if req.stderr == req.stdout => Some(out.try_clone().context("dup stdout")?),
+        _ => output("stderr", &req.stderr)?,
     };
     Ok(Opened { process, keepalive })
 }

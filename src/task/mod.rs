@@ -562,7 +562,7 @@ impl TaskManager {
         let c = self.container(id)?;
         let spec: serde_json::Value =
             serde_json::from_slice(&spec_json).map_err(|e| Error::invalid(format!("process spec is not JSON: {e}")))?;
-        if !spec.get("args").and_then(|a| a.as_array()).is_some_and(|a| !a.is_empty()) {
+        if spec.get("args").and_then(|a| a.as_array()).is_none_or(|a| a.is_empty()) {
             return Err(Error::invalid("process spec has no args"));
         }
         if spec.get("terminal").and_then(|t| t.as_bool()).unwrap_or(false) != stdio.terminal {
@@ -745,7 +745,7 @@ fn check_spec(spec: &serde_json::Value, terminal: bool) -> Result<()> {
         return Err(Error::invalid("config.json has no root.path"));
     }
     if let Some(p) = obj.get("process") {
-        if !p.get("args").and_then(|a| a.as_array()).is_some_and(|a| !a.is_empty()) {
+        if p.get("args").and_then(|a| a.as_array()).is_none_or(|a| a.is_empty()) {
             return Err(Error::invalid("config.json process has no args"));
         }
         let spec_terminal = p.get("terminal").and_then(|t| t.as_bool()).unwrap_or(false);
