@@ -4,3 +4,4 @@
 //! modules so that tests never need the binary.
 
 pub mod cli;
+pub mod cni;
