@@ -5,6 +5,7 @@
 //! tests): it reaps its own child with `try_wait`.
 
 use std::io::{self, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -101,7 +102,8 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
 /// threads, poll `try_wait` until the deadline, then SIGKILL and reap.
 ///
 /// Must not be used inside the shim daemon (its global reaper would steal the exit status).
-/// All pipe fds are `O_CLOEXEC` (std guarantees this). Spawning is retried a few times on
+/// All pipe fds are `O_CLOEXEC` (std guarantees this). The plugin runs in its own process
+/// group; on timeout the whole group is SIGKILLed. Spawning is retried a few times on
 /// `ETXTBSY` like libcni's `RawExec` does ("text file busy" while a plugin is being installed).
 #[derive(Debug, Clone, Default)]
 pub struct StdExec;
@@ -121,6 +123,8 @@ impl PluginExec for StdExec {
         let mut attempt = 0;
         let mut child = loop {
             let spawned = Command::new(path)
+                // own process group, so a timeout also kills whatever the plugin forked
+                .process_group(0)
                 .env_clear()
                 .envs(env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::piped())
@@ -169,6 +173,13 @@ impl PluginExec for StdExec {
         });
 
         let kill = |child: &mut std::process::Child| {
+            // The group leader is not reaped yet, so its pid still names the group.
+            if let Ok(pid) = i32::try_from(child.id()) {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
             let _ = child.kill();
             let _ = child.wait();
         };

@@ -287,6 +287,12 @@ impl Cni {
         validate_name("container ID", &rt.container_id)?;
         validate_ifname(&rt.ifname)?;
         format_cni_args(&rt.args)?;
+        if net.plugins.is_empty() {
+            return Err(CniError::InvalidConfig {
+                source_name: net.name.clone(),
+                reason: "plugin list is empty".into(),
+            });
+        }
         if parse_version(&net.cni_version).is_none() {
             return Err(CniError::InvalidConfig {
                 source_name: net.name.clone(),

@@ -771,3 +771,77 @@ fn std_exec_reports_exit_code_and_survives_unread_stdin() {
     );
     assert!(matches!(missing, Err(ExecError::Spawn { .. })));
 }
+
+#[test]
+fn timeout_kills_the_plugins_whole_process_group() {
+    let w = World::with_timeout(Duration::from_millis(400));
+    let p = w.bin.join("forker");
+    let pidfile = w.log.join("grandchild.pid");
+    fs::write(
+        &p,
+        format!(
+            "#!/bin/sh\nsleep 30 &\necho $! > '{}'\nwait\n",
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+    let net = conflist("1.0.0", "", r#"{"type":"forker"}"#);
+    let rt = w.cni.runtime_conf("sandbox16", "");
+    let e = w.cni.add(&net, &rt).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CniError::Exec {
+                source: ExecError::Timeout { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let pid: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // the orphaned `sleep` was killed with the group (it gets reaped by init, so poll)
+    let gone = (0..100).any(|_| {
+        let alive = fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false);
+        if alive {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        !alive
+    });
+    assert!(gone, "grandchild {pid} survived the timeout");
+}
+
+#[test]
+fn a_failed_cache_write_rolls_back_the_add() {
+    let w = three_plugin_world();
+    // a regular file where the cache dir should be → the results dir cannot be created
+    fs::write(&w.cache_dir, "not a dir").unwrap();
+    let net = three_plugins();
+    let rt = w.cni.runtime_conf("sandbox17", "");
+    let e = w.cni.add(&net, &rt).unwrap_err();
+    assert!(matches!(e, CniError::Cache { .. }), "{e}");
+    assert_eq!(
+        w.calls()[3..],
+        ["portmap DEL", "tuning DEL", "bridge DEL"].map(String::from)
+    );
+    // the rollback DEL got the final result
+    assert_eq!(w.stdin("bridge", "DEL")["prevResult"]["mapped"], 1);
+}
+
+#[test]
+fn a_network_without_plugins_is_rejected() {
+    let w = World::new();
+    let mut net = conflist("1.0.0", "", r#"{"type":"bridge"}"#);
+    net.plugins.clear();
+    let rt = w.cni.runtime_conf("sandbox18", "");
+    assert!(matches!(
+        w.cni.add(&net, &rt),
+        Err(CniError::InvalidConfig { .. })
+    ));
+}
