@@ -6,6 +6,7 @@
 pub mod cgroups;
 pub mod cleanup;
 pub mod cli;
+pub mod cni;
 pub mod daemon;
 pub mod error;
 pub mod events;
