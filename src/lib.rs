@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod logger;
 pub mod mount;
+pub mod pod;
 pub mod reaper;
 pub mod rpc;
 pub mod runtime;

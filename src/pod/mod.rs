@@ -1,0 +1,3 @@
+//! The pod: its namespace holder, files, cgroup, and the Sandbox service's state.
+
+pub mod pause;
