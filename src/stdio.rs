@@ -1,13 +1,16 @@
 //! Process stdio: containerd's fifos (or files) handed straight to the container.
 //!
-//! Without a terminal the shim copies nothing: the fifo (or log file) descriptors go to runc,
-//! which gives them to the process as fds 0-2. The shim only keeps one `O_RDWR` "keepalive"
-//! descriptor per fifo while the process runs, for two reasons:
-//! - stdin: the container must not see EOF before the client opened its end, and must see EOF
-//!   once the client is done and CloseIO arrives (dropping our keepalive is that signal);
-//! - stdout/stderr: while containerd restarts nobody reads; our keepalive is a reader, so the
-//!   container blocks on a full pipe instead of dying of SIGPIPE (as with containerd's own
-//!   shim). It is dropped when the process exits so the client sees EOF.
+//! Without a terminal the shim copies no output: the stdout/stderr fifo (or log file)
+//! descriptors go to runc, which gives them to the process as fds 1 and 2. The shim keeps one
+//! `O_RDWR` "keepalive" descriptor per output fifo while the process runs: while containerd
+//! restarts nobody reads, and our keepalive (a reader) makes the container block on a full pipe
+//! instead of dying of SIGPIPE, as with containerd's own shim. It is dropped when the process
+//! exits, so the client then sees EOF.
+//!
+//! stdin is the one stream copied, by a small thread per process that has one: the container
+//! must see EOF exactly when the client closes its end (or on CloseIO), and must not see a
+//! premature EOF before the client opened it. A fifo alone cannot give both (a reader of a fifo
+//! that never had a writer reads EOF), so the thread waits on the fifo and feeds a pipe.
 //!
 //! With a terminal, runc gives us the pty master and one small thread copies between it and
 //! the fifos (see [`TtyCopier`]).
@@ -82,22 +85,93 @@ impl StdioRequest {
     }
 }
 
-/// Descriptors the shim keeps while the process lives (see the module docs).
+/// Descriptors and helpers the shim keeps while the process lives (see the module docs).
 #[derive(Debug, Default)]
 pub struct Keepalive {
-    stdin: Option<File>,
+    stdin: Option<StdinCopier>,
     outputs: Vec<File>,
 }
 
 impl Keepalive {
-    /// CloseIO: the container sees EOF once the client closed its end too.
+    /// CloseIO: the container sees EOF on stdin now.
     pub fn close_stdin(&mut self) {
         self.stdin = None;
     }
-    /// The process exited: let readers see EOF.
+    /// The process exited: stop copying stdin and let output readers see EOF.
     pub fn release(&mut self) {
         self.stdin = None;
         self.outputs.clear();
+    }
+    /// Starts copying stdin, once the process exists (see [`Opened::stdin`]).
+    pub fn start_stdin(&mut self, copy: StdinCopy) -> Result<()> {
+        self.stdin = Some(StdinCopier::start(copy)?);
+        Ok(())
+    }
+}
+
+/// The halves of a stdin copy: the client's fifo and the pipe the process reads.
+#[derive(Debug)]
+pub struct StdinCopy {
+    fifo: File,
+    pipe: File,
+}
+
+/// The thread copying a fifo into a process's stdin pipe; dropping it closes the pipe.
+#[derive(Debug)]
+pub struct StdinCopier {
+    control: File,
+}
+
+impl StdinCopier {
+    fn start(copy: StdinCopy) -> Result<StdinCopier> {
+        let (rx, tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("stdin control pipe")?;
+        std::thread::Builder::new()
+            .name("stdin".into())
+            .stack_size(64 * 1024)
+            .spawn(move || copy_stdin(copy, File::from(rx)))
+            .context("start stdin copier")?;
+        Ok(StdinCopier { control: File::from(tx) })
+    }
+}
+
+impl Drop for StdinCopier {
+    fn drop(&mut self) {
+        let _ = (&self.control).write_all(b"x");
+    }
+}
+
+/// Copies until the client closed the fifo after writing (POLLHUP, which Linux reports only
+/// once a writer has come and gone) or until told to stop; then closes the pipe: EOF.
+fn copy_stdin(copy: StdinCopy, control: File) {
+    let StdinCopy { fifo, mut pipe } = copy;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let mut fds = [PollFd::new(fifo.as_fd(), PollFlags::POLLIN), PollFd::new(control.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return,
+        }
+        let fifo_ev = fds[0].revents().unwrap_or(PollFlags::empty());
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+            return;
+        }
+        if fifo_ev.contains(PollFlags::POLLIN) {
+            match (&fifo).read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    if pipe.write_all(&buf[..n]).is_err() {
+                        return; // the process closed its stdin
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+        if fifo_ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR) {
+            return;
+        }
     }
 }
 
@@ -106,6 +180,8 @@ impl Keepalive {
 pub struct Opened {
     pub process: ProcessIo,
     pub keepalive: Keepalive,
+    /// The stdin copy to start once the process exists.
+    pub stdin: Option<StdinCopy>,
 }
 
 fn open_fifo_rdwr(path: &Path) -> Result<File> {
@@ -123,12 +199,12 @@ fn open_fifo_rdwr(path: &Path) -> Result<File> {
         .and_then(|f| blocking(f, path))
 }
 
-/// Opens `path` (a fifo with a live reader or writer, which our keepalive is) in `flags`
-/// without blocking, then makes the descriptor blocking for the container.
-fn open_fifo_end(path: &Path, write: bool) -> Result<File> {
-    let mut o = OpenOptions::new();
-    if write { o.write(true) } else { o.read(true) };
-    o.custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOFOLLOW)
+/// Opens the write end of `path` (a fifo with a live reader: our keepalive) without
+/// blocking, then makes the descriptor blocking for the container.
+fn open_fifo_writer(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOFOLLOW)
         .open(path)
         .with_context(|| format!("open fifo {}", path.display()))
         .and_then(|f| blocking(f, path))
@@ -157,9 +233,21 @@ fn open_log_file(path: &Path) -> Result<File> {
 pub fn open(req: &StdioRequest) -> Result<Opened> {
     let mut keepalive = Keepalive::default();
     let mut process = ProcessIo::default();
+    let mut stdin = None;
     if let Target::Fifo(p) = parse_target("stdin", &req.stdin)? {
-        keepalive.stdin = Some(open_fifo_rdwr(&p)?);
-        process.stdin = Some(OwnedFd::from(open_fifo_end(&p, false)?));
+        let meta = std::fs::metadata(&p).with_context(|| format!("stat {}", p.display()))?;
+        if !meta.file_type().is_fifo() {
+            return Err(Error::invalid(format!("{} is not a fifo", p.display())));
+        }
+        // Non-blocking: opening a fifo for reading never waits for the writer then.
+        let fifo = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(&p)
+            .with_context(|| format!("open fifo {}", p.display()))?;
+        let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("stdin pipe")?;
+        process.stdin = Some(r);
+        stdin = Some(StdinCopy { fifo, pipe: File::from(w) });
     }
     let mut output = |name: &str, s: &str| -> Result<Option<OwnedFd>> {
         Ok(match parse_target(name, s)? {
@@ -167,7 +255,7 @@ pub fn open(req: &StdioRequest) -> Result<Opened> {
             Target::File(p) => Some(OwnedFd::from(open_log_file(&p)?)),
             Target::Fifo(p) => {
                 keepalive.outputs.push(open_fifo_rdwr(&p)?);
-                Some(OwnedFd::from(open_fifo_end(&p, true)?))
+                Some(OwnedFd::from(open_fifo_writer(&p)?))
             }
         })
     };
@@ -177,7 +265,7 @@ pub fn open(req: &StdioRequest) -> Result<Opened> {
         Some(out) if req.stderr == req.stdout => Some(out.try_clone().context("dup stdout")?),
         _ => output("stderr", &req.stderr)?,
     };
-    Ok(Opened { process, keepalive })
+    Ok(Opened { process, keepalive, stdin })
 }
 
 /// The terminal side of a process: the pty master plus the copy thread.
@@ -332,7 +420,7 @@ mod tests {
         // The client opens its read end first, non-blocking, as containerd's cio does.
         let mut reader = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&out).unwrap();
         let req = StdioRequest { stdout: out.display().to_string(), ..Default::default() };
-        let Opened { process, mut keepalive } = open(&req).unwrap();
+        let Opened { process, mut keepalive, .. } = open(&req).unwrap();
         let mut w = File::from(process.stdout.unwrap());
         w.write_all(b"hello").unwrap();
         drop(w); // the "container" exits
@@ -345,19 +433,40 @@ mod tests {
     }
 
     #[test]
-    fn stdin_sees_eof_only_after_close_stdin() {
+    fn stdin_waits_for_the_client_and_ends_when_it_closes() {
         let dir = tempfile::tempdir().unwrap();
         let inp = mkfifo(dir.path(), "in");
         let req = StdioRequest { stdin: inp.display().to_string(), ..Default::default() };
-        let Opened { process, mut keepalive } = open(&req).unwrap();
+        let Opened { process, mut keepalive, stdin } = open(&req).unwrap();
+        keepalive.start_stdin(stdin.unwrap()).unwrap();
         let mut r = File::from(process.stdin.unwrap());
+        // No writer yet: the process must block, not read EOF.
+        let flags = OFlag::from_bits_truncate(fcntl(r.as_fd(), FcntlArg::F_GETFL).unwrap());
+        fcntl(r.as_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).unwrap();
+        let mut buf = [0u8; 8];
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(r.read(&mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        fcntl(r.as_fd(), FcntlArg::F_SETFL(flags)).unwrap();
         let mut client = OpenOptions::new().write(true).open(&inp).unwrap();
         client.write_all(b"abc").unwrap();
         drop(client);
-        let mut buf = [0u8; 8];
-        assert_eq!(r.read(&mut buf).unwrap(), 3);
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).unwrap(); // EOF once the client closed
+        assert_eq!(got, b"abc");
+    }
+
+    #[test]
+    fn close_stdin_gives_eof_while_the_client_still_holds_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let inp = mkfifo(dir.path(), "in");
+        let req = StdioRequest { stdin: inp.display().to_string(), ..Default::default() };
+        let Opened { process, mut keepalive, stdin } = open(&req).unwrap();
+        keepalive.start_stdin(stdin.unwrap()).unwrap();
+        let _client = OpenOptions::new().write(true).open(&inp).unwrap();
         keepalive.close_stdin();
-        assert_eq!(r.read(&mut buf).unwrap(), 0);
+        let mut got = Vec::new();
+        File::from(process.stdin.unwrap()).read_to_end(&mut got).unwrap();
+        assert!(got.is_empty());
     }
 
     #[test]

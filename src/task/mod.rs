@@ -278,14 +278,17 @@ impl TaskManager {
     /// `runc create` with stdio or a terminal; registers the pid before returning.
     fn spawn_init(&self, req: &CreateRequest, runtime: &Arc<dyn Runtime>, init: &Arc<Process>) -> Result<i32> {
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
-        let (io, keepalive) = if req.stdio.terminal {
-            (ProcessIo::default(), Default::default())
+        let (io, mut keepalive, stdin) = if req.stdio.terminal {
+            (ProcessIo::default(), Default::default(), None)
         } else {
             let o = stdio::open(&req.stdio)?;
-            (o.process, o.keepalive)
+            (o.process, o.keepalive, o.stdin)
         };
         let spawned = runtime.create(&req.id, &req.bundle, req.stdio.terminal, io)?;
         let pid = spawned.pid;
+        if let Some(copy) = stdin {
+            keepalive.start_stdin(copy)?;
+        }
         *init.keepalive.lock().unwrap() = keepalive;
         if let Some(master) = spawned.console {
             let copier = self.start_tty(master, init)?;
@@ -372,14 +375,17 @@ impl TaskManager {
     fn spawn_exec(&self, c: &Arc<Container>, p: &Arc<Process>) -> Result<i32> {
         let exec_id = p.exec_id.as_deref().unwrap_or_default();
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
-        let (io, keepalive) = if p.stdio.terminal {
-            (ProcessIo::default(), Default::default())
+        let (io, mut keepalive, stdin) = if p.stdio.terminal {
+            (ProcessIo::default(), Default::default(), None)
         } else {
             let o = stdio::open(&p.stdio)?;
-            (o.process, o.keepalive)
+            (o.process, o.keepalive, o.stdin)
         };
         let spec = p.spec.as_deref().unwrap_or_default();
         let spawned = c.runtime.exec(&c.id, &c.bundle, exec_id, spec, p.stdio.terminal, io)?;
+        if let Some(copy) = stdin {
+            keepalive.start_stdin(copy)?;
+        }
         *p.keepalive.lock().unwrap() = keepalive;
         if let Some(master) = spawned.console {
             *p.tty.lock().unwrap() = Some(self.start_tty(master, p)?);
