@@ -4,3 +4,6 @@
 //! modules so that tests never need the binary.
 
 pub mod cli;
+pub mod cri;
+pub mod netns;
+pub mod pod;

@@ -1,0 +1,1 @@
+//! Shim-owned network namespaces.

@@ -1,0 +1,1 @@
+//! Pod-level pieces: CRI config decoding/validation and pod files.
