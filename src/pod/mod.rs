@@ -1,1 +1,13 @@
-//! Pod-level pieces: CRI config decoding/validation and pod files.
+//! Pod-level pieces that containerd's podsandbox controller would otherwise do, and which a
+//! `sandboxer = "shim"` runtime must do itself:
+//!
+//! * [`spec`]: decode `CreateSandboxRequest.options` (a CRI `PodSandboxConfig`) and validate
+//!   it into a plain [`PodSpec`];
+//! * [`files`]: the pod's `/etc/hosts`, `/etc/resolv.conf`, `/etc/hostname` and `/dev/shm`.
+
+pub mod spec;
+
+pub use spec::{
+    CgroupParent, Dns, IpcMode, NetworkMode, PidMode, PodSpec, PortMapping, Protocol, SpecError,
+    SysctlDefaults, decode_pod_config,
+};
