@@ -5,8 +5,10 @@
 //!   it into a plain [`PodSpec`];
 //! * [`files`]: the pod's `/etc/hosts`, `/etc/resolv.conf`, `/etc/hostname` and `/dev/shm`.
 
+pub mod files;
 pub mod spec;
 
+pub use files::{PodFiles, mount_shm, unmount_shm};
 pub use spec::{
     CgroupParent, Dns, IpcMode, NetworkMode, PidMode, PodSpec, PortMapping, Protocol, SpecError,
     SysctlDefaults, decode_pod_config,
