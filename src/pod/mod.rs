@@ -1,3 +1,17 @@
-//! The pod: its namespace holder, files, cgroup, and the Sandbox service's state.
+//! The pod: everything containerd's podsandbox controller would otherwise do, and which a
+//! `sandboxer = "shim"` runtime must do itself:
+//!
+//! * [`spec`]: decode `CreateSandboxRequest.options` (a CRI `PodSandboxConfig`) and validate
+//!   it into a plain [`PodSpec`];
+//! * [`files`]: the pod's `/etc/hosts`, `/etc/resolv.conf`, `/etc/hostname` and `/dev/shm`;
+//! * [`pause`]: the process that holds the pod's namespaces.
 
+pub mod files;
 pub mod pause;
+pub mod spec;
+
+pub use files::{PodFiles, mount_shm, unmount_shm};
+pub use spec::{
+    CgroupParent, Dns, IpcMode, NetworkMode, PidMode, PodSpec, PortMapping, Protocol, SpecError, SysctlDefaults,
+    decode_pod_config,
+};

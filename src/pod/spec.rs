@@ -1,0 +1,1314 @@
+//! Decode the CRI `PodSandboxConfig` that containerd forwards in `CreateSandboxRequest.options`
+//! and validate it into a plain-Rust [`PodSpec`].
+//!
+//! Everything here is pure (no syscalls) except [`SysctlDefaults::detect`].
+//!
+//! Validation is deliberately strict where a value ends up in a path, a file we write or a
+//! kernel interface (hostname, sysctls, cgroup parent, DNS), and lenient elsewhere (labels and
+//! annotations are opaque and returned as they came). Every error names the offending field
+//! with its CRI path, e.g. `linux.sysctls["kernel.foo"]: ...`.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv6Addr};
+use std::path::{Component, Path, PathBuf};
+
+use protobuf::Message;
+use protobuf::well_known_types::any::Any;
+
+use crate::cri;
+
+/// Longest hostname the kernel accepts (`HOST_NAME_MAX`).
+pub const MAX_HOSTNAME_LEN: usize = 64;
+/// Longest sysctl name we accept.
+pub const MAX_SYSCTL_NAME_LEN: usize = 256;
+/// Longest sysctl value we accept (values are single-line strings like `0 2147483647`).
+pub const MAX_SYSCTL_VALUE_LEN: usize = 1024;
+/// Most sysctls a pod may set.
+pub const MAX_SYSCTLS: usize = 256;
+/// Most DNS servers / searches / options (generous; glibc itself uses 3 servers, 32 searches).
+pub const MAX_DNS_SERVERS: usize = 16;
+/// See [`MAX_DNS_SERVERS`].
+pub const MAX_DNS_SEARCHES: usize = 32;
+/// See [`MAX_DNS_SERVERS`].
+pub const MAX_DNS_OPTIONS: usize = 32;
+/// Longest single DNS search domain / option.
+pub const MAX_DNS_ENTRY_LEN: usize = 253;
+/// Most port mappings a pod may declare.
+pub const MAX_PORT_MAPPINGS: usize = 1024;
+/// Longest path (cgroup parent, log directory) we accept.
+pub const MAX_PATH_LEN: usize = 4096;
+
+const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
+const EMPTY_TYPE: &str = "google.protobuf.Empty";
+
+/// Why a pod config was rejected. `Display` always starts with the CRI field path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// The `Any` holds something other than a `PodSandboxConfig` (or `Empty`).
+    #[error("options: unsupported type_url {0:?} (want \"runtime.v1.PodSandboxConfig\")")]
+    UnsupportedType(String),
+    /// The bytes are not a valid `PodSandboxConfig`.
+    #[error("options: cannot decode runtime.v1.PodSandboxConfig: {0}")]
+    Decode(String),
+    /// A field has an invalid value.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// CRI path of the field, e.g. `linux.sysctls["kernel.foo"]`.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A field asks for something this shim cannot do (yet).
+    #[error("{field}: {what} are not supported by this shim yet")]
+    Unsupported {
+        /// CRI path of the field.
+        field: String,
+        /// The feature, plural (e.g. "user namespaces").
+        what: &'static str,
+    },
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
+    SpecError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// DNS settings for the pod's `resolv.conf`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Dns {
+    /// Nameserver addresses (validated as IP addresses, IPv6 may carry a `%zone`).
+    pub servers: Vec<String>,
+    /// Search domains.
+    pub searches: Vec<String>,
+    /// resolv.conf options, e.g. `ndots:5`.
+    pub options: Vec<String>,
+}
+
+/// Transport protocol of a port mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// TCP (CRI default).
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+/// One `hostPort` mapping of the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortMapping {
+    /// Transport protocol.
+    pub protocol: Protocol,
+    /// Port inside the pod (0 = unspecified).
+    pub container_port: u16,
+    /// Port on the host (0 = no host port).
+    pub host_port: u16,
+    /// Host address to bind, `None` for all addresses.
+    pub host_ip: Option<IpAddr>,
+}
+
+/// Network namespace of the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NetworkMode {
+    /// A new network namespace (and a new UTS namespace) for the pod.
+    #[default]
+    Pod,
+    /// The node's network (and UTS) namespace (`hostNetwork: true`).
+    Host,
+}
+
+/// IPC namespace of the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IpcMode {
+    /// A new IPC namespace shared by the pod's containers.
+    #[default]
+    Pod,
+    /// The node's IPC namespace (`hostIPC: true`).
+    Host,
+}
+
+/// PID namespace of the pod.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PidMode {
+    /// Each container gets its own PID namespace (the kubelet's default).
+    #[default]
+    Container,
+    /// One PID namespace for the whole pod (`shareProcessNamespace: true`).
+    Pod,
+    /// The node's PID namespace (`hostPID: true`).
+    Host,
+    /// The PID namespace of the named container.
+    Target(String),
+}
+
+/// `linux.cgroup_parent`, classified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CgroupParent {
+    /// A cgroupfs path, absolute, relative to the cgroup root (e.g. `/kubepods/burstable/pod…`).
+    Fs(PathBuf),
+    /// A systemd form: a slice (`kubepods-burstable-pod….slice`) or `slice:prefix:name`.
+    Systemd(String),
+}
+
+impl CgroupParent {
+    /// Classifies and validates a non-empty `cgroup_parent` value.
+    ///
+    /// * starts with `/` → [`CgroupParent::Fs`]: no NUL, no `.`/`..` components;
+    /// * `*.slice` without `/` → [`CgroupParent::Systemd`];
+    /// * `slice:prefix:name` (three `:`-separated parts, the slice part empty or `*.slice`, no
+    ///   `/`) → [`CgroupParent::Systemd`].
+    pub fn parse(raw: &str) -> Result<CgroupParent, String> {
+        if raw.is_empty() {
+            return Err("empty".into());
+        }
+        if raw.len() > MAX_PATH_LEN {
+            return Err(format!("longer than {MAX_PATH_LEN} bytes"));
+        }
+        if raw.bytes().any(|b| b == 0 || b == b'\n') {
+            return Err("contains NUL or newline".into());
+        }
+        if raw.starts_with('/') {
+            let p = Path::new(raw);
+            for c in p.components() {
+                match c {
+                    Component::RootDir | Component::Normal(_) => {}
+                    _ => return Err(format!("{raw:?} has a `.` or `..` component")),
+                }
+            }
+            // `Path::components` silently drops `.`; catch it explicitly.
+            if raw.split('/').any(|s| s == "." || s == "..") {
+                return Err(format!("{raw:?} has a `.` or `..` component"));
+            }
+            return Ok(CgroupParent::Fs(p.to_path_buf()));
+        }
+        if raw.contains('/') {
+            return Err(format!(
+                "{raw:?} is neither an absolute cgroupfs path nor a systemd slice"
+            ));
+        }
+        let unit_ok = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.@\\".contains(&b))
+        };
+        let parts: Vec<&str> = raw.split(':').collect();
+        match parts.as_slice() {
+            [slice] if slice.ends_with(".slice") && unit_ok(slice) => {
+                Ok(CgroupParent::Systemd(raw.into()))
+            }
+            [slice, prefix, name]
+                if (slice.is_empty() || (slice.ends_with(".slice") && unit_ok(slice)))
+                    && (prefix.is_empty() || unit_ok(prefix))
+                    && unit_ok(name) =>
+            {
+                Ok(CgroupParent::Systemd(raw.into()))
+            }
+            _ => Err(format!(
+                "{raw:?} is neither an absolute cgroupfs path nor a systemd slice \
+                 (`name.slice` or `slice:prefix:name`)"
+            )),
+        }
+    }
+}
+
+/// The validated pod configuration, free of protobuf types.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodSpec {
+    /// Pod name (`metadata.name`).
+    pub name: String,
+    /// Pod namespace (`metadata.namespace`).
+    pub namespace: String,
+    /// Pod UID (`metadata.uid`).
+    pub uid: String,
+    /// Sandbox attempt number (`metadata.attempt`).
+    pub attempt: u32,
+    /// Pod hostname. Empty stays empty here (the kubelet only leaves it empty for host-network
+    /// pods); [`crate::pod::files::PodFiles::write`] then falls back to the node's hostname,
+    /// as containerd does.
+    pub hostname: String,
+    /// Host directory for container logs (absolute, or empty).
+    pub log_directory: String,
+    /// DNS config; `None` means "use the node's resolv.conf".
+    pub dns: Option<Dns>,
+    /// Host port mappings.
+    pub port_mappings: Vec<PortMapping>,
+    /// Pod labels, as given.
+    pub labels: BTreeMap<String, String>,
+    /// Pod annotations, as given (must be returned unaltered in status).
+    pub annotations: BTreeMap<String, String>,
+    /// Raw `linux.cgroup_parent`, `None` when empty. Validated; see [`PodSpec::cgroup_parent_kind`].
+    pub cgroup_parent: Option<String>,
+    /// Pod sysctls as given by the user, names canonicalised to dot form (see [`sysctl_path`]).
+    pub sysctls: BTreeMap<String, String>,
+    /// Network (and UTS) namespace.
+    pub network: NetworkMode,
+    /// IPC namespace.
+    pub ipc: IpcMode,
+    /// PID namespace.
+    pub pid: PidMode,
+    /// `security_context.run_as_user`.
+    pub run_as_user: Option<u32>,
+    /// `security_context.run_as_group` (only valid together with `run_as_user`).
+    pub run_as_group: Option<u32>,
+    /// `security_context.privileged`.
+    pub privileged: bool,
+}
+
+/// Which of containerd's podsandbox default sysctls apply (CRI config
+/// `enable_unprivileged_ports` / `enable_unprivileged_icmp`, both `true` by default in
+/// containerd 2.x on Linux).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SysctlDefaults {
+    /// Add `net.ipv4.ip_unprivileged_port_start=0`.
+    pub unprivileged_ports: bool,
+    /// Add `net.ipv4.ping_group_range=0 2147483647`.
+    pub unprivileged_icmp: bool,
+}
+
+impl Default for SysctlDefaults {
+    fn default() -> Self {
+        SysctlDefaults {
+            unprivileged_ports: true,
+            unprivileged_icmp: true,
+        }
+    }
+}
+
+impl SysctlDefaults {
+    /// The defaults, minus ICMP when this process runs inside a user namespace: containerd skips
+    /// `ping_group_range` then, because GIDs outside the namespace's mapping make the write fail.
+    pub fn detect() -> SysctlDefaults {
+        SysctlDefaults {
+            unprivileged_icmp: !running_in_user_ns(),
+            ..SysctlDefaults::default()
+        }
+    }
+}
+
+/// Whether this process is in a non-initial user namespace (same test as moby's
+/// `userns.RunningInUserNS`: the uid_map is not the identity map of the full range).
+pub fn running_in_user_ns() -> bool {
+    match std::fs::read_to_string("/proc/self/uid_map") {
+        Ok(s) => {
+            let fields: Vec<&str> = s.split_whitespace().collect();
+            fields != ["0", "0", "4294967295"]
+        }
+        Err(_) => false,
+    }
+}
+
+/// Sysctl names (dot form) namespaced by the IPC namespace (the kubelet's list:
+/// `kernel.shm*`, `kernel.msg*`, `kernel.sem`, `fs.mqueue.*`).
+fn is_ipc_sysctl(name: &str) -> bool {
+    name.starts_with("kernel.shm")
+        || name.starts_with("kernel.msg")
+        || name == "kernel.sem"
+        || name.starts_with("fs.mqueue.")
+}
+
+/// Sysctl names (dot form) namespaced by the network namespace.
+fn is_net_sysctl(name: &str) -> bool {
+    name.starts_with("net.")
+}
+
+/// Converts a sysctl name to the dot-separated form, following sysctl(8)/sysctl.d(5) (and the
+/// kubelet's and runc's validators): the first separator decides; if it is `/`, dots and slashes
+/// are interchanged, so `net/ipv4/conf/eth0.100/forwarding` becomes
+/// `net.ipv4.conf.eth0/100.forwarding`. Dot-form names are returned unchanged.
+pub fn canonical_sysctl_name(name: &str) -> String {
+    match name.find(['.', '/']) {
+        Some(i) if name.as_bytes()[i] == b'/' => swap_dots_slashes(name),
+        _ => name.to_owned(),
+    }
+}
+
+fn swap_dots_slashes(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '.' => '/',
+            '/' => '.',
+            c => c,
+        })
+        .collect()
+}
+
+/// `/proc/sys` path of a sysctl (either form; see [`canonical_sysctl_name`]).
+///
+/// In dot form a `/` stands for a literal `.` inside one path component (an interface name such
+/// as `eth0.100`), so dots and slashes are interchanged: `net.ipv4.conf.eth0/100.forwarding` →
+/// `/proc/sys/net/ipv4/conf/eth0.100/forwarding`. runc's `writeSystemProperty` only replaces
+/// `.` with `/`, which agrees for every name without `/` and is wrong for those with one; we
+/// follow sysctl(8) because the kubelet produces exactly that encoding.
+pub fn sysctl_path(name: &str) -> PathBuf {
+    let dotted = canonical_sysctl_name(name);
+    Path::new("/proc/sys").join(swap_dots_slashes(&dotted))
+}
+
+impl PodSpec {
+    /// The pod's sysctls plus containerd's podsandbox defaults, with
+    /// [`SysctlDefaults::default`] (both on). See [`PodSpec::effective_sysctls_with`].
+    pub fn effective_sysctls(&self) -> Vec<(String, String)> {
+        self.effective_sysctls_with(SysctlDefaults::default())
+    }
+
+    /// The pod's sysctls plus containerd's podsandbox defaults, sorted by name.
+    ///
+    /// Rule (containerd 2.1 `sandboxContainerSpec`): only for pods NOT on the host network, and
+    /// only for names the user did not set:
+    /// * `net.ipv4.ip_unprivileged_port_start = "0"` if `defaults.unprivileged_ports`;
+    /// * `net.ipv4.ping_group_range = "0 2147483647"` if `defaults.unprivileged_icmp` (containerd
+    ///   additionally skips it inside a user namespace and for user-namespaced pods; the former
+    ///   is [`SysctlDefaults::detect`], the latter cannot happen since we reject those pods).
+    pub fn effective_sysctls_with(&self, defaults: SysctlDefaults) -> Vec<(String, String)> {
+        let mut out = self.sysctls.clone();
+        if self.network != NetworkMode::Host {
+            if defaults.unprivileged_ports {
+                out.entry("net.ipv4.ip_unprivileged_port_start".into())
+                    .or_insert_with(|| "0".into());
+            }
+            if defaults.unprivileged_icmp {
+                out.entry("net.ipv4.ping_group_range".into())
+                    .or_insert_with(|| "0 2147483647".into());
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// `/proc/sys` path of a sysctl; see the free function [`sysctl_path`].
+    pub fn sysctl_path(name: &str) -> PathBuf {
+        sysctl_path(name)
+    }
+
+    /// The classified cgroup parent, if any (already validated by [`decode_pod_config`]).
+    pub fn cgroup_parent_kind(&self) -> Option<CgroupParent> {
+        self.cgroup_parent
+            .as_deref()
+            .and_then(|raw| CgroupParent::parse(raw).ok())
+    }
+
+    /// Whether the pod shares the node's UTS namespace (it does exactly when it uses the host
+    /// network, as in containerd).
+    pub fn host_uts(&self) -> bool {
+        self.network == NetworkMode::Host
+    }
+
+    /// Validates and converts a decoded CRI config.
+    pub fn from_cri(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
+        convert(cfg)
+    }
+}
+
+/// Decodes `CreateSandboxRequest.options` into a validated [`PodSpec`].
+///
+/// Accepts `type_url` `runtime.v1.PodSandboxConfig`, also behind any `…/` prefix such as
+/// `type.googleapis.com/`. An `Any` with an empty `type_url` and no bytes, or one holding
+/// `google.protobuf.Empty` (containerd's sandbox controller API and `ctr` send that), yields
+/// [`PodSpec::default()`]: empty names, pod network, new IPC/UTS namespaces, no PID sharing.
+///
+/// Note that a real `PodSandboxConfig` without `namespace_options` decodes to PID mode POD,
+/// the protobuf default (`NamespaceMode` 0); the kubelet always sends the mode explicitly.
+pub fn decode_pod_config(any: &Any) -> Result<PodSpec, SpecError> {
+    let type_name = any
+        .type_url
+        .rsplit_once('/')
+        .map_or(any.type_url.as_str(), |(_, n)| n);
+    if any.type_url.is_empty() {
+        if any.value.is_empty() {
+            return Ok(PodSpec::default());
+        }
+        return Err(SpecError::UnsupportedType(String::new()));
+    }
+    // Only `type.googleapis.com/` or no prefix at all for the well-known Empty.
+    if type_name == EMPTY_TYPE
+        && (any.type_url == EMPTY_TYPE || any.type_url.strip_prefix(TYPE_URL_PREFIX).is_some())
+    {
+        return Ok(PodSpec::default());
+    }
+    if type_name != cri::POD_SANDBOX_CONFIG_TYPE_URL {
+        return Err(SpecError::UnsupportedType(any.type_url.clone()));
+    }
+    let cfg = cri::PodSandboxConfig::parse_from_bytes(&any.value)
+        .map_err(|e| SpecError::Decode(e.to_string()))?;
+    convert(&cfg)
+}
+
+fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
+    let md = cfg.metadata.as_ref();
+    let linux = cfg.linux.as_ref();
+    let sc = linux.and_then(|l| l.security_context.as_ref());
+    let nso = sc.and_then(|s| s.namespace_options.as_ref());
+
+    let name = md.map(|m| m.name.clone()).unwrap_or_default();
+    let namespace = md.map(|m| m.namespace.clone()).unwrap_or_default();
+    let uid = md.map(|m| m.uid.clone()).unwrap_or_default();
+    check_ident("metadata.name", &name)?;
+    check_ident("metadata.namespace", &namespace)?;
+    check_ident("metadata.uid", &uid)?;
+
+    // Namespaces first: the sysctl rules depend on them.
+    let nso_field = "linux.security_context.namespace_options";
+    let mode_of = |field: &str, m: &protobuf::EnumOrUnknown<cri::NamespaceMode>| {
+        m.enum_value()
+            .map_err(|v| invalid(format!("{nso_field}.{field}"), format!("unknown mode {v}")))
+    };
+    let network = match nso.map(|n| mode_of("network", &n.network)).transpose()? {
+        None | Some(cri::NamespaceMode::POD) => NetworkMode::Pod,
+        Some(cri::NamespaceMode::NODE) => NetworkMode::Host,
+        Some(m) => {
+            return Err(invalid(
+                format!("{nso_field}.network"),
+                format!("mode {m:?} is not valid for a pod sandbox (want POD or NODE)"),
+            ));
+        }
+    };
+    let ipc = match nso.map(|n| mode_of("ipc", &n.ipc)).transpose()? {
+        None | Some(cri::NamespaceMode::POD) => IpcMode::Pod,
+        Some(cri::NamespaceMode::NODE) => IpcMode::Host,
+        Some(m) => {
+            return Err(invalid(
+                format!("{nso_field}.ipc"),
+                format!("mode {m:?} is not valid for a pod sandbox (want POD or NODE)"),
+            ));
+        }
+    };
+    let pid = match nso.map(|n| mode_of("pid", &n.pid)).transpose()? {
+        None | Some(cri::NamespaceMode::POD) => PidMode::Pod,
+        Some(cri::NamespaceMode::CONTAINER) => PidMode::Container,
+        Some(cri::NamespaceMode::NODE) => PidMode::Host,
+        Some(cri::NamespaceMode::TARGET) => {
+            let target = nso.map(|n| n.target_id.clone()).unwrap_or_default();
+            if target.is_empty() {
+                return Err(invalid(
+                    format!("{nso_field}.target_id"),
+                    "pid mode TARGET needs a target container id",
+                ));
+            }
+            check_ident(&format!("{nso_field}.target_id"), &target)?;
+            PidMode::Target(target)
+        }
+    };
+    if let Some(userns) = nso.and_then(|n| n.userns_options.as_ref()) {
+        let field = format!("{nso_field}.userns_options.mode");
+        match userns.mode.enum_value() {
+            Ok(cri::NamespaceMode::NODE) => {}
+            Ok(cri::NamespaceMode::POD) => {
+                return Err(SpecError::Unsupported {
+                    field,
+                    what: "user namespaces",
+                });
+            }
+            Ok(m) => {
+                return Err(invalid(
+                    field,
+                    format!("mode {m:?} is not valid (want POD or NODE)"),
+                ));
+            }
+            Err(v) => return Err(invalid(field, format!("unknown mode {v}"))),
+        }
+    }
+
+    let hostname = cfg.hostname.clone();
+    if !hostname.is_empty() {
+        check_hostname(&hostname).map_err(|r| invalid("hostname", r))?;
+    }
+
+    let log_directory = cfg.log_directory.clone();
+    if !log_directory.is_empty() {
+        check_abs_path(&log_directory).map_err(|r| invalid("log_directory", r))?;
+    }
+
+    let dns = cfg.dns_config.as_ref().map(convert_dns).transpose()?;
+
+    if cfg.port_mappings.len() > MAX_PORT_MAPPINGS {
+        return Err(invalid(
+            "port_mappings",
+            format!("more than {MAX_PORT_MAPPINGS} entries"),
+        ));
+    }
+    let port_mappings = cfg
+        .port_mappings
+        .iter()
+        .enumerate()
+        .map(|(i, pm)| convert_port(i, pm))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let cgroup_parent = match linux.map(|l| l.cgroup_parent.as_str()) {
+        None | Some("") => None,
+        Some(raw) => {
+            CgroupParent::parse(raw).map_err(|r| invalid("linux.cgroup_parent", r))?;
+            Some(raw.to_owned())
+        }
+    };
+
+    let mut sysctls = BTreeMap::new();
+    if let Some(l) = linux {
+        if l.sysctls.len() > MAX_SYSCTLS {
+            return Err(invalid(
+                "linux.sysctls",
+                format!("more than {MAX_SYSCTLS} entries"),
+            ));
+        }
+        for (k, v) in &l.sysctls {
+            let field = format!("linux.sysctls[{k:?}]");
+            let name = check_sysctl(k, v, network, ipc).map_err(|r| invalid(&field, r))?;
+            if sysctls.insert(name, v.clone()).is_some() {
+                return Err(invalid(field, "set twice (in dot and slash form)"));
+            }
+        }
+    }
+
+    let id = |field: &str, v: Option<&cri::Int64Value>| -> Result<Option<u32>, SpecError> {
+        v.map(|v| {
+            u32::try_from(v.value).map_err(|_| {
+                invalid(
+                    format!("linux.security_context.{field}"),
+                    format!("{} is not a valid id", v.value),
+                )
+            })
+        })
+        .transpose()
+    };
+    let run_as_user = id("run_as_user", sc.and_then(|s| s.run_as_user.as_ref()))?;
+    let run_as_group = id("run_as_group", sc.and_then(|s| s.run_as_group.as_ref()))?;
+    if run_as_group.is_some() && run_as_user.is_none() {
+        return Err(invalid(
+            "linux.security_context.run_as_group",
+            "set without run_as_user",
+        ));
+    }
+
+    Ok(PodSpec {
+        name,
+        namespace,
+        uid,
+        attempt: md.map_or(0, |m| m.attempt),
+        hostname,
+        log_directory,
+        dns,
+        port_mappings,
+        labels: cfg
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        annotations: cfg
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        cgroup_parent,
+        sysctls,
+        network,
+        ipc,
+        pid,
+        run_as_user,
+        run_as_group,
+        privileged: sc.is_some_and(|s| s.privileged),
+    })
+}
+
+/// Names and ids: may be empty, no control characters, no `/` (they may end up in file names).
+fn check_ident(field: &str, v: &str) -> Result<(), SpecError> {
+    if v.len() > 253 {
+        return Err(invalid(field, "longer than 253 bytes"));
+    }
+    if v.chars().any(|c| c.is_control() || c == '/') {
+        return Err(invalid(
+            field,
+            format!("{v:?} contains `/` or a control character"),
+        ));
+    }
+    Ok(())
+}
+
+/// RFC 1123 host name: dot-separated labels of ASCII letters, digits and `-`, each 1–63 bytes,
+/// not starting or ending with `-`; at most [`MAX_HOSTNAME_LEN`] bytes in all.
+pub fn check_hostname(h: &str) -> Result<(), String> {
+    if h.is_empty() {
+        return Err("empty".into());
+    }
+    if h.len() > MAX_HOSTNAME_LEN {
+        return Err(format!("{h:?} is longer than {MAX_HOSTNAME_LEN} bytes"));
+    }
+    for label in h.split('.') {
+        let ok = !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !ok {
+            return Err(format!(
+                "{h:?} is not an RFC 1123 host name (labels of [A-Za-z0-9-], 1-63 bytes, \
+                 no leading/trailing `-`)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_abs_path(p: &str) -> Result<(), String> {
+    if p.len() > MAX_PATH_LEN {
+        return Err(format!("longer than {MAX_PATH_LEN} bytes"));
+    }
+    if p.bytes().any(|b| b == 0 || b == b'\n') {
+        return Err("contains NUL or newline".into());
+    }
+    if !p.starts_with('/') {
+        return Err(format!("{p:?} is not an absolute path"));
+    }
+    if p.split('/').any(|s| s == "..") {
+        return Err(format!("{p:?} contains `..`"));
+    }
+    Ok(())
+}
+
+/// Validates one sysctl; returns its canonical (dot-form) name.
+fn check_sysctl(name: &str, value: &str, net: NetworkMode, ipc: IpcMode) -> Result<String, String> {
+    if name.is_empty() || name.len() > MAX_SYSCTL_NAME_LEN {
+        return Err(format!("name must be 1-{MAX_SYSCTL_NAME_LEN} bytes"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_-./".contains(&b))
+    {
+        return Err("name may only contain [A-Za-z0-9_./-]".into());
+    }
+    let dotted = canonical_sysctl_name(name);
+    // Each path component under /proc/sys: a dot-form segment with `/` read as `.`.
+    for seg in dotted.split('.') {
+        let comp = seg.replace('/', ".");
+        if comp.is_empty() || comp == "." || comp == ".." {
+            return Err("name has an empty, `.` or `..` path component".into());
+        }
+    }
+    if value.len() > MAX_SYSCTL_VALUE_LEN {
+        return Err(format!("value longer than {MAX_SYSCTL_VALUE_LEN} bytes"));
+    }
+    if value.bytes().any(|b| b == 0 || b == b'\n' || b == b'\r') {
+        return Err("value contains NUL or a line break".into());
+    }
+    if is_ipc_sysctl(&dotted) {
+        if ipc == IpcMode::Host {
+            return Err("not allowed: the pod uses the host IPC namespace".into());
+        }
+    } else if is_net_sysctl(&dotted) {
+        if net == NetworkMode::Host {
+            return Err("not allowed: the pod uses the host network namespace".into());
+        }
+    } else {
+        return Err(
+            "not namespaced: only kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.* and net.* \
+             may be set for a pod"
+                .into(),
+        );
+    }
+    Ok(dotted)
+}
+
+fn check_dns_word(field: &str, v: &str) -> Result<(), SpecError> {
+    if v.is_empty() || v.len() > MAX_DNS_ENTRY_LEN {
+        return Err(invalid(
+            field,
+            format!("must be 1-{MAX_DNS_ENTRY_LEN} bytes"),
+        ));
+    }
+    if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(
+            field,
+            format!("{v:?} contains whitespace or a control character"),
+        ));
+    }
+    Ok(())
+}
+
+/// A nameserver: an IPv4/IPv6 address; IPv6 may carry a `%zone` (glibc accepts that).
+fn check_nameserver(s: &str) -> bool {
+    if s.parse::<IpAddr>().is_ok() {
+        return true;
+    }
+    match s.split_once('%') {
+        Some((addr, zone)) => {
+            addr.parse::<Ipv6Addr>().is_ok()
+                && !zone.is_empty()
+                && zone.len() < 16
+                && zone
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        }
+        None => false,
+    }
+}
+
+fn convert_dns(d: &cri::DNSConfig) -> Result<Dns, SpecError> {
+    for (field, list, max) in [
+        ("dns_config.servers", &d.servers, MAX_DNS_SERVERS),
+        ("dns_config.searches", &d.searches, MAX_DNS_SEARCHES),
+        ("dns_config.options", &d.options, MAX_DNS_OPTIONS),
+    ] {
+        if list.len() > max {
+            return Err(invalid(field, format!("more than {max} entries")));
+        }
+        for (i, v) in list.iter().enumerate() {
+            check_dns_word(&format!("{field}[{i}]"), v)?;
+        }
+    }
+    for (i, s) in d.servers.iter().enumerate() {
+        if !check_nameserver(s) {
+            return Err(invalid(
+                format!("dns_config.servers[{i}]"),
+                format!("{s:?} is not an IP address"),
+            ));
+        }
+    }
+    Ok(Dns {
+        servers: d.servers.clone(),
+        searches: d.searches.clone(),
+        options: d.options.clone(),
+    })
+}
+
+fn convert_port(i: usize, pm: &cri::PortMapping) -> Result<PortMapping, SpecError> {
+    let field = |f: &str| format!("port_mappings[{i}].{f}");
+    let protocol = match pm.protocol.enum_value() {
+        Ok(cri::Protocol::TCP) => Protocol::Tcp,
+        Ok(cri::Protocol::UDP) => Protocol::Udp,
+        Ok(cri::Protocol::SCTP) => Protocol::Sctp,
+        Err(v) => return Err(invalid(field("protocol"), format!("unknown protocol {v}"))),
+    };
+    let port = |f: &str, v: i32| {
+        u16::try_from(v).map_err(|_| invalid(field(f), format!("{v} is not a port number")))
+    };
+    let host_ip = if pm.host_ip.is_empty() {
+        None
+    } else {
+        Some(pm.host_ip.parse::<IpAddr>().map_err(|_| {
+            invalid(
+                field("host_ip"),
+                format!("{:?} is not an IP address", pm.host_ip),
+            )
+        })?)
+    };
+    Ok(PortMapping {
+        protocol,
+        container_port: port("container_port", pm.container_port)?,
+        host_port: port("host_port", pm.host_port)?,
+        host_ip,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cri::NamespaceMode as M;
+
+    fn any_of(cfg: &cri::PodSandboxConfig, url: &str) -> Any {
+        Any {
+            type_url: url.into(),
+            value: cfg.write_to_bytes().unwrap(),
+            ..Default::default()
+        }
+    }
+
+    fn decode(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
+        decode_pod_config(&any_of(cfg, "runtime.v1.PodSandboxConfig"))
+    }
+
+    fn kubelet_like() -> cri::PodSandboxConfig {
+        let mut cfg = cri::PodSandboxConfig::new();
+        let md = cfg.metadata.mut_or_insert_default();
+        md.name = "nginx".into();
+        md.namespace = "default".into();
+        md.uid = "5f2a6e1c-0000-4000-8000-000000000001".into();
+        md.attempt = 1;
+        cfg.hostname = "nginx".into();
+        cfg.log_directory = "/var/log/pods/default_nginx_5f2a".into();
+        let dns = cfg.dns_config.mut_or_insert_default();
+        dns.servers = vec!["10.96.0.10".into(), "fd00::a".into()];
+        dns.searches = vec![
+            "default.svc.cluster.local".into(),
+            "svc.cluster.local".into(),
+        ];
+        dns.options = vec!["ndots:5".into()];
+        let mut pm = cri::PortMapping::new();
+        pm.protocol = cri::Protocol::TCP.into();
+        pm.container_port = 80;
+        pm.host_port = 8080;
+        cfg.port_mappings.push(pm);
+        cfg.labels.insert("app".into(), "nginx".into());
+        cfg.annotations
+            .insert("kubernetes.io/config.source".into(), "api".into());
+        let linux = cfg.linux.mut_or_insert_default();
+        linux.cgroup_parent = "/kubepods/besteffort/pod5f2a".into();
+        linux
+            .sysctls
+            .insert("net.core.somaxconn".into(), "1024".into());
+        linux.sysctls.insert("kernel.shmmax".into(), "1000".into());
+        let sc = linux.security_context.mut_or_insert_default();
+        sc.run_as_user.mut_or_insert_default().value = 1000;
+        sc.run_as_group.mut_or_insert_default().value = 2000;
+        let ns = sc.namespace_options.mut_or_insert_default();
+        ns.network = M::POD.into();
+        ns.pid = M::CONTAINER.into();
+        ns.ipc = M::POD.into();
+        ns.userns_options.mut_or_insert_default().mode = M::NODE.into();
+        cfg
+    }
+
+    fn with_linux(f: impl FnOnce(&mut cri::LinuxPodSandboxConfig)) -> cri::PodSandboxConfig {
+        let mut cfg = kubelet_like();
+        f(cfg.linux.mut_or_insert_default());
+        cfg
+    }
+
+    fn nso(cfg: &mut cri::PodSandboxConfig) -> &mut cri::NamespaceOption {
+        cfg.linux
+            .mut_or_insert_default()
+            .security_context
+            .mut_or_insert_default()
+            .namespace_options
+            .mut_or_insert_default()
+    }
+
+    fn err_string(cfg: &cri::PodSandboxConfig) -> String {
+        decode(cfg).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn decodes_kubelet_like_config() {
+        let spec = decode(&kubelet_like()).unwrap();
+        assert_eq!(spec.name, "nginx");
+        assert_eq!(spec.namespace, "default");
+        assert_eq!(spec.uid, "5f2a6e1c-0000-4000-8000-000000000001");
+        assert_eq!(spec.attempt, 1);
+        assert_eq!(spec.hostname, "nginx");
+        assert_eq!(spec.log_directory, "/var/log/pods/default_nginx_5f2a");
+        assert_eq!(
+            spec.dns,
+            Some(Dns {
+                servers: vec!["10.96.0.10".into(), "fd00::a".into()],
+                searches: vec![
+                    "default.svc.cluster.local".into(),
+                    "svc.cluster.local".into()
+                ],
+                options: vec!["ndots:5".into()],
+            })
+        );
+        assert_eq!(
+            spec.port_mappings,
+            vec![PortMapping {
+                protocol: Protocol::Tcp,
+                container_port: 80,
+                host_port: 8080,
+                host_ip: None
+            }]
+        );
+        assert_eq!(spec.labels["app"], "nginx");
+        assert_eq!(spec.annotations["kubernetes.io/config.source"], "api");
+        assert_eq!(
+            spec.cgroup_parent.as_deref(),
+            Some("/kubepods/besteffort/pod5f2a")
+        );
+        assert_eq!(
+            spec.cgroup_parent_kind(),
+            Some(CgroupParent::Fs("/kubepods/besteffort/pod5f2a".into()))
+        );
+        assert_eq!(spec.sysctls.len(), 2);
+        assert_eq!(spec.network, NetworkMode::Pod);
+        assert_eq!(spec.ipc, IpcMode::Pod);
+        assert_eq!(spec.pid, PidMode::Container);
+        assert!(!spec.host_uts());
+        assert_eq!(spec.run_as_user, Some(1000));
+        assert_eq!(spec.run_as_group, Some(2000));
+        assert!(!spec.privileged);
+    }
+
+    #[test]
+    fn type_url_forms() {
+        let cfg = kubelet_like();
+        for url in [
+            "runtime.v1.PodSandboxConfig",
+            "type.googleapis.com/runtime.v1.PodSandboxConfig",
+        ] {
+            assert_eq!(decode_pod_config(&any_of(&cfg, url)).unwrap().name, "nginx");
+        }
+        let e = decode_pod_config(&any_of(&cfg, "runtime.v1alpha2.PodSandboxConfig")).unwrap_err();
+        assert!(matches!(e, SpecError::UnsupportedType(_)), "{e}");
+        assert!(e.to_string().starts_with("options: "), "{e}");
+    }
+
+    #[test]
+    fn empty_any_gives_default_pod() {
+        let default = PodSpec::default();
+        assert_eq!(default.network, NetworkMode::Pod);
+        assert_eq!(default.ipc, IpcMode::Pod);
+        assert_eq!(default.pid, PidMode::Container);
+        assert!(default.name.is_empty() && default.namespace.is_empty());
+        for url in [
+            "",
+            "google.protobuf.Empty",
+            "type.googleapis.com/google.protobuf.Empty",
+        ] {
+            let any = Any {
+                type_url: url.into(),
+                ..Default::default()
+            };
+            assert_eq!(decode_pod_config(&any).unwrap(), default, "{url:?}");
+        }
+        // Bytes without a type are not guessed at.
+        let any = Any {
+            value: vec![0x12, 0x01, b'h'],
+            ..Default::default()
+        };
+        assert!(decode_pod_config(&any).is_err());
+    }
+
+    #[test]
+    fn garbage_bytes_are_a_decode_error() {
+        let any = Any {
+            type_url: "runtime.v1.PodSandboxConfig".into(),
+            value: vec![0x0a, 0x05, 0x01],
+            ..Default::default()
+        };
+        assert!(matches!(decode_pod_config(&any), Err(SpecError::Decode(_))));
+    }
+
+    #[test]
+    fn minimal_config_uses_protobuf_defaults() {
+        let spec = decode(&cri::PodSandboxConfig::new()).unwrap();
+        assert_eq!(spec.pid, PidMode::Pod);
+        assert_eq!(spec.network, NetworkMode::Pod);
+        assert_eq!(spec.dns, None);
+        assert_eq!(spec.cgroup_parent, None);
+        assert_eq!(spec.run_as_user, None);
+    }
+
+    #[test]
+    fn namespace_modes() {
+        let mut cfg = kubelet_like();
+        let n = nso(&mut cfg);
+        n.network = M::NODE.into();
+        n.ipc = M::NODE.into();
+        n.pid = M::NODE.into();
+        cfg.linux.mut_or_insert_default().sysctls.clear();
+        let spec = decode(&cfg).unwrap();
+        assert_eq!(
+            (spec.network, spec.ipc, spec.pid.clone()),
+            (NetworkMode::Host, IpcMode::Host, PidMode::Host)
+        );
+        assert!(spec.host_uts());
+
+        let mut cfg = kubelet_like();
+        nso(&mut cfg).pid = M::TARGET.into();
+        let e = err_string(&cfg);
+        assert!(
+            e.starts_with("linux.security_context.namespace_options.target_id: "),
+            "{e}"
+        );
+        nso(&mut cfg).target_id = "ctr1".into();
+        assert_eq!(decode(&cfg).unwrap().pid, PidMode::Target("ctr1".into()));
+
+        let mut cfg = kubelet_like();
+        nso(&mut cfg).network = M::CONTAINER.into();
+        let e = err_string(&cfg);
+        assert!(
+            e.starts_with("linux.security_context.namespace_options.network: "),
+            "{e}"
+        );
+
+        let mut cfg = kubelet_like();
+        nso(&mut cfg).ipc = protobuf::EnumOrUnknown::from_i32(42);
+        let e = err_string(&cfg);
+        assert!(e.contains("namespace_options.ipc: unknown mode 42"), "{e}");
+    }
+
+    #[test]
+    fn userns_pod_is_unsupported() {
+        let mut cfg = kubelet_like();
+        nso(&mut cfg).userns_options.mut_or_insert_default().mode = M::POD.into();
+        let e = decode(&cfg).unwrap_err();
+        assert!(matches!(e, SpecError::Unsupported { .. }));
+        assert_eq!(
+            e.to_string(),
+            "linux.security_context.namespace_options.userns_options.mode: \
+             user namespaces are not supported by this shim yet"
+        );
+        // Absent userns_options: no user namespace, fine.
+        let mut cfg = kubelet_like();
+        nso(&mut cfg).userns_options.clear();
+        assert!(decode(&cfg).is_ok());
+    }
+
+    #[test]
+    fn hostname_rules() {
+        for ok in ["a", "nginx-1", "a.b.c", "A1", &"x".repeat(63)] {
+            assert!(check_hostname(ok).is_ok(), "{ok}");
+        }
+        let long = format!("{}.{}", "a".repeat(40), "b".repeat(30));
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "a..b",
+            "a_b",
+            "a b",
+            "a/b",
+            ".a",
+            &"x".repeat(64 + 1),
+            &"x".repeat(64),
+            &long,
+        ] {
+            assert!(check_hostname(bad).is_err(), "{bad:?}");
+        }
+        let mut cfg = kubelet_like();
+        cfg.hostname = "bad_name".into();
+        assert!(err_string(&cfg).starts_with("hostname: "));
+        cfg.hostname = String::new();
+        assert_eq!(decode(&cfg).unwrap().hostname, "");
+    }
+
+    #[test]
+    fn sysctl_rules() {
+        let ok = |name: &str, net: NetworkMode, ipc: IpcMode| check_sysctl(name, "1", net, ipc);
+        let (p, h) = (NetworkMode::Pod, NetworkMode::Host);
+        let (ip, ih) = (IpcMode::Pod, IpcMode::Host);
+        for n in [
+            "kernel.shmmax",
+            "kernel.shm_rmid_forced",
+            "kernel.msgmax",
+            "kernel.sem",
+            "fs.mqueue.msg_max",
+            "net.ipv4.ip_forward",
+            "net.ipv4.conf.eth0/100.forwarding",
+        ] {
+            assert!(ok(n, p, ip).is_ok(), "{n}");
+        }
+        // Slash form is canonicalised.
+        assert_eq!(
+            ok("net/ipv4/conf/eth0.100/forwarding", p, ip).unwrap(),
+            "net.ipv4.conf.eth0/100.forwarding"
+        );
+        // IPC sysctls need a private IPC namespace, net.* a private network namespace.
+        assert!(ok("kernel.shmmax", p, ih).unwrap_err().contains("host IPC"));
+        assert!(ok("fs.mqueue.queues_max", h, ih).is_err());
+        assert!(ok("kernel.shmmax", h, ip).is_ok());
+        assert!(
+            ok("net.core.somaxconn", h, ip)
+                .unwrap_err()
+                .contains("host network")
+        );
+        assert!(ok("net.core.somaxconn", p, ih).is_ok());
+        // Not namespaced at all.
+        for n in [
+            "kernel.hostname",
+            "kernel.semx",
+            "vm.overcommit_memory",
+            "kernel.pid_max",
+            "fs.file-max",
+            "network.foo",
+        ] {
+            assert!(ok(n, p, ip).unwrap_err().contains("not namespaced"), "{n}");
+        }
+        // Malformed names.
+        for n in [
+            "",
+            "net..ipv4",
+            "net.ipv4.",
+            ".net.ipv4",
+            "net.ipv4.conf.//.x",
+            "net.ipv4.conf./.x",
+            "net/ipv4/../../kernel/x",
+            "net.ipv4.a b",
+            "net.ipv4.\0",
+            &format!("net.{}", "a".repeat(300)),
+        ] {
+            assert!(ok(n, p, ip).is_err(), "{n:?}");
+        }
+        // Values.
+        assert!(check_sysctl("net.ipv4.ip_forward", "1\n", p, ip).is_err());
+        assert!(check_sysctl("net.ipv4.ip_forward", "a\0", p, ip).is_err());
+        assert!(check_sysctl("net.ipv4.ip_forward", &"1".repeat(2000), p, ip).is_err());
+        assert!(check_sysctl("net.ipv4.ping_group_range", "0 2147483647", p, ip).is_ok());
+    }
+
+    #[test]
+    fn sysctl_errors_name_the_key() {
+        let cfg = with_linux(|l| {
+            l.sysctls.insert("kernel.foo".into(), "1".into());
+        });
+        let e = err_string(&cfg);
+        assert!(
+            e.starts_with("linux.sysctls[\"kernel.foo\"]: not namespaced"),
+            "{e}"
+        );
+
+        let cfg = with_linux(|l| {
+            l.sysctls.insert("net.ipv4.ip_forward".into(), "1".into());
+            l.sysctls.insert("net/ipv4/ip_forward".into(), "0".into());
+        });
+        assert!(err_string(&cfg).contains("set twice"));
+    }
+
+    #[test]
+    fn sysctl_paths() {
+        assert_eq!(
+            sysctl_path("net.ipv4.ip_forward"),
+            PathBuf::from("/proc/sys/net/ipv4/ip_forward")
+        );
+        assert_eq!(
+            PodSpec::sysctl_path("net.ipv4.conf.eth0/100.forwarding"),
+            PathBuf::from("/proc/sys/net/ipv4/conf/eth0.100/forwarding")
+        );
+        assert_eq!(
+            sysctl_path("net/ipv4/conf/eth0.100/forwarding"),
+            PathBuf::from("/proc/sys/net/ipv4/conf/eth0.100/forwarding")
+        );
+        assert_eq!(
+            sysctl_path("kernel.sem"),
+            PathBuf::from("/proc/sys/kernel/sem")
+        );
+    }
+
+    #[test]
+    fn effective_sysctls_adds_containerd_defaults() {
+        let spec = decode(&kubelet_like()).unwrap();
+        assert_eq!(
+            spec.effective_sysctls(),
+            vec![
+                ("kernel.shmmax".to_string(), "1000".to_string()),
+                ("net.core.somaxconn".into(), "1024".into()),
+                ("net.ipv4.ip_unprivileged_port_start".into(), "0".into()),
+                ("net.ipv4.ping_group_range".into(), "0 2147483647".into()),
+            ]
+        );
+        // User values win.
+        let cfg = with_linux(|l| {
+            l.sysctls
+                .insert("net.ipv4.ip_unprivileged_port_start".into(), "1024".into());
+            l.sysctls
+                .insert("net.ipv4.ping_group_range".into(), "1 0".into());
+        });
+        let eff = decode(&cfg).unwrap().effective_sysctls();
+        assert!(eff.contains(&("net.ipv4.ip_unprivileged_port_start".into(), "1024".into())));
+        assert!(eff.contains(&("net.ipv4.ping_group_range".into(), "1 0".into())));
+        // Toggles.
+        let eff = spec.effective_sysctls_with(SysctlDefaults {
+            unprivileged_ports: false,
+            unprivileged_icmp: true,
+        });
+        assert!(
+            !eff.iter()
+                .any(|(k, _)| k == "net.ipv4.ip_unprivileged_port_start")
+        );
+        assert!(eff.iter().any(|(k, _)| k == "net.ipv4.ping_group_range"));
+        // Host network: nothing added.
+        let mut cfg = kubelet_like();
+        nso(&mut cfg).network = M::NODE.into();
+        cfg.linux.mut_or_insert_default().sysctls.clear();
+        assert!(decode(&cfg).unwrap().effective_sysctls().is_empty());
+    }
+
+    #[test]
+    fn cgroup_parent_forms() {
+        use CgroupParent::*;
+        assert_eq!(
+            CgroupParent::parse("/kubepods/burstable/pod1"),
+            Ok(Fs("/kubepods/burstable/pod1".into()))
+        );
+        assert_eq!(
+            CgroupParent::parse("kubepods-burstable-pod1.slice"),
+            Ok(Systemd("kubepods-burstable-pod1.slice".into()))
+        );
+        assert_eq!(
+            CgroupParent::parse("system.slice:rsandbox:abc"),
+            Ok(Systemd("system.slice:rsandbox:abc".into()))
+        );
+        assert_eq!(
+            CgroupParent::parse(":rsandbox:abc"),
+            Ok(Systemd(":rsandbox:abc".into()))
+        );
+        for bad in [
+            "kubepods",
+            "kubepods/burstable",
+            "/kubepods/../etc",
+            "/kubepods/./x",
+            "/a\0b",
+            "a.slice/b",
+            "a.service",
+            "a:b",
+            "a.slice:b:c:d",
+            "x.slice:p:",
+        ] {
+            assert!(CgroupParent::parse(bad).is_err(), "{bad:?}");
+        }
+        let cfg = with_linux(|l| l.cgroup_parent = "relative/path".into());
+        assert!(err_string(&cfg).starts_with("linux.cgroup_parent: "));
+    }
+
+    #[test]
+    fn dns_rules() {
+        let set = |f: &dyn Fn(&mut cri::DNSConfig)| {
+            let mut cfg = kubelet_like();
+            f(cfg.dns_config.mut_or_insert_default());
+            decode(&cfg)
+        };
+        assert!(set(&|d| d.servers = vec!["fe80::1%eth0".into()]).is_ok());
+        let e = set(&|d| d.servers = vec!["10.0.0.1".into(), "dns.example".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("dns_config.servers[1]: "), "{e}");
+        assert!(set(&|d| d.servers = vec!["10.0.0.1\nnameserver 1.2.3.4".into()]).is_err());
+        let e = set(&|d| d.searches = vec!["a b".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("dns_config.searches[0]: "), "{e}");
+        assert!(set(&|d| d.options = vec!["ndots:5\n".into()]).is_err());
+        assert!(set(&|d| d.options = vec![String::new()]).is_err());
+        assert!(set(&|d| d.searches = vec!["s".into(); MAX_DNS_SEARCHES + 1]).is_err());
+    }
+
+    #[test]
+    fn ports_ids_and_paths() {
+        let mut cfg = kubelet_like();
+        cfg.port_mappings[0].host_port = 70000;
+        assert!(err_string(&cfg).starts_with("port_mappings[0].host_port: "));
+        let mut cfg = kubelet_like();
+        cfg.port_mappings[0].host_ip = "localhost".into();
+        assert!(err_string(&cfg).starts_with("port_mappings[0].host_ip: "));
+        let mut cfg = kubelet_like();
+        cfg.port_mappings[0].host_ip = "::1".into();
+        cfg.port_mappings[0].protocol = cri::Protocol::SCTP.into();
+        let pm = &decode(&cfg).unwrap().port_mappings[0];
+        assert_eq!(pm.host_ip, Some("::1".parse().unwrap()));
+        assert_eq!(pm.protocol, Protocol::Sctp);
+
+        let mut cfg = kubelet_like();
+        cfg.linux
+            .mut_or_insert_default()
+            .security_context
+            .mut_or_insert_default()
+            .run_as_user
+            .clear();
+        assert!(err_string(&cfg).contains("run_as_group: set without run_as_user"));
+        let mut cfg = kubelet_like();
+        cfg.linux
+            .mut_or_insert_default()
+            .security_context
+            .mut_or_insert_default()
+            .run_as_user
+            .mut_or_insert_default()
+            .value = -1;
+        assert!(err_string(&cfg).starts_with("linux.security_context.run_as_user: "));
+
+        let mut cfg = kubelet_like();
+        cfg.log_directory = "relative".into();
+        assert!(err_string(&cfg).starts_with("log_directory: "));
+        let mut cfg = kubelet_like();
+        cfg.metadata.mut_or_insert_default().name = "a/b".into();
+        assert!(err_string(&cfg).starts_with("metadata.name: "));
+    }
+}
