@@ -21,7 +21,9 @@ use crate::error::{Context, Error, Result};
 
 /// Whether the host runs the unified (v2 only) hierarchy at /sys/fs/cgroup.
 pub fn is_unified(root: &Path) -> bool {
-    nix::sys::statfs::statfs(root).map(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC).unwrap_or(false)
+    nix::sys::statfs::statfs(root)
+        .map(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+        .unwrap_or(false)
 }
 
 /// The cgroup directories of one process.
@@ -36,8 +38,10 @@ pub struct CgroupPaths {
 impl CgroupPaths {
     /// Reads where `pid` lives. `unified` says which layout to use for statistics.
     pub fn of_pid(pid: i32, unified: bool) -> Result<CgroupPaths> {
-        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).with_context(|| format!("read /proc/{pid}/cgroup"))?;
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").context("read /proc/self/mountinfo")?;
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .with_context(|| format!("read /proc/{pid}/cgroup"))?;
+        let mountinfo =
+            std::fs::read_to_string("/proc/self/mountinfo").context("read /proc/self/mountinfo")?;
         Ok(Self::parse(&cgroup, &mountinfo, unified))
     }
 
@@ -47,7 +51,9 @@ impl CgroupPaths {
         let mut v2_mount: Option<PathBuf> = None;
         for line in mountinfo.lines() {
             // id parent maj:min root mountpoint opts [optional...] - fstype source superopts
-            let Some((left, right)) = line.split_once(" - ") else { continue };
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
             let fields: Vec<&str> = left.split(' ').collect();
             let rfields: Vec<&str> = right.split(' ').collect();
             if fields.len() < 5 || rfields.len() < 3 {
@@ -59,7 +65,10 @@ impl CgroupPaths {
                     v2_mount.get_or_insert(mountpoint);
                 }
                 "cgroup" => {
-                    let ctrls = rfields[2].split(',').map(|s| s.strip_prefix("name=").unwrap_or(s).to_string()).collect();
+                    let ctrls = rfields[2]
+                        .split(',')
+                        .map(|s| s.strip_prefix("name=").unwrap_or(s).to_string())
+                        .collect();
                     v1_mounts.push((ctrls, mountpoint));
                 }
                 _ => {}
@@ -68,7 +77,10 @@ impl CgroupPaths {
         let mut paths = CgroupPaths::default();
         for line in cgroup.lines() {
             let mut parts = line.splitn(3, ':');
-            let (Some(_), Some(ctrls), Some(rel)) = (parts.next(), parts.next(), parts.next()) else { continue };
+            let (Some(_), Some(ctrls), Some(rel)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
             let rel = rel.trim_start_matches('/');
             if ctrls.is_empty() {
                 if unified {
@@ -91,12 +103,14 @@ impl CgroupPaths {
         let any = match &self.v2 {
             Some(dir) => protobuf::well_known_types::any::Any {
                 type_url: "io.containerd.cgroups.v2.Metrics".into(),
-                value: protobuf::Message::write_to_bytes(&v2_metrics(dir)).context("encode metrics")?,
+                value: protobuf::Message::write_to_bytes(&v2_metrics(dir))
+                    .context("encode metrics")?,
                 ..Default::default()
             },
             None => protobuf::well_known_types::any::Any {
                 type_url: "io.containerd.cgroups.v1.Metrics".into(),
-                value: protobuf::Message::write_to_bytes(&self.v1_metrics()).context("encode metrics")?,
+                value: protobuf::Message::write_to_bytes(&self.v1_metrics())
+                    .context("encode metrics")?,
                 ..Default::default()
             },
         };
@@ -121,11 +135,18 @@ impl CgroupPaths {
                 user: stat.get("user").copied().unwrap_or(0) * tick_ns,
                 kernel: stat.get("system").copied().unwrap_or(0) * tick_ns,
                 per_cpu: std::fs::read_to_string(dir.join("cpuacct.usage_percpu"))
-                    .map(|s| s.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+                    .map(|s| {
+                        s.split_whitespace()
+                            .filter_map(|x| x.parse().ok())
+                            .collect()
+                    })
                     .unwrap_or_default(),
                 ..Default::default()
             };
-            let mut cpu = v1::CPUStat { usage: MessageField::some(usage), ..Default::default() };
+            let mut cpu = v1::CPUStat {
+                usage: MessageField::some(usage),
+                ..Default::default()
+            };
             if let Some(cdir) = self.v1.get("cpu") {
                 let t = read_kv(&cdir.join("cpu.stat"));
                 cpu.throttling = MessageField::some(v1::Throttle {
@@ -308,7 +329,10 @@ struct WatcherThread {
 
 impl OomWatcher {
     pub fn new(callback: OomCallback) -> Self {
-        OomWatcher { inner: Mutex::new(None), callback }
+        OomWatcher {
+            inner: Mutex::new(None),
+            callback,
+        }
     }
 
     fn thread(&self) -> Result<Arc<WatcherThread>> {
@@ -316,9 +340,13 @@ impl OomWatcher {
         if let Some(t) = inner.as_ref() {
             return Ok(t.clone());
         }
-        let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .context("oom watcher pipe")?;
-        let t = Arc::new(WatcherThread { watches: Mutex::new(Vec::new()), wake: tx });
+        let (rx, tx) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+                .context("oom watcher pipe")?;
+        let t = Arc::new(WatcherThread {
+            watches: Mutex::new(Vec::new()),
+            wake: tx,
+        });
         let t2 = t.clone();
         let cb = self.callback.clone();
         std::thread::Builder::new()
@@ -334,19 +362,40 @@ impl OomWatcher {
     pub fn watch(&self, id: &str, paths: &CgroupPaths) -> Result<()> {
         let watch = if let Some(dir) = &paths.v2 {
             let events = dir.join("memory.events");
-            let ino = nix::sys::inotify::Inotify::init(nix::sys::inotify::InitFlags::IN_CLOEXEC | nix::sys::inotify::InitFlags::IN_NONBLOCK)
-                .context("inotify_init")?;
+            let ino = nix::sys::inotify::Inotify::init(
+                nix::sys::inotify::InitFlags::IN_CLOEXEC
+                    | nix::sys::inotify::InitFlags::IN_NONBLOCK,
+            )
+            .context("inotify_init")?;
             ino.add_watch(&events, nix::sys::inotify::AddWatchFlags::IN_MODIFY)
                 .with_context(|| format!("watch {}", events.display()))?;
             let last = read_kv(&events).get("oom_kill").copied().unwrap_or(0);
-            Watch { id: id.into(), fd: OwnedFd::from(ino), events_file: Some(events), dir: dir.clone(), last_oom_kill: last }
+            Watch {
+                id: id.into(),
+                fd: OwnedFd::from(ino),
+                events_file: Some(events),
+                dir: dir.clone(),
+                last_oom_kill: last,
+            }
         } else if let Some(dir) = paths.v1.get("memory") {
-            let efd = nix::sys::eventfd::EventFd::from_value_and_flags(0, nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK)
-                .context("eventfd")?;
-            let oom_control = File::open(dir.join("memory.oom_control")).with_context(|| format!("open {}/memory.oom_control", dir.display()))?;
+            let efd = nix::sys::eventfd::EventFd::from_value_and_flags(
+                0,
+                nix::sys::eventfd::EfdFlags::EFD_CLOEXEC
+                    | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK,
+            )
+            .context("eventfd")?;
+            let oom_control = File::open(dir.join("memory.oom_control"))
+                .with_context(|| format!("open {}/memory.oom_control", dir.display()))?;
             let line = format!("{} {}", efd.as_fd().as_raw_fd(), oom_control.as_raw_fd());
-            std::fs::write(dir.join("cgroup.event_control"), line).with_context(|| format!("register oom event for {}", dir.display()))?;
-            Watch { id: id.into(), fd: OwnedFd::from(efd), events_file: None, dir: dir.clone(), last_oom_kill: 0 }
+            std::fs::write(dir.join("cgroup.event_control"), line)
+                .with_context(|| format!("register oom event for {}", dir.display()))?;
+            Watch {
+                id: id.into(),
+                fd: OwnedFd::from(efd),
+                events_file: None,
+                dir: dir.clone(),
+                last_oom_kill: 0,
+            }
         } else {
             return Ok(()); // no memory controller: nothing to watch
         };
@@ -372,14 +421,22 @@ impl WatcherThread {
             // Duplicate the fds so the list lock is not held while polling.
             let (ids, fds): (Vec<String>, Vec<OwnedFd>) = {
                 let w = self.watches.lock().unwrap();
-                w.iter().filter_map(|w| Some((w.id.clone(), w.fd.try_clone().ok()?))).unzip()
+                w.iter()
+                    .filter_map(|w| Some((w.id.clone(), w.fd.try_clone().ok()?)))
+                    .unzip()
             };
             let mut pfds: Vec<PollFd> = vec![PollFd::new(wake.as_fd(), PollFlags::POLLIN)];
-            pfds.extend(fds.iter().map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)));
+            pfds.extend(
+                fds.iter()
+                    .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)),
+            );
             if poll(&mut pfds, PollTimeout::NONE).is_err() {
                 continue;
             }
-            let ready: Vec<bool> = pfds.iter().map(|p| p.revents().is_some_and(|r| !r.is_empty())).collect();
+            let ready: Vec<bool> = pfds
+                .iter()
+                .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
+                .collect();
             drop(pfds);
             if ready[0] {
                 let mut b = [0u8; 64];
@@ -402,7 +459,9 @@ impl WatcherThread {
     /// Whether the event on `id`'s fd was an OOM kill (not a cgroup removal or other change).
     fn is_oom(&self, id: &str) -> bool {
         let mut watches = self.watches.lock().unwrap();
-        let Some(pos) = watches.iter().position(|w| w.id == id) else { return false };
+        let Some(pos) = watches.iter().position(|w| w.id == id) else {
+            return false;
+        };
         let w = &mut watches[pos];
         match &w.events_file {
             Some(f) => {
@@ -425,7 +484,9 @@ impl WatcherThread {
 
 /// Error for callers that need a cgroup and found none.
 pub fn no_cgroup(id: &str) -> Error {
-    Error::precondition(format!("task {id} has no cgroup to read (not started or already gone)"))
+    Error::precondition(format!(
+        "task {id} has no cgroup to read (not started or already gone)"
+    ))
 }
 
 #[cfg(test)]
@@ -450,9 +511,18 @@ mod tests {
     #[test]
     fn v1_paths_join_mount_points() {
         let p = CgroupPaths::parse(CGROUP, MOUNTINFO, false);
-        assert_eq!(p.v1["memory"], PathBuf::from("/sys/fs/cgroup/memory/default/c1"));
-        assert_eq!(p.v1["cpuacct"], PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/default/c1"));
-        assert_eq!(p.v1["systemd"], PathBuf::from("/sys/fs/cgroup/systemd/default/c1"));
+        assert_eq!(
+            p.v1["memory"],
+            PathBuf::from("/sys/fs/cgroup/memory/default/c1")
+        );
+        assert_eq!(
+            p.v1["cpuacct"],
+            PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/default/c1")
+        );
+        assert_eq!(
+            p.v1["systemd"],
+            PathBuf::from("/sys/fs/cgroup/systemd/default/c1")
+        );
         assert_eq!(p.v2, None);
     }
 
@@ -486,7 +556,10 @@ mod tests {
         assert_eq!(m.pids.limit, 0);
         assert_eq!(m.memory.usage.usage, 4096);
         assert_eq!(m.memory.usage.limit, 8192);
-        assert_eq!((m.memory.cache, m.memory.rss, m.memory.total_rss), (10, 20, 30));
+        assert_eq!(
+            (m.memory.cache, m.memory.rss, m.memory.total_rss),
+            (10, 20, 30)
+        );
     }
 
     #[test]
@@ -495,14 +568,28 @@ mod tests {
         let d = dir.path();
         std::fs::write(d.join("memory.current"), "100\n").unwrap();
         std::fs::write(d.join("memory.max"), "max\n").unwrap();
-        std::fs::write(d.join("memory.events"), "low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n").unwrap();
-        std::fs::write(d.join("cpu.stat"), "usage_usec 55\nuser_usec 50\nsystem_usec 5\n").unwrap();
+        std::fs::write(
+            d.join("memory.events"),
+            "low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("cpu.stat"),
+            "usage_usec 55\nuser_usec 50\nsystem_usec 5\n",
+        )
+        .unwrap();
         std::fs::write(d.join("pids.current"), "2\n").unwrap();
-        let p = CgroupPaths { v2: Some(d.to_path_buf()), ..Default::default() };
+        let p = CgroupPaths {
+            v2: Some(d.to_path_buf()),
+            ..Default::default()
+        };
         let any = p.metrics().unwrap();
         assert_eq!(any.type_url, "io.containerd.cgroups.v2.Metrics");
         let m: v2::Metrics = protobuf::Message::parse_from_bytes(&any.value).unwrap();
         assert_eq!((m.memory.usage, m.memory.usage_limit), (100, 0));
-        assert_eq!((m.memory_events.oom_kill, m.cpu.usage_usec, m.pids.current), (1, 55, 2));
+        assert_eq!(
+            (m.memory_events.oom_kill, m.cpu.usage_usec, m.pids.current),
+            (1, 55, 2)
+        );
     }
 }

@@ -20,9 +20,16 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
     if crate::validate::id("id", id).is_err() {
         return Cleaned::default();
     }
-    let record: Option<TaskRecord> =
-        std::fs::read(bundle.join(TASK_STATE_FILE)).ok().and_then(|raw| serde_json::from_slice(&raw).ok());
-    let runc = record.map(|r| r.runc).unwrap_or_else(|| RuncConfig::defaults(namespace));
+    if let Some(pid) = crate::pod::sandbox::cleanup_from_bundle(bundle) {
+        kill_stale_shim(bundle);
+        return Cleaned { pid };
+    }
+    let record: Option<TaskRecord> = std::fs::read(bundle.join(TASK_STATE_FILE))
+        .ok()
+        .and_then(|raw| serde_json::from_slice(&raw).ok());
+    let runc = record
+        .map(|r| r.runc)
+        .unwrap_or_else(|| RuncConfig::defaults(namespace));
     // Only tasks have runc state; a sandbox ID is simply not found by runc.
     if bundle.join("config.json").exists() || bundle.join(TASK_STATE_FILE).exists() {
         let rt = Runc::new(runc, Spawner::direct(), std::env::temp_dir());
@@ -42,8 +49,12 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
 /// If the daemon recorded in `shim.pid` still runs (a hung shim), kill it; `delete` must leave
 /// nothing behind. The pid is trusted only while it still runs our own binary.
 fn kill_stale_shim(bundle: &Path) {
-    let Ok(s) = std::fs::read_to_string(bundle.join("shim.pid")) else { return };
-    let Ok(pid) = s.trim().parse::<i32>() else { return };
+    let Ok(s) = std::fs::read_to_string(bundle.join("shim.pid")) else {
+        return;
+    };
+    let Ok(pid) = s.trim().parse::<i32>() else {
+        return;
+    };
     if pid <= 1 || pid == std::process::id() as i32 {
         return;
     }
@@ -53,7 +64,10 @@ fn kill_stale_shim(bundle: &Path) {
     if exe.is_none() || exe != me || cwd.as_deref() != Some(bundle) {
         return;
     }
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
     for _ in 0..100 {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             break;

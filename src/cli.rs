@@ -39,7 +39,10 @@ pub fn main() {
         }
     };
     if flags.version {
-        println!("containerd-shim-rsandbox-v1:\n  Version: {}\n  Runtime: {RUNTIME_ID}", env!("CARGO_PKG_VERSION"));
+        println!(
+            "containerd-shim-rsandbox-v1:\n  Version: {}\n  Runtime: {RUNTIME_ID}",
+            env!("CARGO_PKG_VERSION")
+        );
         return;
     }
     if flags.action.is_empty() && !flags.info {
@@ -54,7 +57,12 @@ pub fn main() {
         std::process::exit(code);
     }
     // The daemon reaps through its own monitor; start/delete wait for their children directly.
-    let config = Config { no_setup_logger: true, no_reaper: true, no_sub_reaper: true, ..Default::default() };
+    let config = Config {
+        no_setup_logger: true,
+        no_reaper: true,
+        no_sub_reaper: true,
+        ..Default::default()
+    };
     containerd_shim::run::<Launcher>(RUNTIME_ID, Some(config));
 }
 
@@ -79,11 +87,17 @@ impl Shim for Launcher {
         } else {
             PathBuf::from(&args.bundle)
         };
-        Launcher { namespace: args.namespace.clone(), id: args.id.clone(), bundle, debug: args.debug }
+        Launcher {
+            namespace: args.namespace.clone(),
+            id: args.id.clone(),
+            bundle,
+            debug: args.debug,
+        }
     }
 
     fn start_shim(&mut self, opts: StartOpts) -> containerd_shim::Result<String> {
-        start(&opts, &self.bundle, self.debug).map_err(|e| containerd_shim::Error::Other(e.to_string()))
+        start(&opts, &self.bundle, self.debug)
+            .map_err(|e| containerd_shim::Error::Other(e.to_string()))
     }
 
     fn delete_shim(&mut self) -> containerd_shim::Result<DeleteResponse> {
@@ -107,8 +121,12 @@ impl Shim for Launcher {
 /// With bootstrap version 3 containerd reuses a sandbox's shim itself; grouping only matters
 /// to a client that runs `start` per container (bootstrap v2 behaviour).
 fn grouping(bundle: &Path, id: &str) -> String {
-    let Ok(raw) = std::fs::read(bundle.join("config.json")) else { return id.to_string() };
-    let Ok(spec) = serde_json::from_slice::<serde_json::Value>(&raw) else { return id.to_string() };
+    let Ok(raw) = std::fs::read(bundle.join("config.json")) else {
+        return id.to_string();
+    };
+    let Ok(spec) = serde_json::from_slice::<serde_json::Value>(&raw) else {
+        return id.to_string();
+    };
     spec.pointer("/annotations/io.kubernetes.cri.sandbox-id")
         .and_then(|v| v.as_str())
         .filter(|s| crate::validate::id("sandbox id", s).is_ok())
@@ -130,7 +148,11 @@ fn start(opts: &StartOpts, bundle: &Path, debug: bool) -> crate::error::Result<S
     if let Some(dir) = path.parent()
         && !dir.exists()
     {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).with_context(|| format!("create {}", dir.display()))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("create {}", dir.display()))?;
     }
     // umask makes the socket 0600 from the moment it exists.
     // SAFETY: umask only swaps the process's file mode mask.
@@ -139,15 +161,30 @@ fn start(opts: &StartOpts, bundle: &Path, debug: bool) -> crate::error::Result<S
     // SAFETY: as above.
     unsafe { libc::umask(old) };
     let listener = bound.with_context(|| format!("bind {}", path.display()))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).context("chmod socket")?;
-    if let Some(any) = opts.extensions.iter().find(|a| a.type_url.ends_with("Options")) {
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .context("chmod socket")?;
+    if let Some(any) = opts
+        .extensions
+        .iter()
+        .find(|a| a.type_url.ends_with("Options"))
+    {
         let data = protobuf::Message::write_to_bytes(any).unwrap_or_default();
-        crate::util::write_file_atomic(&bundle.join(OPTIONS_FILE), &data, 0o600).context("save runtime options")?;
+        crate::util::write_file_atomic(&bundle.join(OPTIONS_FILE), &data, 0o600)
+            .context("save runtime options")?;
     }
     let exe = std::env::current_exe().context("find own executable")?;
     let mut cmd = Command::new(exe);
     cmd.current_dir(bundle)
-        .args(["-namespace", &opts.namespace, "-id", &opts.id, "-address", &opts.address, "-socket", &address])
+        .args([
+            "-namespace",
+            &opts.namespace,
+            "-id",
+            &opts.id,
+            "-address",
+            &opts.address,
+            "-socket",
+            &address,
+        ])
         .env("TTRPC_ADDRESS", &opts.ttrpc_address)
         // One malloc arena: the daemon's threads mostly sleep; per-thread arenas only cost memory.
         .env("MALLOC_ARENA_MAX", "1")
@@ -170,7 +207,12 @@ fn start(opts: &StartOpts, bundle: &Path, debug: bool) -> crate::error::Result<S
         });
     }
     let child = cmd.spawn().context("start the shim daemon")?;
-    crate::util::write_file_atomic(&bundle.join("shim.pid"), child.id().to_string().as_bytes(), 0o600).context("write shim.pid")?;
+    crate::util::write_file_atomic(
+        &bundle.join("shim.pid"),
+        child.id().to_string().as_bytes(),
+        0o600,
+    )
+    .context("write shim.pid")?;
     let _ = std::io::stderr().flush();
     Ok(address)
 }

@@ -9,12 +9,15 @@ use std::time::Duration;
 
 use containerd_shim::Flags;
 use containerd_shim_protos::events::task::TaskOOM;
+use containerd_shim_protos::sandbox_sync::create_sandbox;
 use containerd_shim_protos::shim_sync::create_task;
 
 use crate::cgroups::OomWatcher;
 use crate::error::{Context, Error, Result};
 use crate::events::{Event, EventSink, RemotePublisher};
+use crate::pod::sandbox::{LinuxPodHost, SandboxManager};
 use crate::reaper::{Reaper, Spawner};
+use crate::rpc::sandbox::SandboxService;
 use crate::rpc::server::Server;
 use crate::rpc::task::{TaskService, runc_config_from_options};
 use crate::runtime::RuncConfig;
@@ -56,13 +59,19 @@ fn listener(flags: &Flags) -> Result<UnixListener> {
     if inherited == Ok(true) {
         // SAFETY: fd 3 is a listening socket that nothing else in this process owns.
         let l = unsafe { UnixListener::from_raw_fd(LISTENER_FD) };
-        nix::fcntl::fcntl(&l, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC)).context("cloexec listener")?;
+        nix::fcntl::fcntl(
+            &l,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .context("cloexec listener")?;
         return Ok(l);
     }
     // Started by hand: bind -socket ourselves.
     let path = flags.socket.trim_start_matches("unix://");
     if path.is_empty() {
-        return Err(Error::invalid("no listening socket on fd 3 and no -socket given"));
+        return Err(Error::invalid(
+            "no listening socket on fd 3 and no -socket given",
+        ));
     }
     let _ = std::fs::remove_file(path);
     UnixListener::bind(path).with_context(|| format!("bind {path}"))
@@ -73,48 +82,92 @@ fn default_runc(bundle: &Path, namespace: &str) -> RuncConfig {
     std::fs::read(bundle.join(crate::cli::OPTIONS_FILE))
         .ok()
         .and_then(|raw| protobuf::Message::parse_from_bytes(&raw).ok())
-        .and_then(|any: protobuf::well_known_types::any::Any| runc_config_from_options(Some(&any), namespace).ok().flatten())
+        .and_then(|any: protobuf::well_known_types::any::Any| {
+            runc_config_from_options(Some(&any), namespace)
+                .ok()
+                .flatten()
+        })
         .unwrap_or_else(|| RuncConfig::defaults(namespace))
 }
 
 /// Runs the daemon until Shutdown (or ShutdownSandbox) lets it exit.
 pub fn serve(flags: &Flags) -> Result<()> {
     let bundle = std::env::current_dir().context("getcwd")?;
-    if let Err(e) = crate::logger::init(&bundle.join("log"), flags.debug, &flags.namespace, &flags.id) {
+    if let Err(e) = crate::logger::init(
+        &bundle.join("log"),
+        flags.debug,
+        &flags.namespace,
+        &flags.id,
+    ) {
         eprintln!("{}: no log fifo: {e}", crate::cli::RUNTIME_ID);
     }
     let listener = listener(flags)?;
     nix::sys::prctl::set_child_subreaper(true).context("become a child subreaper")?;
     let reaper = Reaper::start().context("start the reaper")?;
     let ttrpc_address = std::env::var("TTRPC_ADDRESS").unwrap_or_default();
-    let events: Arc<dyn EventSink> =
-        Arc::new(RemotePublisher::start(ttrpc_address, flags.namespace.clone()).context("start the event forwarder")?);
+    let events: Arc<dyn EventSink> = Arc::new(
+        RemotePublisher::start(ttrpc_address, flags.namespace.clone())
+            .context("start the event forwarder")?,
+    );
     let oom_events = events.clone();
+    let unified = crate::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
     let host = Arc::new(LinuxHost {
         spawner: Spawner::with_reaper(reaper.clone()),
         oom: OomWatcher::new(Arc::new(move |id: &str| {
-            oom_events.publish(Event::Oom(TaskOOM { container_id: id.to_string(), ..Default::default() }))
+            oom_events.publish(Event::Oom(TaskOOM {
+                container_id: id.to_string(),
+                ..Default::default()
+            }))
         })),
-        unified: crate::cgroups::is_unified(Path::new("/sys/fs/cgroup")),
+        unified,
         socket_dir: PathBuf::from(SOCKET_DIR),
     });
-    let tm = TaskManager::new(&flags.namespace, default_runc(&bundle, &flags.namespace), host, events, Some(reaper.clone()));
-    let weak = Arc::downgrade(&tm);
+    let tm = TaskManager::new(
+        &flags.namespace,
+        default_runc(&bundle, &flags.namespace),
+        host,
+        events,
+        Some(reaper.clone()),
+    );
+    let sm = SandboxManager::new(
+        Arc::new(LinuxPodHost {
+            host_etc: PathBuf::from("/etc"),
+            unified,
+        }),
+        tm.clone(),
+    );
+    tm.set_pod_hooks(sm.clone());
+    let (wtm, wsm) = (Arc::downgrade(&tm), Arc::downgrade(&sm));
     reaper.set_handler(move |exit| {
-        if let Some(tm) = weak.upgrade() {
+        if let Some(tm) = wtm.upgrade() {
             tm.on_exit(exit);
+        }
+        if let Some(sm) = wsm.upgrade() {
+            sm.on_exit(exit);
         }
     });
     let exit = Arc::new(ExitSignal::default());
     let e = exit.clone();
     tm.set_on_shutdown(move || e.signal());
+    let e = exit.clone();
+    sm.set_on_shutdown(move || e.signal());
 
     let mut server = Server::new();
     let task = Arc::new(TaskService::new(tm.clone()));
     server.register(create_task(task.clone()));
-    server.register_renamed(create_task(task), "containerd.task.v3.Task", "containerd.task.v2.Task");
+    server.register_renamed(
+        create_task(task),
+        "containerd.task.v3.Task",
+        "containerd.task.v2.Task",
+    );
+    server.register(create_sandbox(Arc::new(SandboxService::new(sm))));
     let handle = server.start(listener).context("start the ttrpc server")?;
-    log::info!("shim {} serving namespace {} (pid {})", flags.id, flags.namespace, std::process::id());
+    log::info!(
+        "shim {} serving namespace {} (pid {})",
+        flags.id,
+        flags.namespace,
+        std::process::id()
+    );
 
     exit.wait();
     // Let the call that asked for the exit (and any other short one) send its reply.

@@ -53,7 +53,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl Error {
     /// A new error of `kind`.
     pub fn new(kind: Kind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into() }
+        Error {
+            kind,
+            message: message.into(),
+        }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(Kind::InvalidArgument, message)
@@ -86,7 +89,10 @@ impl Error {
 
     /// Prefixes the message with the step that was being done; the kind is kept.
     pub fn context(self, step: impl fmt::Display) -> Self {
-        Error { kind: self.kind, message: format!("{step}: {}", self.message) }
+        Error {
+            kind: self.kind,
+            message: format!("{step}: {}", self.message),
+        }
     }
 }
 
@@ -186,6 +192,9 @@ mod tests {
         assert_eq!(e.kind(), Kind::Internal);
         assert!(e.message().starts_with("open /x: "), "{}", e.message());
         let n: std::result::Result<(), nix::Error> = Err(nix::Error::EPERM);
-        assert_eq!(n.context("mount").unwrap_err().message(), "mount: Operation not permitted");
+        assert_eq!(
+            n.context("mount").unwrap_err().message(),
+            "mount: Operation not permitted"
+        );
     }
 }

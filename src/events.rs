@@ -9,7 +9,8 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, SystemTime};
 
 use containerd_shim_protos::events::task::{
-    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskOOM, TaskPaused, TaskResumed, TaskStart,
+    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskOOM, TaskPaused,
+    TaskResumed, TaskStart,
 };
 use containerd_shim_protos::shim::event::Envelope;
 use containerd_shim_protos::shim::events::ForwardRequest;
@@ -105,7 +106,11 @@ impl EventSink for RemotePublisher {
 }
 
 fn forward_loop(rx: Receiver<(Event, SystemTime)>, address: &str, namespace: &str) {
-    let url = if address.contains("://") { address.to_string() } else { format!("unix://{address}") };
+    let url = if address.contains("://") {
+        address.to_string()
+    } else {
+        format!("unix://{address}")
+    };
     let mut client: Option<EventsClient> = None;
     for (event, at) in rx {
         let req = ForwardRequest {
@@ -128,7 +133,10 @@ fn forward_loop(rx: Receiver<(Event, SystemTime)>, address: &str, namespace: &st
                 }
             }
             if let Some(c) = &client {
-                match c.forward(ttrpc::context::with_timeout(Duration::from_secs(5).as_nanos() as i64), &req) {
+                match c.forward(
+                    ttrpc::context::with_timeout(Duration::from_secs(5).as_nanos() as i64),
+                    &req,
+                ) {
                     Ok(_) => break,
                     Err(e) => {
                         log::warn!("forward {} event: {e}", event.topic());
@@ -160,7 +168,12 @@ impl EventSink for RecordingSink {
 impl RecordingSink {
     /// The topics seen so far, in order.
     pub fn topics(&self) -> Vec<&'static str> {
-        self.events.lock().unwrap().iter().map(Event::topic).collect()
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(Event::topic)
+            .collect()
     }
 }
 
@@ -170,7 +183,11 @@ mod tests {
 
     #[test]
     fn any_type_url_is_the_full_message_name() {
-        let e = Event::Exit(TaskExit { container_id: "c".into(), exit_status: 3, ..Default::default() });
+        let e = Event::Exit(TaskExit {
+            container_id: "c".into(),
+            exit_status: 3,
+            ..Default::default()
+        });
         assert_eq!(e.topic(), "/tasks/exit");
         let any = e.to_any();
         assert_eq!(any.type_url, "containerd.events.TaskExit");

@@ -31,7 +31,12 @@ impl Log for FifoLogger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let line = format_line(SystemTime::now(), record.level(), &record.args().to_string(), &self.fields);
+        let line = format_line(
+            SystemTime::now(),
+            record.level(),
+            &record.args().to_string(),
+            &self.fields,
+        );
         if let Ok(mut out) = self.out.lock() {
             // One write per line so lines from different threads never interleave.
             let _ = out.write_all(line.as_bytes());
@@ -53,7 +58,13 @@ fn level_name(level: Level) -> &'static str {
 
 /// One logrus-format line; `msg` is quoted the way logrus quotes it.
 fn format_line(t: SystemTime, level: Level, msg: &str, fields: &str) -> String {
-    format!("time=\"{}\" level={} msg={}{}\n", rfc3339(t), level_name(level), quote(msg), fields)
+    format!(
+        "time=\"{}\" level={} msg={}{}\n",
+        rfc3339(t),
+        level_name(level),
+        quote(msg),
+        fields
+    )
 }
 
 fn quote(s: &str) -> String {
@@ -80,9 +91,21 @@ pub fn init(path: &Path, debug: bool, namespace: &str, id: &str) -> std::io::Res
         .write(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
-    let level = if debug { LevelFilter::Debug } else { LevelFilter::Info };
-    let fields = format!(" namespace={} id={} runtime=io.containerd.rsandbox.v1", quote(namespace), quote(id));
-    let logger = FifoLogger { out: Mutex::new(out), level, fields };
+    let level = if debug {
+        LevelFilter::Debug
+    } else {
+        LevelFilter::Info
+    };
+    let fields = format!(
+        " namespace={} id={} runtime=io.containerd.rsandbox.v1",
+        quote(namespace),
+        quote(id)
+    );
+    let logger = FifoLogger {
+        out: Mutex::new(out),
+        level,
+        fields,
+    };
     log::set_boxed_logger(Box::new(logger)).map_err(std::io::Error::other)?;
     log::set_max_level(level);
     Ok(())

@@ -70,7 +70,10 @@ pub fn validate(mounts: &[MountSpec]) -> Result<()> {
         if !m.target.is_empty() {
             let t = Path::new(&m.target);
             if t.is_absolute() || t.components().any(|c| !matches!(c, Component::Normal(_))) {
-                return Err(bad(&format!("target {:?} must be a relative path inside the rootfs", m.target)));
+                return Err(bad(&format!(
+                    "target {:?} must be a relative path inside the rootfs",
+                    m.target
+                )));
             }
         }
     }
@@ -83,21 +86,53 @@ pub fn mount_all(mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
     validate(mounts)?;
     let mut done: Vec<PathBuf> = Vec::new();
     for (i, m) in mounts.iter().enumerate() {
-        let target = if m.target.is_empty() { rootfs.to_path_buf() } else { rootfs.join(&m.target) };
+        let target = if m.target.is_empty() {
+            rootfs.to_path_buf()
+        } else {
+            rootfs.join(&m.target)
+        };
         let (flags, data) = parse_options(&m.options);
         let data = data.join(",");
-        let source = if m.source.is_empty() { None } else { Some(m.source.as_str()) };
-        let kind = if flags.contains(MsFlags::MS_BIND) { None } else { Some(m.kind.as_str()) };
+        let source = if m.source.is_empty() {
+            None
+        } else {
+            Some(m.source.as_str())
+        };
+        let kind = if flags.contains(MsFlags::MS_BIND) {
+            None
+        } else {
+            Some(m.kind.as_str())
+        };
         // The first pass of a bind mount ignores MS_RDONLY; a read-only bind needs a remount.
-        let first = if flags.contains(MsFlags::MS_BIND) { flags - MsFlags::MS_RDONLY } else { flags };
-        let r = mount(source, &target, kind, first, if data.is_empty() { None } else { Some(data.as_str()) })
-            .and_then(|_| {
-                if flags.contains(MsFlags::MS_BIND) && flags.contains(MsFlags::MS_RDONLY) {
-                    mount(None::<&str>, &target, None::<&str>, flags | MsFlags::MS_REMOUNT, None::<&str>)
-                } else {
-                    Ok(())
-                }
-            });
+        let first = if flags.contains(MsFlags::MS_BIND) {
+            flags - MsFlags::MS_RDONLY
+        } else {
+            flags
+        };
+        let r = mount(
+            source,
+            &target,
+            kind,
+            first,
+            if data.is_empty() {
+                None
+            } else {
+                Some(data.as_str())
+            },
+        )
+        .and_then(|_| {
+            if flags.contains(MsFlags::MS_BIND) && flags.contains(MsFlags::MS_RDONLY) {
+                mount(
+                    None::<&str>,
+                    &target,
+                    None::<&str>,
+                    flags | MsFlags::MS_REMOUNT,
+                    None::<&str>,
+                )
+            } else {
+                Ok(())
+            }
+        });
         if let Err(e) = r {
             for t in done.iter().rev() {
                 let _ = unmount(t);
@@ -122,12 +157,16 @@ pub fn unmount(path: &Path) -> Result<()> {
             Ok(()) => continue,
             Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => return Ok(()),
             Err(nix::Error::EBUSY) => {
-                umount2(path, MntFlags::MNT_DETACH).with_context(|| format!("unmount {}", path.display()))?;
+                umount2(path, MntFlags::MNT_DETACH)
+                    .with_context(|| format!("unmount {}", path.display()))?;
             }
             Err(e) => return Err(Error::from(e).context(format!("unmount {}", path.display()))),
         }
     }
-    Err(Error::internal(format!("unmount {}: still mounted after 64 attempts", path.display())))
+    Err(Error::internal(format!(
+        "unmount {}: still mounted after 64 attempts",
+        path.display()
+    )))
 }
 
 #[cfg(test)]
@@ -141,7 +180,13 @@ mod tests {
 
     #[test]
     fn options_split_into_flags_and_data() {
-        let (f, d) = parse_options(&opts(&["ro", "nosuid", "workdir=/w", "upperdir=/u", "lowerdir=/l"]));
+        let (f, d) = parse_options(&opts(&[
+            "ro",
+            "nosuid",
+            "workdir=/w",
+            "upperdir=/u",
+            "lowerdir=/l",
+        ]));
         assert_eq!(f, MsFlags::MS_RDONLY | MsFlags::MS_NOSUID);
         assert_eq!(d, opts(&["workdir=/w", "upperdir=/u", "lowerdir=/l"]));
         let (f, _) = parse_options(&opts(&["rbind", "ro", "rw"]));
@@ -150,10 +195,25 @@ mod tests {
 
     #[test]
     fn bad_mounts_are_rejected_before_any_mount() {
-        let m = |kind: &str, target: &str| MountSpec { kind: kind.into(), source: "s".into(), target: target.into(), options: vec![] };
+        let m = |kind: &str, target: &str| MountSpec {
+            kind: kind.into(),
+            source: "s".into(),
+            target: target.into(),
+            options: vec![],
+        };
         assert!(validate(&[m("overlay", "")]).is_ok());
-        for bad in [m("", ""), m("a/b", ""), m("bind", "/abs"), m("bind", "../x"), m("bind", "a/../../x")] {
-            assert_eq!(validate(std::slice::from_ref(&bad)).unwrap_err().kind(), Kind::InvalidArgument, "{bad:?}");
+        for bad in [
+            m("", ""),
+            m("a/b", ""),
+            m("bind", "/abs"),
+            m("bind", "../x"),
+            m("bind", "a/../../x"),
+        ] {
+            assert_eq!(
+                validate(std::slice::from_ref(&bad)).unwrap_err().kind(),
+                Kind::InvalidArgument,
+                "{bad:?}"
+            );
         }
     }
 

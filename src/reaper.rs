@@ -47,14 +47,20 @@ impl Reaper {
     /// Starts the reaper thread. Call before the first child is spawned.
     pub fn start() -> io::Result<Arc<Reaper>> {
         let mut signals = signal_hook::iterator::Signals::new([libc::SIGCHLD])?;
-        let reaper = Arc::new(Reaper { subscribers: Mutex::default(), handler: Mutex::new(None) });
+        let reaper = Arc::new(Reaper {
+            subscribers: Mutex::default(),
+            handler: Mutex::new(None),
+        });
         let r = reaper.clone();
-        std::thread::Builder::new().name("reaper".into()).stack_size(128 * 1024).spawn(move || {
-            r.reap_all();
-            for _ in signals.forever() {
+        std::thread::Builder::new()
+            .name("reaper".into())
+            .stack_size(128 * 1024)
+            .spawn(move || {
                 r.reap_all();
-            }
-        })?;
+                for _ in signals.forever() {
+                    r.reap_all();
+                }
+            })?;
         Ok(reaper)
     }
 
@@ -71,16 +77,27 @@ impl Reaper {
         subs.next_id += 1;
         let id = subs.next_id;
         subs.list.push((id, tx));
-        Subscription { id, rx, seen: Mutex::new(Vec::new()), reaper: self.clone() }
+        Subscription {
+            id,
+            rx,
+            seen: Mutex::new(Vec::new()),
+            reaper: self.clone(),
+        }
     }
 
     fn reap_all(&self) {
         loop {
             let exit = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(pid, code)) => Exit { pid: pid.as_raw(), status: code, at: SystemTime::now() },
-                Ok(WaitStatus::Signaled(pid, sig, _)) => {
-                    Exit { pid: pid.as_raw(), status: 128 + sig as i32, at: SystemTime::now() }
-                }
+                Ok(WaitStatus::Exited(pid, code)) => Exit {
+                    pid: pid.as_raw(),
+                    status: code,
+                    at: SystemTime::now(),
+                },
+                Ok(WaitStatus::Signaled(pid, sig, _)) => Exit {
+                    pid: pid.as_raw(),
+                    status: 128 + sig as i32,
+                    at: SystemTime::now(),
+                },
                 Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
                 Ok(_) => continue,
                 Err(Errno::EINTR) => continue,
@@ -95,7 +112,11 @@ impl Reaper {
 
     fn dispatch(&self, exit: Exit) {
         log::debug!("reaped pid {} status {}", exit.pid, exit.status);
-        self.subscribers.lock().unwrap().list.retain(|(_, tx)| tx.send(exit).is_ok());
+        self.subscribers
+            .lock()
+            .unwrap()
+            .list
+            .retain(|(_, tx)| tx.send(exit).is_ok());
         if let Some(handler) = self.handler.lock().unwrap().as_ref() {
             handler(exit);
         }
@@ -103,7 +124,10 @@ impl Reaper {
 
     #[cfg(test)]
     pub(crate) fn new_for_test() -> Arc<Reaper> {
-        Arc::new(Reaper { subscribers: Mutex::default(), handler: Mutex::new(None) })
+        Arc::new(Reaper {
+            subscribers: Mutex::default(),
+            handler: Mutex::new(None),
+        })
     }
 
     #[cfg(test)]
@@ -131,9 +155,14 @@ impl Subscription {
         loop {
             let got = match deadline {
                 None => self.rx.recv().ok(),
-                Some(d) => match self.rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
+                Some(d) => match self
+                    .rx
+                    .recv_timeout(d.saturating_duration_since(Instant::now()))
+                {
                     Ok(e) => Some(e),
-                    Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => return None,
+                    Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                        return None;
+                    }
                 },
             };
             match got {
@@ -155,7 +184,12 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.reaper.subscribers.lock().unwrap().list.retain(|(id, _)| *id != self.id);
+        self.reaper
+            .subscribers
+            .lock()
+            .unwrap()
+            .list
+            .retain(|(id, _)| *id != self.id);
     }
 }
 
@@ -183,7 +217,9 @@ pub struct Child {
 impl Spawner {
     /// Waits through `reaper` (the daemon).
     pub fn with_reaper(reaper: Arc<Reaper>) -> Self {
-        Spawner { reaper: Some(reaper) }
+        Spawner {
+            reaper: Some(reaper),
+        }
     }
 
     /// Waits for its own children (no reaper thread in this process).
@@ -195,15 +231,27 @@ impl Spawner {
     pub fn spawn(&self, cmd: &mut Command) -> io::Result<Child> {
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
         let inner = cmd.spawn()?;
-        Ok(Child { inner, subscription })
+        Ok(Child {
+            inner,
+            subscription,
+        })
     }
 
     /// Runs `cmd` to completion with `input` on stdin, capturing stdout and stderr. After
     /// `timeout` the helper is killed and an error returned.
-    pub fn output(&self, cmd: &mut Command, input: Option<&[u8]>, timeout: Duration) -> io::Result<Output> {
-        cmd.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+    pub fn output(
+        &self,
+        cmd: &mut Command,
+        input: Option<&[u8]>,
+        timeout: Duration,
+    ) -> io::Result<Output> {
+        cmd.stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
         let mut child = self.spawn(cmd)?;
         if let (Some(data), Some(mut stdin)) = (input, child.inner.stdin.take()) {
             // Inputs are small (JSON documents); a helper that does not read them fails on EPIPE.
@@ -219,11 +267,18 @@ impl Spawner {
             }
         };
         match child.wait(Some(deadline.saturating_duration_since(Instant::now())))? {
-            Some(status) => Ok(Output { status, stdout, stderr }),
+            Some(status) => Ok(Output {
+                status,
+                stdout,
+                stderr,
+            }),
             None => {
                 child.kill();
                 let _ = child.wait(Some(Duration::from_secs(5)));
-                Err(io::Error::new(io::ErrorKind::TimedOut, format!("timed out after {timeout:?}")))
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("timed out after {timeout:?}"),
+                ))
             }
         }
     }
@@ -285,7 +340,10 @@ fn read_both(child: &mut Child, deadline: Instant) -> io::Result<(Vec<u8>, Vec<u
     while out.is_some() || err.is_some() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "timed out reading helper output"));
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "timed out reading helper output",
+            ));
         }
         let mut fds = Vec::with_capacity(2);
         if let Some(o) = &out {
@@ -300,13 +358,20 @@ fn read_both(child: &mut Child, deadline: Instant) -> io::Result<(Vec<u8>, Vec<u
             Err(Errno::EINTR) => continue,
             Err(e) => return Err(e.into()),
         }
-        let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
         drop(fds);
         let mut idx = 0;
         if let Some(o) = out.as_mut() {
             if ready[idx] {
                 let n = o.read(&mut chunk)?;
-                if n == 0 { out = None } else { out_buf.extend_from_slice(&chunk[..n]) }
+                if n == 0 {
+                    out = None
+                } else {
+                    out_buf.extend_from_slice(&chunk[..n])
+                }
             }
             idx += 1;
         }
@@ -314,7 +379,11 @@ fn read_both(child: &mut Child, deadline: Instant) -> io::Result<(Vec<u8>, Vec<u
             && ready[idx]
         {
             let n = e.read(&mut chunk)?;
-            if n == 0 { err = None } else { err_buf.extend_from_slice(&chunk[..n]) }
+            if n == 0 {
+                err = None
+            } else {
+                err_buf.extend_from_slice(&chunk[..n])
+            }
         }
     }
     Ok((out_buf, err_buf))
@@ -349,7 +418,11 @@ mod tests {
     fn direct_output_times_out_and_kills() {
         let start = Instant::now();
         let err = Spawner::direct()
-            .output(Command::new("/bin/sleep").arg("30"), None, Duration::from_millis(200))
+            .output(
+                Command::new("/bin/sleep").arg("30"),
+                None,
+                Duration::from_millis(200),
+            )
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert!(start.elapsed() < Duration::from_secs(10));
@@ -359,12 +432,28 @@ mod tests {
     fn subscription_sees_only_exits_after_subscribe_and_filters_by_pid() {
         let reaper = Reaper::new_for_test();
         let at = SystemTime::now();
-        reaper.inject(Exit { pid: 1, status: 0, at });
+        reaper.inject(Exit {
+            pid: 1,
+            status: 0,
+            at,
+        });
         let sub = reaper.subscribe();
-        reaper.inject(Exit { pid: 2, status: 1, at });
-        reaper.inject(Exit { pid: 3, status: 137, at });
+        reaper.inject(Exit {
+            pid: 2,
+            status: 1,
+            at,
+        });
+        reaper.inject(Exit {
+            pid: 3,
+            status: 137,
+            at,
+        });
         assert_eq!(sub.take(1), None);
-        assert_eq!(sub.wait(3, Some(Duration::from_millis(10))).map(|e| e.status), Some(137));
+        assert_eq!(
+            sub.wait(3, Some(Duration::from_millis(10)))
+                .map(|e| e.status),
+            Some(137)
+        );
         assert_eq!(sub.wait(4, Some(Duration::from_millis(10))), None);
         drop(sub);
         assert!(reaper.subscribers.lock().unwrap().list.is_empty());
@@ -377,8 +466,16 @@ mod tests {
         let s = seen.clone();
         reaper.set_handler(move |e| s.lock().unwrap().push(e.pid));
         let at = SystemTime::now();
-        reaper.inject(Exit { pid: 7, status: 0, at });
-        reaper.inject(Exit { pid: 8, status: 0, at });
+        reaper.inject(Exit {
+            pid: 7,
+            status: 0,
+            at,
+        });
+        reaper.inject(Exit {
+            pid: 8,
+            status: 0,
+            at,
+        });
         assert_eq!(*seen.lock().unwrap(), vec![7, 8]);
     }
 }

@@ -42,8 +42,15 @@ pub trait Runtime: Send + Sync {
     /// `runc start`.
     fn start(&self, id: &str) -> Result<()>;
     /// `runc exec --detach` of the process spec at `process_json`.
-    fn exec(&self, id: &str, bundle: &Path, exec_id: &str, process_json: &[u8], terminal: bool, io: ProcessIo)
-    -> Result<Spawned>;
+    fn exec(
+        &self,
+        id: &str,
+        bundle: &Path,
+        exec_id: &str,
+        process_json: &[u8],
+        terminal: bool,
+        io: ProcessIo,
+    ) -> Result<Spawned>;
     /// `runc kill [--all] id signal`.
     fn kill(&self, id: &str, signal: u32, all: bool) -> Result<()>;
     /// `runc delete [--force] id`.
@@ -73,7 +80,11 @@ impl RuncConfig {
     /// Defaults for namespace `ns`: `runc` from PATH, root `/run/containerd/runc/<ns>` (the
     /// same as containerd's runc shim, so `runc list` shows all containers of a namespace).
     pub fn defaults(ns: &str) -> Self {
-        RuncConfig { binary: "runc".into(), root: PathBuf::from("/run/containerd/runc").join(ns), systemd_cgroup: false }
+        RuncConfig {
+            binary: "runc".into(),
+            root: PathBuf::from("/run/containerd/runc").join(ns),
+            systemd_cgroup: false,
+        }
     }
 }
 
@@ -92,7 +103,11 @@ static CONSOLE_SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl Runc {
     pub fn new(config: RuncConfig, spawner: Spawner, socket_dir: PathBuf) -> Self {
-        Runc { config, spawner, socket_dir }
+        Runc {
+            config,
+            spawner,
+            socket_dir,
+        }
     }
 
     fn command(&self, log: Option<&Path>) -> Command {
@@ -118,13 +133,24 @@ impl Runc {
             .output(&mut cmd, input, RUNC_TIMEOUT)
             .with_context(|| format!("run {} {what}", self.config.binary))?;
         if out.status != 0 {
-            return Err(classify(what, &String::from_utf8_lossy(&out.stderr), out.status));
+            return Err(classify(
+                what,
+                &String::from_utf8_lossy(&out.stderr),
+                out.status,
+            ));
         }
         Ok(out.stdout)
     }
 
     /// Runs runc create/exec, which hand stdio to the new process and may send a console.
-    fn spawn_process(&self, what: &str, bundle: &Path, args: Vec<String>, terminal: bool, io: ProcessIo) -> Result<Spawned> {
+    fn spawn_process(
+        &self,
+        what: &str,
+        bundle: &Path,
+        args: Vec<String>,
+        terminal: bool,
+        io: ProcessIo,
+    ) -> Result<Spawned> {
         let log = bundle.join("log.json");
         let pid_file = bundle.join(format!("{}.pid", what.replace(' ', "-")));
         let _ = std::fs::remove_file(&pid_file);
@@ -138,7 +164,8 @@ impl Runc {
                 CONSOLE_SEQ.fetch_add(1, Ordering::Relaxed)
             ));
             let _ = std::fs::remove_file(&path);
-            let listener = UnixListener::bind(&path).with_context(|| format!("bind console socket {}", path.display()))?;
+            let listener = UnixListener::bind(&path)
+                .with_context(|| format!("bind console socket {}", path.display()))?;
             cmd.arg("--console-socket").arg(&path);
             Some((path, listener))
         } else {
@@ -157,13 +184,27 @@ impl Runc {
             .with_context(|| format!("{what}: read pid file {}", pid_file.display()))?
             .trim()
             .parse::<i32>()
-            .map_err(|e| Error::internal(format!("{what}: bad pid file {}: {e}", pid_file.display())))?;
+            .map_err(|e| {
+                Error::internal(format!("{what}: bad pid file {}: {e}", pid_file.display()))
+            })?;
         let _ = std::fs::remove_file(&pid_file);
-        Ok(Spawned { pid, console: master })
+        Ok(Spawned {
+            pid,
+            console: master,
+        })
     }
 
-    fn spawn_and_collect(&self, what: &str, mut cmd: Command, console: Option<&UnixListener>, log: &Path) -> Result<Option<File>> {
-        let mut child = self.spawner.spawn(&mut cmd).with_context(|| format!("{what}: spawn {}", self.config.binary))?;
+    fn spawn_and_collect(
+        &self,
+        what: &str,
+        mut cmd: Command,
+        console: Option<&UnixListener>,
+        log: &Path,
+    ) -> Result<Option<File>> {
+        let mut child = self
+            .spawner
+            .spawn(&mut cmd)
+            .with_context(|| format!("{what}: spawn {}", self.config.binary))?;
         // The Command holds the stdio fds: close our copies now so that only the container
         // keeps the write ends (EOF for readers depends on it).
         drop(cmd);
@@ -184,7 +225,9 @@ impl Runc {
             Ok(None) => {
                 child.kill();
                 let _ = child.wait(Some(Duration::from_secs(5)));
-                return Err(Error::internal(format!("{what}: runc timed out after {RUNC_TIMEOUT:?}")));
+                return Err(Error::internal(format!(
+                    "{what}: runc timed out after {RUNC_TIMEOUT:?}"
+                )));
             }
             Err(e) => return Err(Error::from(e).context(what)),
         };
@@ -198,7 +241,11 @@ impl Runc {
 
 /// Accepts runc's connection on the console socket and receives the pty master (SCM_RIGHTS),
 /// while watching runc so that a failing runc does not leave us waiting.
-fn receive_console(listener: &UnixListener, child: &mut crate::reaper::Child, deadline: Instant) -> Result<Option<File>> {
+fn receive_console(
+    listener: &UnixListener,
+    child: &mut crate::reaper::Child,
+    deadline: Instant,
+) -> Result<Option<File>> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     listener.set_nonblocking(true).context("console socket")?;
     let stream = loop {
@@ -209,7 +256,9 @@ fn receive_console(listener: &UnixListener, child: &mut crate::reaper::Child, de
                     return Ok(None); // runc failed before sending; its status tells why
                 }
                 if Instant::now() >= deadline {
-                    return Err(Error::internal("timed out waiting for the console from runc"));
+                    return Err(Error::internal(
+                        "timed out waiting for the console from runc",
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
@@ -220,8 +269,13 @@ fn receive_console(listener: &UnixListener, child: &mut crate::reaper::Child, de
     let mut buf = [0u8; 4096];
     let mut iov = [io::IoSliceMut::new(&mut buf)];
     let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-    let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
-        .context("receive console fd")?;
+    let msg = recvmsg::<()>(
+        stream.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .context("receive console fd")?;
     for c in msg.cmsgs().context("receive console fd")? {
         if let ControlMessageOwned::ScmRights(fds) = c
             && let Some(&fd) = fds.first()
@@ -238,7 +292,11 @@ fn last_log_error(log: &Path) -> Option<String> {
     let text = std::fs::read_to_string(log).ok()?;
     text.lines().rev().find_map(|line| {
         let v: serde_json::Value = serde_json::from_str(line).ok()?;
-        if v.get("level")?.as_str()? == "error" { Some(v.get("msg")?.as_str()?.to_string()) } else { None }
+        if v.get("level")?.as_str()? == "error" {
+            Some(v.get("msg")?.as_str()?.to_string())
+        } else {
+            None
+        }
     })
 }
 
@@ -246,10 +304,16 @@ fn last_log_error(log: &Path) -> Option<String> {
 /// wording: "does not exist" and finished processes are NotFound, the rest Internal.
 pub fn classify(what: &str, stderr: &str, status: i32) -> Error {
     let text = stderr.trim();
-    let text = if text.is_empty() { format!("exit status {status}") } else { text.to_string() };
+    let text = if text.is_empty() {
+        format!("exit status {status}")
+    } else {
+        text.to_string()
+    };
     let lower = text.to_ascii_lowercase();
     let msg = format!("runc {what}: {text}");
-    if lower.contains("does not exist") || lower.contains("not exist") && lower.contains("container") {
+    if lower.contains("does not exist")
+        || lower.contains("not exist") && lower.contains("container")
+    {
         Error::not_found(msg)
     } else if lower.contains("process already finished")
         || lower.contains("container not running")
@@ -264,7 +328,12 @@ pub fn classify(what: &str, stderr: &str, status: i32) -> Error {
 impl Runtime for Runc {
     fn create(&self, id: &str, bundle: &Path, terminal: bool, io: ProcessIo) -> Result<Spawned> {
         let _ = std::fs::remove_file(bundle.join("log.json"));
-        let args = vec!["create".into(), "--bundle".into(), bundle.display().to_string(), id.into()];
+        let args = vec![
+            "create".into(),
+            "--bundle".into(),
+            bundle.display().to_string(),
+            id.into(),
+        ];
         self.spawn_process("create", bundle, args, terminal, io)
     }
 
@@ -272,10 +341,25 @@ impl Runtime for Runc {
         self.run("start", &["start", id], None).map(drop)
     }
 
-    fn exec(&self, id: &str, bundle: &Path, exec_id: &str, process_json: &[u8], terminal: bool, io: ProcessIo) -> Result<Spawned> {
+    fn exec(
+        &self,
+        id: &str,
+        bundle: &Path,
+        exec_id: &str,
+        process_json: &[u8],
+        terminal: bool,
+        io: ProcessIo,
+    ) -> Result<Spawned> {
         let spec = bundle.join(format!("exec-{exec_id}.json"));
-        crate::util::write_file_atomic(&spec, process_json, 0o600).context("write exec process spec")?;
-        let args = vec!["exec".into(), "--process".into(), spec.display().to_string(), "--detach".into(), id.into()];
+        crate::util::write_file_atomic(&spec, process_json, 0o600)
+            .context("write exec process spec")?;
+        let args = vec![
+            "exec".into(),
+            "--process".into(),
+            spec.display().to_string(),
+            "--detach".into(),
+            id.into(),
+        ];
         let r = self.spawn_process(&format!("exec {exec_id}"), bundle, args, terminal, io);
         let _ = std::fs::remove_file(&spec);
         r
@@ -292,7 +376,11 @@ impl Runtime for Runc {
     }
 
     fn delete(&self, id: &str, force: bool) -> Result<()> {
-        let args: &[&str] = if force { &["delete", "--force", id] } else { &["delete", id] };
+        let args: &[&str] = if force {
+            &["delete", "--force", id]
+        } else {
+            &["delete", id]
+        };
         self.run("delete", args, None).map(drop)
     }
 
@@ -307,13 +395,18 @@ impl Runtime for Runc {
     fn ps(&self, id: &str) -> Result<Vec<i32>> {
         let out = self.run("ps", &["ps", "--format", "json", id], None)?;
         // runc prints `null` for an empty list.
-        let pids: Option<Vec<i32>> =
-            serde_json::from_slice(&out).map_err(|e| Error::internal(format!("runc ps: bad output: {e}")))?;
+        let pids: Option<Vec<i32>> = serde_json::from_slice(&out)
+            .map_err(|e| Error::internal(format!("runc ps: bad output: {e}")))?;
         Ok(pids.unwrap_or_default())
     }
 
     fn update(&self, id: &str, resources_json: &[u8]) -> Result<()> {
-        self.run("update", &["update", "--resources", "-", id], Some(resources_json)).map(drop)
+        self.run(
+            "update",
+            &["update", "--resources", "-", id],
+            Some(resources_json),
+        )
+        .map(drop)
     }
 }
 
@@ -324,11 +417,23 @@ mod tests {
 
     #[test]
     fn classify_maps_runc_wording_to_kinds() {
-        assert_eq!(classify("kill", "container \"x\" does not exist", 1).kind(), Kind::NotFound);
-        assert_eq!(classify("kill", "container not running", 1).kind(), Kind::NotFound);
-        assert_eq!(classify("kill", "os: process already finished", 1).message(), "runc kill: process already finished");
+        assert_eq!(
+            classify("kill", "container \"x\" does not exist", 1).kind(),
+            Kind::NotFound
+        );
+        assert_eq!(
+            classify("kill", "container not running", 1).kind(),
+            Kind::NotFound
+        );
+        assert_eq!(
+            classify("kill", "os: process already finished", 1).message(),
+            "runc kill: process already finished"
+        );
         let e = classify("create", "", 2);
-        assert_eq!((e.kind(), e.message()), (Kind::Internal, "runc create: exit status 2"));
+        assert_eq!(
+            (e.kind(), e.message()),
+            (Kind::Internal, "runc create: exit status 2")
+        );
     }
 
     #[test]
@@ -340,17 +445,28 @@ mod tests {
             "{\"level\":\"warning\",\"msg\":\"w\"}\n{\"level\":\"error\",\"msg\":\"first\"}\n{\"level\":\"error\",\"msg\":\"exec: \\\"nope\\\": not found\"}\n",
         )
         .unwrap();
-        assert_eq!(last_log_error(&log).as_deref(), Some("exec: \"nope\": not found"));
+        assert_eq!(
+            last_log_error(&log).as_deref(),
+            Some("exec: \"nope\": not found")
+        );
         assert_eq!(last_log_error(&dir.path().join("missing")), None);
     }
 
     /// A stand-in runc: a script that records its arguments and plays the part asked for.
     fn fake_runc(dir: &Path, body: &str) -> Runc {
         let bin = dir.join("runc");
-        std::fs::write(&bin, format!("#!/bin/sh\necho \"$@\" >> {}/args\n{body}\n", dir.display())).unwrap();
+        std::fs::write(
+            &bin,
+            format!("#!/bin/sh\necho \"$@\" >> {}/args\n{body}\n", dir.display()),
+        )
+        .unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let cfg = RuncConfig { binary: bin.display().to_string(), root: dir.join("root"), systemd_cgroup: false };
+        let cfg = RuncConfig {
+            binary: bin.display().to_string(),
+            root: dir.join("root"),
+            systemd_cgroup: false,
+        };
         Runc::new(cfg, Spawner::direct(), dir.join("s"))
     }
 
@@ -361,11 +477,24 @@ mod tests {
             dir.path(),
             r#"while [ $# -gt 0 ]; do [ "$1" = --pid-file ] && echo 4242 > "$2"; shift; done"#,
         );
-        let s = runc.create("c1", dir.path(), false, ProcessIo::default()).unwrap();
+        let s = runc
+            .create("c1", dir.path(), false, ProcessIo::default())
+            .unwrap();
         assert_eq!(s.pid, 4242);
         let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
-        assert!(args.starts_with(&format!("--root {}/root --log {}/log.json --log-format json create --pid-file", dir.path().display(), dir.path().display())), "{args}");
-        assert!(args.trim_end().ends_with(&format!("--bundle {} c1", dir.path().display())), "{args}");
+        assert!(
+            args.starts_with(&format!(
+                "--root {}/root --log {}/log.json --log-format json create --pid-file",
+                dir.path().display(),
+                dir.path().display()
+            )),
+            "{args}"
+        );
+        assert!(
+            args.trim_end()
+                .ends_with(&format!("--bundle {} c1", dir.path().display())),
+            "{args}"
+        );
     }
 
     #[test]
@@ -374,9 +503,14 @@ mod tests {
         let log = dir.path().join("log.json");
         let runc = fake_runc(
             dir.path(),
-            &format!("echo '{{\"level\":\"error\",\"msg\":\"rootfs missing\"}}' > {}; exit 1", log.display()),
+            &format!(
+                "echo '{{\"level\":\"error\",\"msg\":\"rootfs missing\"}}' > {}; exit 1",
+                log.display()
+            ),
         );
-        let e = runc.create("c1", dir.path(), false, ProcessIo::default()).unwrap_err();
+        let e = runc
+            .create("c1", dir.path(), false, ProcessIo::default())
+            .unwrap_err();
         assert_eq!(e.message(), "runc create: rootfs missing");
     }
 

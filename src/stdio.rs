@@ -50,17 +50,30 @@ pub fn parse_target(stream: &str, s: &str) -> Result<Target> {
     } else if let Some(p) = s.strip_prefix("fifo://") {
         (p, false)
     } else if s.starts_with("binary://") {
-        return Err(Error::unimplemented(format!("{stream} {s:?}: binary:// loggers are not supported, use a fifo or file://")));
+        return Err(Error::unimplemented(format!(
+            "{stream} {s:?}: binary:// loggers are not supported, use a fifo or file://"
+        )));
     } else if s.contains("://") {
-        return Err(Error::invalid(format!("{stream} {s:?}: unsupported scheme")));
+        return Err(Error::invalid(format!(
+            "{stream} {s:?}: unsupported scheme"
+        )));
     } else {
         (s, false)
     };
     let p = Path::new(path);
-    if !p.is_absolute() || path.contains('\0') || p.components().any(|c| c == std::path::Component::ParentDir) {
-        return Err(Error::invalid(format!("{stream} {s:?}: must be an absolute path without '..'")));
+    if !p.is_absolute()
+        || path.contains('\0')
+        || p.components().any(|c| c == std::path::Component::ParentDir)
+    {
+        return Err(Error::invalid(format!(
+            "{stream} {s:?}: must be an absolute path without '..'"
+        )));
     }
-    Ok(if file { Target::File(p.to_path_buf()) } else { Target::Fifo(p.to_path_buf()) })
+    Ok(if file {
+        Target::File(p.to_path_buf())
+    } else {
+        Target::Fifo(p.to_path_buf())
+    })
 }
 
 /// The client's stdio request for one process.
@@ -130,7 +143,9 @@ impl StdinCopier {
             .stack_size(64 * 1024)
             .spawn(move || copy_stdin(copy, File::from(rx)))
             .context("start stdin copier")?;
-        Ok(StdinCopier { control: File::from(tx) })
+        Ok(StdinCopier {
+            control: File::from(tx),
+        })
     }
 }
 
@@ -146,7 +161,10 @@ fn copy_stdin(copy: StdinCopy, control: File) {
     let StdinCopy { fifo, mut pipe } = copy;
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        let mut fds = [PollFd::new(fifo.as_fd(), PollFlags::POLLIN), PollFd::new(control.as_fd(), PollFlags::POLLIN)];
+        let mut fds = [
+            PollFd::new(fifo.as_fd(), PollFlags::POLLIN),
+            PollFd::new(control.as_fd(), PollFlags::POLLIN),
+        ];
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
@@ -211,8 +229,11 @@ fn open_fifo_writer(path: &Path) -> Result<File> {
 }
 
 fn blocking(f: File, path: &Path) -> Result<File> {
-    let flags = OFlag::from_bits_truncate(fcntl(f.as_fd(), FcntlArg::F_GETFL).with_context(|| format!("fcntl {}", path.display()))?);
-    fcntl(f.as_fd(), FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK)).with_context(|| format!("fcntl {}", path.display()))?;
+    let flags = OFlag::from_bits_truncate(
+        fcntl(f.as_fd(), FcntlArg::F_GETFL).with_context(|| format!("fcntl {}", path.display()))?,
+    );
+    fcntl(f.as_fd(), FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))
+        .with_context(|| format!("fcntl {}", path.display()))?;
     Ok(f)
 }
 
@@ -247,7 +268,10 @@ pub fn open(req: &StdioRequest) -> Result<Opened> {
             .with_context(|| format!("open fifo {}", p.display()))?;
         let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("stdin pipe")?;
         process.stdin = Some(r);
-        stdin = Some(StdinCopy { fifo, pipe: File::from(w) });
+        stdin = Some(StdinCopy {
+            fifo,
+            pipe: File::from(w),
+        });
     }
     let mut output = |name: &str, s: &str| -> Result<Option<OwnedFd>> {
         Ok(match parse_target(name, s)? {
@@ -265,7 +289,11 @@ pub fn open(req: &StdioRequest) -> Result<Opened> {
         Some(out) if req.stderr == req.stdout => Some(out.try_clone().context("dup stdout")?),
         _ => output("stderr", &req.stderr)?,
     };
-    Ok(Opened { process, keepalive, stdin })
+    Ok(Opened {
+        process,
+        keepalive,
+        stdin,
+    })
 }
 
 /// The terminal side of a process: the pty master plus the copy thread.
@@ -278,7 +306,11 @@ pub struct TtyCopier {
 impl TtyCopier {
     /// Starts the copy thread between `master` and the client's fifos. `on_drained` runs on
     /// that thread once the output is flushed after the process exited.
-    pub fn start(master: File, req: &StdioRequest, on_drained: Box<dyn FnOnce() + Send>) -> Result<TtyCopier> {
+    pub fn start(
+        master: File,
+        req: &StdioRequest,
+        on_drained: Box<dyn FnOnce() + Send>,
+    ) -> Result<TtyCopier> {
         let stdin = match parse_target("stdin", &req.stdin)? {
             Target::Fifo(p) => Some(open_fifo_rdwr(&p)?),
             _ => None,
@@ -299,12 +331,20 @@ impl TtyCopier {
                 on_drained();
             })
             .context("start tty copier")?;
-        Ok(TtyCopier { master, control: File::from(tx) })
+        Ok(TtyCopier {
+            master,
+            control: File::from(tx),
+        })
     }
 
     /// ResizePty.
     pub fn resize(&self, width: u16, height: u16) -> Result<()> {
-        let ws = libc::winsize { ws_row: height, ws_col: width, ws_xpixel: 0, ws_ypixel: 0 };
+        let ws = libc::winsize {
+            ws_row: height,
+            ws_col: width,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
         // SAFETY: TIOCSWINSZ reads one winsize from the pointer, which outlives the call.
         let r = unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
         if r < 0 {
@@ -338,14 +378,21 @@ fn copy_loop(master: &File, mut stdin: Option<File>, mut stdout: Option<File>, m
                 fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
             }
         }
-        let timeout = if draining { PollTimeout::from(DRAIN_IDLE.as_millis() as u16) } else { PollTimeout::NONE };
+        let timeout = if draining {
+            PollTimeout::from(DRAIN_IDLE.as_millis() as u16)
+        } else {
+            PollTimeout::NONE
+        };
         match poll(&mut fds, timeout) {
             Ok(0) => break, // drained: nothing more within DRAIN_IDLE
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => break,
         }
-        let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
         drop(fds);
         if ready[0] {
             match (&*master).read(&mut buf) {
@@ -398,12 +445,30 @@ mod tests {
     #[test]
     fn parses_the_schemes_containerd_sends() {
         assert_eq!(parse_target("stdout", "").unwrap(), Target::None);
-        assert_eq!(parse_target("stdout", "/run/x/fifo").unwrap(), Target::Fifo("/run/x/fifo".into()));
-        assert_eq!(parse_target("stdout", "fifo:///run/f").unwrap(), Target::Fifo("/run/f".into()));
-        assert_eq!(parse_target("stdout", "file:///var/log/c.log").unwrap(), Target::File("/var/log/c.log".into()));
-        assert_eq!(parse_target("stdout", "binary:///bin/logger").unwrap_err().kind(), Kind::Unimplemented);
+        assert_eq!(
+            parse_target("stdout", "/run/x/fifo").unwrap(),
+            Target::Fifo("/run/x/fifo".into())
+        );
+        assert_eq!(
+            parse_target("stdout", "fifo:///run/f").unwrap(),
+            Target::Fifo("/run/f".into())
+        );
+        assert_eq!(
+            parse_target("stdout", "file:///var/log/c.log").unwrap(),
+            Target::File("/var/log/c.log".into())
+        );
+        assert_eq!(
+            parse_target("stdout", "binary:///bin/logger")
+                .unwrap_err()
+                .kind(),
+            Kind::Unimplemented
+        );
         for bad in ["relative/fifo", "/a/../b", "tcp://x", "file://rel"] {
-            assert_eq!(parse_target("stdout", bad).unwrap_err().kind(), Kind::InvalidArgument, "{bad}");
+            assert_eq!(
+                parse_target("stdout", bad).unwrap_err().kind(),
+                Kind::InvalidArgument,
+                "{bad}"
+            );
         }
     }
 
@@ -418,16 +483,30 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = mkfifo(dir.path(), "out");
         // The client opens its read end first, non-blocking, as containerd's cio does.
-        let mut reader = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&out).unwrap();
-        let req = StdioRequest { stdout: out.display().to_string(), ..Default::default() };
-        let Opened { process, mut keepalive, .. } = open(&req).unwrap();
+        let mut reader = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&out)
+            .unwrap();
+        let req = StdioRequest {
+            stdout: out.display().to_string(),
+            ..Default::default()
+        };
+        let Opened {
+            process,
+            mut keepalive,
+            ..
+        } = open(&req).unwrap();
         let mut w = File::from(process.stdout.unwrap());
         w.write_all(b"hello").unwrap();
         drop(w); // the "container" exits
         let mut buf = [0u8; 16];
         assert_eq!(reader.read(&mut buf).unwrap(), 5);
         // The keepalive still holds a writer: no EOF yet, only EAGAIN.
-        assert_eq!(reader.read(&mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(
+            reader.read(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
         keepalive.release();
         assert_eq!(reader.read(&mut buf).unwrap(), 0);
     }
@@ -436,8 +515,15 @@ mod tests {
     fn stdin_waits_for_the_client_and_ends_when_it_closes() {
         let dir = tempfile::tempdir().unwrap();
         let inp = mkfifo(dir.path(), "in");
-        let req = StdioRequest { stdin: inp.display().to_string(), ..Default::default() };
-        let Opened { process, mut keepalive, stdin } = open(&req).unwrap();
+        let req = StdioRequest {
+            stdin: inp.display().to_string(),
+            ..Default::default()
+        };
+        let Opened {
+            process,
+            mut keepalive,
+            stdin,
+        } = open(&req).unwrap();
         keepalive.start_stdin(stdin.unwrap()).unwrap();
         let mut r = File::from(process.stdin.unwrap());
         // No writer yet: the process must block, not read EOF.
@@ -445,7 +531,10 @@ mod tests {
         fcntl(r.as_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).unwrap();
         let mut buf = [0u8; 8];
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(r.read(&mut buf).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(
+            r.read(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
         fcntl(r.as_fd(), FcntlArg::F_SETFL(flags)).unwrap();
         let mut client = OpenOptions::new().write(true).open(&inp).unwrap();
         client.write_all(b"abc").unwrap();
@@ -459,13 +548,22 @@ mod tests {
     fn close_stdin_gives_eof_while_the_client_still_holds_its_end() {
         let dir = tempfile::tempdir().unwrap();
         let inp = mkfifo(dir.path(), "in");
-        let req = StdioRequest { stdin: inp.display().to_string(), ..Default::default() };
-        let Opened { process, mut keepalive, stdin } = open(&req).unwrap();
+        let req = StdioRequest {
+            stdin: inp.display().to_string(),
+            ..Default::default()
+        };
+        let Opened {
+            process,
+            mut keepalive,
+            stdin,
+        } = open(&req).unwrap();
         keepalive.start_stdin(stdin.unwrap()).unwrap();
         let _client = OpenOptions::new().write(true).open(&inp).unwrap();
         keepalive.close_stdin();
         let mut got = Vec::new();
-        File::from(process.stdin.unwrap()).read_to_end(&mut got).unwrap();
+        File::from(process.stdin.unwrap())
+            .read_to_end(&mut got)
+            .unwrap();
         assert!(got.is_empty());
     }
 
@@ -474,10 +572,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("logs/c.log");
         let uri = format!("file://{}", log.display());
-        let req = StdioRequest { stdout: uri.clone(), stderr: uri, ..Default::default() };
+        let req = StdioRequest {
+            stdout: uri.clone(),
+            stderr: uri,
+            ..Default::default()
+        };
         let Opened { process, .. } = open(&req).unwrap();
-        File::from(process.stdout.unwrap()).write_all(b"out\n").unwrap();
-        File::from(process.stderr.unwrap()).write_all(b"err\n").unwrap();
+        File::from(process.stdout.unwrap())
+            .write_all(b"out\n")
+            .unwrap();
+        File::from(process.stderr.unwrap())
+            .write_all(b"err\n")
+            .unwrap();
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "out\nerr\n");
     }
 
@@ -486,7 +592,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("plain");
         std::fs::write(&p, "").unwrap();
-        let req = StdioRequest { stdout: p.display().to_string(), ..Default::default() };
+        let req = StdioRequest {
+            stdout: p.display().to_string(),
+            ..Default::default()
+        };
         assert_eq!(open(&req).unwrap_err().kind(), Kind::InvalidArgument);
     }
 }

@@ -13,7 +13,11 @@ use crate::error::{Context, Result};
 /// A protobuf timestamp for `t`.
 pub fn timestamp(t: SystemTime) -> Timestamp {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-    Timestamp { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32, ..Default::default() }
+    Timestamp {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+        ..Default::default()
+    }
 }
 
 /// `t` as RFC 3339 UTC with nanoseconds, the format containerd's logrus logs use.
@@ -65,9 +69,11 @@ pub fn write_file_atomic(path: &Path, data: &[u8], mode: u32) -> Result<()> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)
         .with_context(|| format!("create {}", tmp.display()))?;
-    f.write_all(data).with_context(|| format!("write {}", tmp.display()))?;
+    f.write_all(data)
+        .with_context(|| format!("write {}", tmp.display()))?;
     drop(f);
-    fs::rename(&tmp, path).with_context(|| format!("rename {} to {}", tmp.display(), path.display()))
+    fs::rename(&tmp, path)
+        .with_context(|| format!("rename {} to {}", tmp.display(), path.display()))
 }
 
 /// Machine architecture in containerd/Go's naming (`amd64`, `arm64`, ...).
@@ -117,6 +123,9 @@ mod tests {
         write_file_atomic(&p, b"one", 0o600).unwrap();
         write_file_atomic(&p, b"two", 0o600).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"two");
-        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
 }

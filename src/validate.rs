@@ -20,7 +20,9 @@ pub fn id(what: &str, id: &str) -> Result<()> {
         )));
     }
     let first_ok = id.as_bytes()[0].is_ascii_alphanumeric();
-    let chars_ok = id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    let chars_ok = id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
     if !first_ok || !chars_ok || id.contains("..") {
         return Err(Error::invalid(format!(
             "{what} {id:?} is not valid: use letters, digits, '.', '_' and '-', starting with a letter or digit"
@@ -43,7 +45,20 @@ mod tests {
 
     #[test]
     fn rejects_path_like_and_odd_ids() {
-        for bad in ["", "a/b", "..", ".", "../x", "a..b", "-rf", ".hidden", "a b", "a\0b", "ä", &"x".repeat(129)] {
+        for bad in [
+            "",
+            "a/b",
+            "..",
+            ".",
+            "../x",
+            "a..b",
+            "-rf",
+            ".hidden",
+            "a b",
+            "a\0b",
+            "ä",
+            &"x".repeat(129),
+        ] {
             let e = id("task id", bad).unwrap_err();
             assert_eq!(e.kind(), Kind::InvalidArgument, "{bad:?}");
             assert!(e.message().starts_with("task id"), "{}", e.message());

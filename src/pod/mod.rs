@@ -4,14 +4,21 @@
 //! * [`spec`]: decode `CreateSandboxRequest.options` (a CRI `PodSandboxConfig`) and validate
 //!   it into a plain [`PodSpec`];
 //! * [`files`]: the pod's `/etc/hosts`, `/etc/resolv.conf`, `/etc/hostname` and `/dev/shm`;
-//! * [`pause`]: the process that holds the pod's namespaces.
+//! * [`pause`]: the process that holds the pod's namespaces;
+//! * [`cgroup`]: the pod cgroup;
+//! * [`sandbox`]: the Sandbox service's state and logic.
 
+pub mod cgroup;
 pub mod files;
 pub mod pause;
+pub mod sandbox;
 pub mod spec;
 
 pub use files::{PodFiles, mount_shm, unmount_shm};
 pub use spec::{
-    CgroupParent, Dns, IpcMode, NetworkMode, PidMode, PodSpec, PortMapping, Protocol, SpecError, SysctlDefaults,
-    decode_pod_config,
+    CgroupParent, Dns, IpcMode, NetworkMode, PidMode, PodSpec, PortMapping, Protocol, SpecError,
+    SysctlDefaults, decode_pod_config,
 };
+
+#[cfg(test)]
+mod tests;

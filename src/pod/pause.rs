@@ -87,7 +87,9 @@ fn prepare(cfg: &PauseConfig) -> Result<Prepared> {
         flags |= libc::CLONE_NEWPID;
     }
     let netns = match &cfg.netns {
-        Some(p) => Some(OwnedFd::from(File::open(p).with_context(|| format!("open netns {}", p.display()))?)),
+        Some(p) => Some(OwnedFd::from(
+            File::open(p).with_context(|| format!("open netns {}", p.display()))?,
+        )),
         None => None,
     };
     let hostname = match &cfg.hostname {
@@ -99,25 +101,42 @@ fn prepare(cfg: &PauseConfig) -> Result<Prepared> {
     let mut sysctls = Vec::new();
     for (name, value) in &cfg.sysctls {
         let path = PathBuf::from("/proc/sys").join(name.replace('.', "/"));
-        let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Error::invalid(format!("sysctl {name:?} contains NUL")))?;
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| Error::invalid(format!("sysctl {name:?} contains NUL")))?;
         sysctls.push((c, value.as_bytes().to_vec(), name.clone()));
     }
     let cap_last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(40);
-    Ok(Prepared { flags, netns, hostname, sysctls, cap_last })
+    Ok(Prepared {
+        flags,
+        netns,
+        hostname,
+        sysctls,
+        cap_last,
+    })
 }
 
 /// Starts the pause process; returns its host pid once it holds the namespaces and dropped
 /// its privileges. Its exit is reaped by the shim's reaper like any child.
 pub fn spawn(cfg: &PauseConfig) -> Result<i32> {
     let p = prepare(cfg)?;
-    let (rx, tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pause: create status pipe")?;
+    let (rx, tx) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pause: create status pipe")?;
     // SAFETY: a fork-like clone (no CLONE_VM, no new stack): the child gets a copy of this
     // thread and runs `child`, which only makes async-signal-safe raw system calls on `p` and
     // never returns.
-    let pid = unsafe { libc::syscall(libc::SYS_clone, p.flags as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            p.flags as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
     if pid < 0 {
         return Err(Error::from(std::io::Error::last_os_error()).context("pause: clone"));
     }
@@ -130,7 +149,10 @@ pub fn spawn(cfg: &PauseConfig) -> Result<i32> {
     match read_status(rx) {
         Ok(()) => Ok(pid),
         Err(e) => {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
             Err(e)
         }
     }
@@ -141,8 +163,15 @@ fn read_status(rx: OwnedFd) -> Result<()> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let mut f = File::from(rx);
     let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(&f), PollFlags::POLLIN)];
-    match poll(&mut fds, PollTimeout::from(Duration::from_secs(10).as_millis() as u16)) {
-        Ok(0) => return Err(Error::internal("pause: no status from the child within 10s")),
+    match poll(
+        &mut fds,
+        PollTimeout::from(Duration::from_secs(10).as_millis() as u16),
+    ) {
+        Ok(0) => {
+            return Err(Error::internal(
+                "pause: no status from the child within 10s",
+            ));
+        }
         Ok(_) => {}
         Err(e) => return Err(Error::from(e).context("pause: wait for the child")),
     }
@@ -241,7 +270,9 @@ fn child(p: &Prepared, status_fd: i32) -> ! {
         if libc::syscall(libc::SYS_setresuid, PAUSE_UID, PAUSE_UID, PAUSE_UID) != 0 {
             fail(status_fd, 9, 0);
         }
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0
+        {
             fail(status_fd, 10, 0);
         }
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -296,7 +327,14 @@ mod tests {
 
     fn status_field(pid: i32, key: &str) -> String {
         let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        s.lines().find(|l| l.starts_with(key)).unwrap().split_once(':').unwrap().1.trim().to_string()
+        s.lines()
+            .find(|l| l.starts_with(key))
+            .unwrap()
+            .split_once(':')
+            .unwrap()
+            .1
+            .trim()
+            .to_string()
     }
 
     #[test]
@@ -316,7 +354,11 @@ mod tests {
         let pid = spawn(&cfg).unwrap();
         let ns = |p: &str, k: &str| std::fs::read_link(format!("/proc/{p}/ns/{k}")).unwrap();
         for kind in ["ipc", "uts", "pid_for_children"] {
-            let k = if kind == "pid_for_children" { "pid" } else { kind };
+            let k = if kind == "pid_for_children" {
+                "pid"
+            } else {
+                kind
+            };
             assert_ne!(ns(&pid.to_string(), k), ns("self", kind), "{kind}");
         }
         assert_eq!(ns(&pid.to_string(), "net"), ns("self", "net"));
@@ -324,9 +366,16 @@ mod tests {
         assert_eq!(status_field(pid, "CapEff"), "0000000000000000");
         assert_eq!(status_field(pid, "CapBnd"), "0000000000000000");
         assert_eq!(status_field(pid, "NoNewPrivs"), "1");
-        assert_eq!(status_field(pid, "NSpid").split_whitespace().last(), Some("1"));
+        assert_eq!(
+            status_field(pid, "NSpid").split_whitespace().last(),
+            Some("1")
+        );
         // Nothing inherited (the status pipe closes right after the report).
-        let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+        let fds = || {
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .unwrap()
+                .count()
+        };
         for _ in 0..100 {
             if fds() == 0 {
                 break;
@@ -345,7 +394,11 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(got, "pod-a");
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
         assert_eq!(wait_exit(pid), 0);
     }
 
@@ -362,15 +415,25 @@ mod tests {
             ..Default::default()
         };
         let err = spawn(&cfg).unwrap_err();
-        assert_eq!(err.message(), "pause: open a sysctl file (#0): No such file or directory (os error 2)");
+        assert_eq!(
+            err.message(),
+            "pause: open a sysctl file (#0): No such file or directory (os error 2)"
+        );
         // The child exited on its own; reap it so no zombie is left.
         let _ = nix::sys::wait::waitpid(None, None);
     }
 
     #[test]
     fn a_missing_netns_fails_before_any_clone() {
-        let cfg = PauseConfig { netns: Some("/nonexistent/netns".into()), ..Default::default() };
+        let cfg = PauseConfig {
+            netns: Some("/nonexistent/netns".into()),
+            ..Default::default()
+        };
         let err = spawn(&cfg).unwrap_err();
-        assert!(err.message().starts_with("open netns /nonexistent/netns"), "{}", err.message());
+        assert!(
+            err.message().starts_with("open netns /nonexistent/netns"),
+            "{}",
+            err.message()
+        );
     }
 }

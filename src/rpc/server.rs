@@ -18,7 +18,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use protobuf::MessageField;
-use ttrpc::proto::{Codec, MESSAGE_HEADER_LENGTH, MESSAGE_LENGTH_MAX, MESSAGE_TYPE_REQUEST, MESSAGE_TYPE_RESPONSE};
+use ttrpc::proto::{
+    Codec, MESSAGE_HEADER_LENGTH, MESSAGE_LENGTH_MAX, MESSAGE_TYPE_REQUEST, MESSAGE_TYPE_RESPONSE,
+};
 use ttrpc::{Code, MessageHeader, MethodHandler, Request, Response, TtrpcContext};
 
 type Methods = HashMap<String, Box<dyn MethodHandler + Send + Sync>>;
@@ -72,7 +74,11 @@ impl Server {
     pub fn new() -> Self {
         Server {
             methods: HashMap::new(),
-            pool: Arc::new(Pool { state: Mutex::default(), work: Condvar::new(), done: Condvar::new() }),
+            pool: Arc::new(Pool {
+                state: Mutex::default(),
+                work: Condvar::new(),
+                done: Condvar::new(),
+            }),
         }
     }
 
@@ -105,30 +111,37 @@ impl Server {
         let pool = self.pool.clone();
         let server = Arc::new(self);
         let s = server.clone();
-        std::thread::Builder::new().name("accept".into()).stack_size(128 * 1024).spawn(move || {
-            for stream in listener.incoming() {
-                match stream {
-                    Ok(stream) => {
-                        if let Err(e) = s.clone().accept(stream) {
-                            log::warn!("ttrpc connection rejected: {e}");
+        std::thread::Builder::new()
+            .name("accept".into())
+            .stack_size(128 * 1024)
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    match stream {
+                        Ok(stream) => {
+                            if let Err(e) = s.clone().accept(stream) {
+                                log::warn!("ttrpc connection rejected: {e}");
+                            }
+                        }
+                        Err(e) => {
+                            log::warn!("ttrpc accept: {e}");
+                            std::thread::sleep(Duration::from_millis(10));
                         }
                     }
-                    Err(e) => {
-                        log::warn!("ttrpc accept: {e}");
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
                 }
-            }
-        })?;
+            })?;
         Ok(ServerHandle { pool })
     }
 
     fn accept(self: Arc<Self>, stream: UnixStream) -> io::Result<()> {
-        let cred = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
-            .map_err(io::Error::from)?;
+        let cred =
+            nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+                .map_err(io::Error::from)?;
         let me = nix::unistd::geteuid().as_raw();
         if cred.uid() != 0 && cred.uid() != me {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("peer uid {} is not allowed", cred.uid())));
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("peer uid {} is not allowed", cred.uid()),
+            ));
         }
         let (res_tx, res_rx) = mpsc::channel();
         let conn = Arc::new(Conn {
@@ -160,10 +173,15 @@ impl Server {
             if header.length as usize > MESSAGE_LENGTH_MAX {
                 // Reject without reading the body, then drop the connection: we cannot
                 // resynchronise on a stream whose length we refuse to read.
-                respond_error(&conn, header.stream_id, Code::RESOURCE_EXHAUSTED, &format!(
-                    "message length {} exceeds the maximum {MESSAGE_LENGTH_MAX}",
-                    header.length
-                ));
+                respond_error(
+                    &conn,
+                    header.stream_id,
+                    Code::RESOURCE_EXHAUSTED,
+                    &format!(
+                        "message length {} exceeds the maximum {MESSAGE_LENGTH_MAX}",
+                        header.length
+                    ),
+                );
                 flush(&conn);
                 return;
             }
@@ -174,23 +192,44 @@ impl Server {
             if header.type_ != MESSAGE_TYPE_REQUEST {
                 continue; // streams are not used by containerd's shim APIs
             }
-            self.pool.submit(self.clone(), Job { conn: conn.clone(), header, payload });
+            self.pool.submit(
+                self.clone(),
+                Job {
+                    conn: conn.clone(),
+                    header,
+                    payload,
+                },
+            );
         }
     }
 
     fn run(&self, job: Job) {
-        let Job { conn, header, payload } = job;
+        let Job {
+            conn,
+            header,
+            payload,
+        } = job;
         let req = match <Request as Codec>::decode(&payload) {
             Ok(r) => r,
             Err(e) => {
-                respond_error(&conn, header.stream_id, Code::INVALID_ARGUMENT, &format!("bad request: {e}"));
+                respond_error(
+                    &conn,
+                    header.stream_id,
+                    Code::INVALID_ARGUMENT,
+                    &format!("bad request: {e}"),
+                );
                 flush(&conn);
                 return;
             }
         };
         let path = format!("/{}/{}", req.service, req.method);
         match self.methods.get(&path) {
-            None => respond_error(&conn, header.stream_id, Code::UNIMPLEMENTED, &format!("{path} is not implemented")),
+            None => respond_error(
+                &conn,
+                header.stream_id,
+                Code::UNIMPLEMENTED,
+                &format!("{path} is not implemented"),
+            ),
             Some(handler) => {
                 let ctx = TtrpcContext {
                     fd: conn.fd,
@@ -214,9 +253,15 @@ impl Server {
 
 /// Queues an error response for `stream_id`.
 fn respond_error(conn: &Conn, stream_id: u32, code: Code, msg: &str) {
-    let res = Response { status: MessageField::some(ttrpc::get_status(code, msg.to_string())), ..Default::default() };
+    let res = Response {
+        status: MessageField::some(ttrpc::get_status(code, msg.to_string())),
+        ..Default::default()
+    };
     if let Ok(buf) = res.encode() {
-        let _ = conn.res_tx.send((MessageHeader::new_response(stream_id, buf.len() as u32), buf));
+        let _ = conn.res_tx.send((
+            MessageHeader::new_response(stream_id, buf.len() as u32),
+            buf,
+        ));
     }
 }
 
@@ -315,11 +360,19 @@ mod tests {
 
     struct Echo;
     impl Task for Echo {
-        fn connect(&self, _ctx: &TtrpcContext, req: ConnectRequest) -> ttrpc::Result<ConnectResponse> {
+        fn connect(
+            &self,
+            _ctx: &TtrpcContext,
+            req: ConnectRequest,
+        ) -> ttrpc::Result<ConnectResponse> {
             if req.id == "slow" {
                 std::thread::sleep(Duration::from_millis(300));
             }
-            Ok(ConnectResponse { shim_pid: 7, version: req.id, ..Default::default() })
+            Ok(ConnectResponse {
+                shim_pid: 7,
+                version: req.id,
+                ..Default::default()
+            })
         }
     }
 
@@ -328,7 +381,11 @@ mod tests {
         let listener = UnixListener::bind(&path).unwrap();
         let mut server = Server::new();
         server.register(create_task(Arc::new(Echo)));
-        server.register_renamed(create_task(Arc::new(Echo)), "containerd.task.v3.Task", "containerd.task.v2.Task");
+        server.register_renamed(
+            create_task(Arc::new(Echo)),
+            "containerd.task.v3.Task",
+            "containerd.task.v2.Task",
+        );
         server.start(listener).unwrap();
         format!("unix://{}", path.display())
     }
@@ -339,21 +396,37 @@ mod tests {
         let addr = serve(dir.path());
         let client = ttrpc::Client::connect(&addr).unwrap();
         let task = TaskClient::new(client.clone());
-        let r = task.connect(ttrpc::context::with_timeout(0), &ConnectRequest { id: "a".into(), ..Default::default() }).unwrap();
+        let r = task
+            .connect(
+                ttrpc::context::with_timeout(0),
+                &ConnectRequest {
+                    id: "a".into(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
         assert_eq!((r.shim_pid, r.version.as_str()), (7, "a"));
 
         // The same method under the v2 service name, through a raw request.
         let req = Request {
             service: "containerd.task.v2.Task".into(),
             method: "Connect".into(),
-            payload: protobuf::Message::write_to_bytes(&ConnectRequest { id: "b".into(), ..Default::default() }).unwrap(),
+            payload: protobuf::Message::write_to_bytes(&ConnectRequest {
+                id: "b".into(),
+                ..Default::default()
+            })
+            .unwrap(),
             ..Default::default()
         };
         let res = client.request(req).unwrap();
         let r: ConnectResponse = protobuf::Message::parse_from_bytes(&res.payload).unwrap();
         assert_eq!(r.version, "b");
 
-        let req = Request { service: "containerd.task.v9.Task".into(), method: "Connect".into(), ..Default::default() };
+        let req = Request {
+            service: "containerd.task.v9.Task".into(),
+            method: "Connect".into(),
+            ..Default::default()
+        };
         match client.request(req) {
             Err(ttrpc::Error::RpcStatus(s)) => assert_eq!(s.code(), Code::UNIMPLEMENTED),
             other => panic!("expected UNIMPLEMENTED, got {other:?}"),
@@ -367,13 +440,32 @@ mod tests {
         let task = TaskClient::new(ttrpc::Client::connect(&addr).unwrap());
         let t2 = task.clone();
         let slow = std::thread::spawn(move || {
-            t2.connect(ttrpc::context::with_timeout(0), &ConnectRequest { id: "slow".into(), ..Default::default() }).unwrap()
+            t2.connect(
+                ttrpc::context::with_timeout(0),
+                &ConnectRequest {
+                    id: "slow".into(),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
         });
         std::thread::sleep(Duration::from_millis(50));
         let start = Instant::now();
-        let r = task.connect(ttrpc::context::with_timeout(0), &ConnectRequest { id: "fast".into(), ..Default::default() }).unwrap();
+        let r = task
+            .connect(
+                ttrpc::context::with_timeout(0),
+                &ConnectRequest {
+                    id: "fast".into(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
         assert_eq!(r.version, "fast");
-        assert!(start.elapsed() < Duration::from_millis(250), "fast call waited {:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_millis(250),
+            "fast call waited {:?}",
+            start.elapsed()
+        );
         assert_eq!(slow.join().unwrap().version, "slow");
     }
 }

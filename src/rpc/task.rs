@@ -44,7 +44,8 @@ pub fn runc_config_from_options(any: Option<&Any>, namespace: &str) -> Result<Op
     if !any_is(any, "containerd.runc.v1.Options") {
         return Ok(None);
     }
-    let o = RuncOptions::parse_from_bytes(&any.value).map_err(|e| Error::invalid(format!("runtime options: {e}")))?;
+    let o = RuncOptions::parse_from_bytes(&any.value)
+        .map_err(|e| Error::invalid(format!("runtime options: {e}")))?;
     let mut cfg = RuncConfig::defaults(namespace);
     if !o.binary_name.is_empty() {
         cfg.binary = o.binary_name;
@@ -52,7 +53,10 @@ pub fn runc_config_from_options(any: Option<&Any>, namespace: &str) -> Result<Op
     if !o.root.is_empty() {
         let root = PathBuf::from(&o.root);
         if !root.is_absolute() {
-            return Err(Error::invalid(format!("runtime options: Root {:?} must be absolute", o.root)));
+            return Err(Error::invalid(format!(
+                "runtime options: Root {:?} must be absolute",
+                o.root
+            )));
         }
         cfg.root = root.join(namespace);
     }
@@ -75,7 +79,11 @@ impl Task for TaskService {
     fn create(&self, _ctx: &TtrpcContext, req: CreateTaskRequest) -> R<CreateTaskResponse> {
         log::info!("create task {}", req.id);
         if !req.checkpoint.is_empty() || !req.parent_checkpoint.is_empty() {
-            return Err(Error::unimplemented(format!("create task {}: restore from a checkpoint is not supported", req.id)).into());
+            return Err(Error::unimplemented(format!(
+                "create task {}: restore from a checkpoint is not supported",
+                req.id
+            ))
+            .into());
         }
         let runc = runc_config_from_options(req.options.as_ref(), self.tm.namespace())
             .map_err(|e| e.context(format!("create task {}", req.id)))?;
@@ -85,24 +93,45 @@ impl Task for TaskService {
             rootfs: req
                 .rootfs
                 .into_iter()
-                .map(|m| MountSpec { kind: m.type_, source: m.source, target: m.target, options: m.options })
+                .map(|m| MountSpec {
+                    kind: m.type_,
+                    source: m.source,
+                    target: m.target,
+                    options: m.options,
+                })
                 .collect(),
-            stdio: StdioRequest { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, terminal: req.terminal },
+            stdio: StdioRequest {
+                stdin: req.stdin,
+                stdout: req.stdout,
+                stderr: req.stderr,
+                terminal: req.terminal,
+            },
             runc,
         })?;
-        Ok(CreateTaskResponse { pid, ..Default::default() })
+        Ok(CreateTaskResponse {
+            pid,
+            ..Default::default()
+        })
     }
 
     fn start(&self, _ctx: &TtrpcContext, req: StartRequest) -> R<StartResponse> {
         log::info!("start {} {}", req.id, req.exec_id);
         let pid = self.tm.start(&req.id, &req.exec_id)?;
-        Ok(StartResponse { pid, ..Default::default() })
+        Ok(StartResponse {
+            pid,
+            ..Default::default()
+        })
     }
 
     fn delete(&self, _ctx: &TtrpcContext, req: DeleteRequest) -> R<DeleteResponse> {
         log::info!("delete {} {}", req.id, req.exec_id);
         let (pid, code, at) = self.tm.delete(&req.id, &req.exec_id)?;
-        Ok(DeleteResponse { pid, exit_status: code, exited_at: MessageField::some(timestamp(at)), ..Default::default() })
+        Ok(DeleteResponse {
+            pid,
+            exit_status: code,
+            exited_at: MessageField::some(timestamp(at)),
+            ..Default::default()
+        })
     }
 
     fn state(&self, _ctx: &TtrpcContext, req: StateRequest) -> R<StateResponse> {
@@ -112,7 +141,11 @@ impl Task for TaskService {
             id: req.id.clone(),
             bundle: c.bundle.display().to_string(),
             pid: st.pid as u32,
-            status: status(if st.exit_published { Status::Stopped } else { st.status }),
+            status: status(if st.exit_published {
+                Status::Stopped
+            } else {
+                st.status
+            }),
             stdin: p.stdio.stdin.clone(),
             stdout: p.stdio.stdout.clone(),
             stderr: p.stdio.stderr.clone(),
@@ -138,7 +171,12 @@ impl Task for TaskService {
                 info: match exec {
                     Some(exec_id) => MessageField::some(Any {
                         type_url: "containerd.runc.v1.ProcessDetails".into(),
-                        value: ProcessDetails { exec_id, ..Default::default() }.write_to_bytes().unwrap_or_default(),
+                        value: ProcessDetails {
+                            exec_id,
+                            ..Default::default()
+                        }
+                        .write_to_bytes()
+                        .unwrap_or_default(),
                         ..Default::default()
                     }),
                     None => MessageField::none(),
@@ -146,7 +184,10 @@ impl Task for TaskService {
                 ..Default::default()
             })
             .collect();
-        Ok(PidsResponse { processes, ..Default::default() })
+        Ok(PidsResponse {
+            processes,
+            ..Default::default()
+        })
     }
 
     fn pause(&self, _ctx: &TtrpcContext, req: PauseRequest) -> R<Empty> {
@@ -162,25 +203,45 @@ impl Task for TaskService {
     }
 
     fn checkpoint(&self, _ctx: &TtrpcContext, req: CheckpointTaskRequest) -> R<Empty> {
-        Err(Error::unimplemented(format!("checkpoint task {}: checkpointing (CRIU) is not supported by rsandbox", req.id)).into())
+        Err(Error::unimplemented(format!(
+            "checkpoint task {}: checkpointing (CRIU) is not supported by rsandbox",
+            req.id
+        ))
+        .into())
     }
 
     fn kill(&self, _ctx: &TtrpcContext, req: KillRequest) -> R<Empty> {
-        log::info!("kill {} {} signal {} all={}", req.id, req.exec_id, req.signal, req.all);
+        log::info!(
+            "kill {} {} signal {} all={}",
+            req.id,
+            req.exec_id,
+            req.signal,
+            req.all
+        );
         self.tm.kill(&req.id, &req.exec_id, req.signal, req.all)?;
         Ok(Empty::new())
     }
 
     fn exec(&self, _ctx: &TtrpcContext, req: ExecProcessRequest) -> R<Empty> {
         log::info!("exec {} in {}", req.exec_id, req.id);
-        let spec = req.spec.as_ref().map(|s| s.value.clone()).unwrap_or_default();
-        let stdio = StdioRequest { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, terminal: req.terminal };
+        let spec = req
+            .spec
+            .as_ref()
+            .map(|s| s.value.clone())
+            .unwrap_or_default();
+        let stdio = StdioRequest {
+            stdin: req.stdin,
+            stdout: req.stdout,
+            stderr: req.stderr,
+            terminal: req.terminal,
+        };
         self.tm.exec(&req.id, &req.exec_id, stdio, spec)?;
         Ok(Empty::new())
     }
 
     fn resize_pty(&self, _ctx: &TtrpcContext, req: ResizePtyRequest) -> R<Empty> {
-        self.tm.resize_pty(&req.id, &req.exec_id, req.width, req.height)?;
+        self.tm
+            .resize_pty(&req.id, &req.exec_id, req.width, req.height)?;
         Ok(Empty::new())
     }
 
@@ -191,23 +252,37 @@ impl Task for TaskService {
 
     fn update(&self, _ctx: &TtrpcContext, req: UpdateTaskRequest) -> R<Empty> {
         log::info!("update {}", req.id);
-        let resources = req.resources.as_ref().map(|r| r.value.clone()).unwrap_or_default();
+        let resources = req
+            .resources
+            .as_ref()
+            .map(|r| r.value.clone())
+            .unwrap_or_default();
         self.tm.update(&req.id, &resources)?;
         Ok(Empty::new())
     }
 
     fn wait(&self, _ctx: &TtrpcContext, req: WaitRequest) -> R<WaitResponse> {
         let e = self.tm.wait(&req.id, &req.exec_id)?;
-        Ok(WaitResponse { exit_status: e.status, exited_at: MessageField::some(timestamp(e.at)), ..Default::default() })
+        Ok(WaitResponse {
+            exit_status: e.status,
+            exited_at: MessageField::some(timestamp(e.at)),
+            ..Default::default()
+        })
     }
 
     fn stats(&self, _ctx: &TtrpcContext, req: StatsRequest) -> R<StatsResponse> {
         let stats = self.tm.stats(&req.id)?;
-        Ok(StatsResponse { stats: MessageField::some(stats), ..Default::default() })
+        Ok(StatsResponse {
+            stats: MessageField::some(stats),
+            ..Default::default()
+        })
     }
 
     fn connect(&self, _ctx: &TtrpcContext, req: ConnectRequest) -> R<ConnectResponse> {
-        let task_pid = self.tm.task_pid(&req.id).map_err(|e| e.context("connect"))?;
+        let task_pid = self
+            .tm
+            .task_pid(&req.id)
+            .map_err(|e| e.context("connect"))?;
         Ok(ConnectResponse {
             shim_pid: std::process::id(),
             task_pid,
@@ -229,9 +304,20 @@ mod tests {
 
     #[test]
     fn runc_options_set_binary_root_and_cgroup_driver() {
-        let o = RuncOptions { binary_name: "/usr/sbin/runc".into(), root: "/run/r".into(), systemd_cgroup: true, ..Default::default() };
-        let any = Any { type_url: "containerd.runc.v1.Options".into(), value: o.write_to_bytes().unwrap(), ..Default::default() };
-        let cfg = runc_config_from_options(Some(&any), "k8s.io").unwrap().unwrap();
+        let o = RuncOptions {
+            binary_name: "/usr/sbin/runc".into(),
+            root: "/run/r".into(),
+            systemd_cgroup: true,
+            ..Default::default()
+        };
+        let any = Any {
+            type_url: "containerd.runc.v1.Options".into(),
+            value: o.write_to_bytes().unwrap(),
+            ..Default::default()
+        };
+        let cfg = runc_config_from_options(Some(&any), "k8s.io")
+            .unwrap()
+            .unwrap();
         assert_eq!(cfg.binary, "/usr/sbin/runc");
         assert_eq!(cfg.root, PathBuf::from("/run/r/k8s.io"));
         assert!(cfg.systemd_cgroup);
@@ -239,13 +325,37 @@ mod tests {
 
     #[test]
     fn cri_endpoint_only_options_keep_defaults_and_other_types_are_ignored() {
-        let o = RuncOptions { task_api_address: "ttrpc+unix:///x".into(), task_api_version: 3, ..Default::default() };
-        let any = Any { type_url: "type.googleapis.com/containerd.runc.v1.Options".into(), value: o.write_to_bytes().unwrap(), ..Default::default() };
-        assert_eq!(runc_config_from_options(Some(&any), "k8s.io").unwrap(), Some(RuncConfig::defaults("k8s.io")));
-        let other = Any { type_url: "runtimeoptions.v1.Options".into(), ..Default::default() };
-        assert_eq!(runc_config_from_options(Some(&other), "k8s.io").unwrap(), None);
-        let bad = RuncOptions { root: "relative".into(), ..Default::default() };
-        let any = Any { type_url: "containerd.runc.v1.Options".into(), value: bad.write_to_bytes().unwrap(), ..Default::default() };
+        let o = RuncOptions {
+            task_api_address: "ttrpc+unix:///x".into(),
+            task_api_version: 3,
+            ..Default::default()
+        };
+        let any = Any {
+            type_url: "type.googleapis.com/containerd.runc.v1.Options".into(),
+            value: o.write_to_bytes().unwrap(),
+            ..Default::default()
+        };
+        assert_eq!(
+            runc_config_from_options(Some(&any), "k8s.io").unwrap(),
+            Some(RuncConfig::defaults("k8s.io"))
+        );
+        let other = Any {
+            type_url: "runtimeoptions.v1.Options".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            runc_config_from_options(Some(&other), "k8s.io").unwrap(),
+            None
+        );
+        let bad = RuncOptions {
+            root: "relative".into(),
+            ..Default::default()
+        };
+        let any = Any {
+            type_url: "containerd.runc.v1.Options".into(),
+            value: bad.write_to_bytes().unwrap(),
+            ..Default::default()
+        };
         assert!(runc_config_from_options(Some(&any), "ns").is_err());
     }
 }

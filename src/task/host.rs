@@ -10,8 +10,8 @@ use protobuf::well_known_types::any::Any;
 use crate::cgroups::{CgroupPaths, OomWatcher};
 use crate::error::{Context, Result};
 use crate::mount::{self, MountSpec};
-use crate::runtime::{Runc, RuncConfig, Runtime};
 use crate::reaper::Spawner;
+use crate::runtime::{Runc, RuncConfig, Runtime};
 
 /// OS operations the task manager needs besides the OCI runtime.
 pub trait Host: Send + Sync {
@@ -60,9 +60,14 @@ impl Host for LinuxHost {
     fn signal(&self, pid: i32, signal: u32) -> Result<()> {
         let sig = nix::sys::signal::Signal::try_from(signal as i32)
             .map_err(|_| crate::error::Error::invalid(format!("signal {signal} is not valid")))?;
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).with_context(|| format!("kill pid {pid}"))
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig)
+            .with_context(|| format!("kill pid {pid}"))
     }
     fn runtime(&self, config: &RuncConfig) -> Arc<dyn Runtime> {
-        Arc::new(Runc::new(config.clone(), self.spawner.clone(), self.socket_dir.clone()))
+        Arc::new(Runc::new(
+            config.clone(),
+            self.spawner.clone(),
+            self.socket_dir.clone(),
+        ))
     }
 }

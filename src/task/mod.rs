@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 
 use containerd_shim_protos::events::task::{
-    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskPaused, TaskResumed, TaskStart,
+    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskPaused,
+    TaskResumed, TaskStart,
 };
 use protobuf::MessageField;
 
@@ -141,7 +142,12 @@ impl TaskManager {
     /// The container `id` or NotFound.
     pub fn container(&self, id: &str) -> Result<Arc<Container>> {
         validate::id("task id", id)?;
-        self.containers.lock().unwrap().get(id).cloned().ok_or_else(|| Error::not_found(format!("task {id} not found")))
+        self.containers
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("task {id} not found")))
     }
 
     /// The process `exec_id` of container `id` (the init when `exec_id` is empty).
@@ -155,7 +161,9 @@ impl TaskManager {
         let p = c.execs.lock().unwrap().get(exec_id).cloned();
         match p {
             Some(p) => Ok((c, p)),
-            None => Err(Error::not_found(format!("exec {exec_id} of task {id} not found"))),
+            None => Err(Error::not_found(format!(
+                "exec {exec_id} of task {id} not found"
+            ))),
         }
     }
 
@@ -173,7 +181,8 @@ impl TaskManager {
     /// Create: mount the rootfs, open stdio, `runc create`. Returns the init pid.
     pub fn create(&self, req: CreateRequest) -> Result<u32> {
         let id = req.id.clone();
-        self.create_inner(req).with_context(|| format!("create task {id}"))
+        self.create_inner(req)
+            .with_context(|| format!("create task {id}"))
     }
 
     fn create_inner(&self, req: CreateRequest) -> Result<u32> {
@@ -181,8 +190,13 @@ impl TaskManager {
         validate_bundle(&req.bundle)?;
         req.stdio.validate()?;
         crate::mount::validate(&req.rootfs)?;
-        if self.containers.lock().unwrap().contains_key(&req.id) || !self.creating.lock().unwrap().insert(req.id.clone()) {
-            return Err(Error::already_exists(format!("task {} already exists", req.id)));
+        if self.containers.lock().unwrap().contains_key(&req.id)
+            || !self.creating.lock().unwrap().insert(req.id.clone())
+        {
+            return Err(Error::already_exists(format!(
+                "task {} already exists",
+                req.id
+            )));
         }
         let r = self.create_reserved(&req);
         self.creating.lock().unwrap().remove(&req.id);
@@ -191,22 +205,33 @@ impl TaskManager {
 
     fn create_reserved(&self, req: &CreateRequest) -> Result<u32> {
         let config_path = req.bundle.join("config.json");
-        let raw = std::fs::read(&config_path).with_context(|| format!("read {}", config_path.display()))?;
-        let mut spec: serde_json::Value =
-            serde_json::from_slice(&raw).map_err(|e| Error::invalid(format!("parse {}: {e}", config_path.display())))?;
+        let raw = std::fs::read(&config_path)
+            .with_context(|| format!("read {}", config_path.display()))?;
+        let mut spec: serde_json::Value = serde_json::from_slice(&raw)
+            .map_err(|e| Error::invalid(format!("parse {}: {e}", config_path.display())))?;
         check_spec(&spec, req.stdio.terminal)?;
         if let Some(pod) = self.pod()
-            && pod.prepare_spec(&req.id, &mut spec).context("add pod mounts")?
+            && pod
+                .prepare_spec(&req.id, &mut spec)
+                .context("add pod mounts")?
         {
             let data = serde_json::to_vec(&spec).map_err(|e| Error::internal(e.to_string()))?;
             write_file_atomic(&config_path, &data, 0o600).context("write config.json")?;
         }
         let shares_pid_ns = shares_pid_namespace(&spec);
-        let runc = req.runc.clone().unwrap_or_else(|| self.default_runc.clone());
+        let runc = req
+            .runc
+            .clone()
+            .unwrap_or_else(|| self.default_runc.clone());
         let rootfs = req.bundle.join("rootfs");
-        let record = TaskRecord { id: req.id.clone(), runc: runc.clone(), rootfs_mounted: !req.rootfs.is_empty() };
+        let record = TaskRecord {
+            id: req.id.clone(),
+            runc: runc.clone(),
+            rootfs_mounted: !req.rootfs.is_empty(),
+        };
         let data = serde_json::to_vec(&record).map_err(|e| Error::internal(e.to_string()))?;
-        write_file_atomic(&req.bundle.join(TASK_STATE_FILE), &data, 0o600).context("write task record")?;
+        write_file_atomic(&req.bundle.join(TASK_STATE_FILE), &data, 0o600)
+            .context("write task record")?;
         if !req.rootfs.is_empty() {
             self.host.mount_rootfs(&req.rootfs, &rootfs)?;
         }
@@ -245,7 +270,10 @@ impl TaskManager {
             shares_pid_ns,
             op: Mutex::new(()),
         });
-        self.containers.lock().unwrap().insert(req.id.clone(), container);
+        self.containers
+            .lock()
+            .unwrap()
+            .insert(req.id.clone(), container);
         self.events.publish(Event::Create(TaskCreate {
             container_id: req.id.clone(),
             bundle: req.bundle.display().to_string(),
@@ -276,7 +304,12 @@ impl TaskManager {
     }
 
     /// `runc create` with stdio or a terminal; registers the pid before returning.
-    fn spawn_init(&self, req: &CreateRequest, runtime: &Arc<dyn Runtime>, init: &Arc<Process>) -> Result<i32> {
+    fn spawn_init(
+        &self,
+        req: &CreateRequest,
+        runtime: &Arc<dyn Runtime>,
+        init: &Arc<Process>,
+    ) -> Result<i32> {
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
         let (io, mut keepalive, stdin) = if req.stdio.terminal {
             (ProcessIo::default(), Default::default(), None)
@@ -295,7 +328,9 @@ impl TaskManager {
             *init.tty.lock().unwrap() = Some(copier);
         } else if req.stdio.terminal {
             let _ = runtime.delete(&req.id, true);
-            return Err(Error::internal("runc did not send a console for the terminal"));
+            return Err(Error::internal(
+                "runc did not send a console for the terminal",
+            ));
         }
         init.lock().pid = pid;
         self.by_pid.lock().unwrap().insert(pid, init.clone());
@@ -323,7 +358,11 @@ impl TaskManager {
 
     /// Start the init (`exec_id` empty) or an exec. Returns the pid.
     pub fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
-        let what = if exec_id.is_empty() { format!("start task {id}") } else { format!("start exec {exec_id} of task {id}") };
+        let what = if exec_id.is_empty() {
+            format!("start task {id}")
+        } else {
+            format!("start exec {exec_id} of task {id}")
+        };
         self.start_inner(id, exec_id).context(&what)
     }
 
@@ -333,7 +372,9 @@ impl TaskManager {
         {
             let mut st = p.lock();
             if st.status != Status::Created || st.exit.is_some() {
-                return Err(Error::precondition(format!("{} is {:?}, not created", p.event_id(), st.status).to_lowercase()));
+                return Err(Error::precondition(
+                    format!("{} is {:?}, not created", p.event_id(), st.status).to_lowercase(),
+                ));
             }
             st.starting = true;
         }
@@ -358,7 +399,11 @@ impl TaskManager {
             st.status = Status::Running;
         }
         self.events.publish(match &p.exec_id {
-            None => Event::Start(TaskStart { container_id: id.into(), pid: pid as u32, ..Default::default() }),
+            None => Event::Start(TaskStart {
+                container_id: id.into(),
+                pid: pid as u32,
+                ..Default::default()
+            }),
             Some(e) => Event::ExecStarted(TaskExecStarted {
                 container_id: id.into(),
                 exec_id: e.clone(),
@@ -382,7 +427,9 @@ impl TaskManager {
             (o.process, o.keepalive, o.stdin)
         };
         let spec = p.spec.as_deref().unwrap_or_default();
-        let spawned = c.runtime.exec(&c.id, &c.bundle, exec_id, spec, p.stdio.terminal, io)?;
+        let spawned = c
+            .runtime
+            .exec(&c.id, &c.bundle, exec_id, spec, p.stdio.terminal, io)?;
         if let Some(copy) = stdin {
             keepalive.start_stdin(copy)?;
         }
@@ -402,16 +449,27 @@ impl TaskManager {
 
     /// Called by the reaper for every exited child. Must not block on lifecycle locks.
     pub fn on_exit(&self, exit: Exit) {
-        let Some(p) = self.by_pid.lock().unwrap().remove(&exit.pid) else { return };
+        let Some(p) = self.by_pid.lock().unwrap().remove(&exit.pid) else {
+            return;
+        };
         {
             let mut st = p.lock();
             if st.exit.is_some() {
                 return;
             }
-            st.exit = Some(ExitInfo { status: exit.status as u32, at: exit.at });
+            st.exit = Some(ExitInfo {
+                status: exit.status as u32,
+                at: exit.at,
+            });
             st.exit_pending = true;
         }
-        log::info!("task {} process {} (pid {}) exited with status {}", p.container_id, p.event_id(), exit.pid, exit.status);
+        log::info!(
+            "task {} process {} (pid {}) exited with status {}",
+            p.container_id,
+            p.event_id(),
+            exit.pid,
+            exit.status
+        );
         p.keepalive.lock().unwrap().release();
         match p.tty.lock().unwrap().as_ref() {
             // The copier flushes the terminal output first, then calls output_drained.
@@ -486,16 +544,20 @@ impl TaskManager {
 
     /// When a container without its own pid namespace loses its init, kill the rest of it.
     fn after_init_exit(&self, init: &Arc<Process>) {
-        let Ok(c) = self.container(&init.container_id) else { return };
+        let Ok(c) = self.container(&init.container_id) else {
+            return;
+        };
         if c.shares_pid_ns {
             let runtime = c.runtime.clone();
             let id = c.id.clone();
             // Off the reaper thread: runc's own exit is reaped by it.
-            let _ = std::thread::Builder::new().stack_size(256 * 1024).spawn(move || {
-                if let Err(e) = runtime.kill(&id, 9, true) {
-                    log::debug!("kill remaining processes of {id}: {e}");
-                }
-            });
+            let _ = std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn(move || {
+                    if let Err(e) = runtime.kill(&id, 9, true) {
+                        log::debug!("kill remaining processes of {id}: {e}");
+                    }
+                });
         }
     }
 
@@ -503,7 +565,11 @@ impl TaskManager {
 
     /// Delete the init (removing the task) or an exec. Returns (pid, exit status, exited at).
     pub fn delete(&self, id: &str, exec_id: &str) -> Result<(u32, u32, SystemTime)> {
-        let what = if exec_id.is_empty() { format!("delete task {id}") } else { format!("delete exec {exec_id} of task {id}") };
+        let what = if exec_id.is_empty() {
+            format!("delete task {id}")
+        } else {
+            format!("delete exec {exec_id} of task {id}")
+        };
         self.delete_inner(id, exec_id).context(&what)
     }
 
@@ -515,7 +581,10 @@ impl TaskManager {
             (st.pid, st.status, st.exit)
         };
         if exit.is_none() && status != Status::Created {
-            return Err(Error::precondition(format!("{} is still running; kill it first", p.event_id())));
+            return Err(Error::precondition(format!(
+                "{} is still running; kill it first",
+                p.event_id()
+            )));
         }
         let (code, at) = match exit {
             Some(e) => (e.status, e.at),
@@ -558,21 +627,45 @@ impl TaskManager {
     // ---- Exec ----
 
     /// Registers an exec process (started later by Start with the exec ID).
-    pub fn exec(&self, id: &str, exec_id: &str, stdio: StdioRequest, spec_json: Vec<u8>) -> Result<()> {
-        self.exec_inner(id, exec_id, stdio, spec_json).with_context(|| format!("exec {exec_id} in task {id}"))
+    pub fn exec(
+        &self,
+        id: &str,
+        exec_id: &str,
+        stdio: StdioRequest,
+        spec_json: Vec<u8>,
+    ) -> Result<()> {
+        self.exec_inner(id, exec_id, stdio, spec_json)
+            .with_context(|| format!("exec {exec_id} in task {id}"))
     }
 
-    fn exec_inner(&self, id: &str, exec_id: &str, stdio: StdioRequest, spec_json: Vec<u8>) -> Result<()> {
+    fn exec_inner(
+        &self,
+        id: &str,
+        exec_id: &str,
+        stdio: StdioRequest,
+        spec_json: Vec<u8>,
+    ) -> Result<()> {
         validate::id("exec id", exec_id)?;
         stdio.validate()?;
         let c = self.container(id)?;
-        let spec: serde_json::Value =
-            serde_json::from_slice(&spec_json).map_err(|e| Error::invalid(format!("process spec is not JSON: {e}")))?;
-        if spec.get("args").and_then(|a| a.as_array()).is_none_or(|a| a.is_empty()) {
+        let spec: serde_json::Value = serde_json::from_slice(&spec_json)
+            .map_err(|e| Error::invalid(format!("process spec is not JSON: {e}")))?;
+        if spec
+            .get("args")
+            .and_then(|a| a.as_array())
+            .is_none_or(|a| a.is_empty())
+        {
             return Err(Error::invalid("process spec has no args"));
         }
-        if spec.get("terminal").and_then(|t| t.as_bool()).unwrap_or(false) != stdio.terminal {
-            return Err(Error::invalid("process spec terminal does not match the request"));
+        if spec
+            .get("terminal")
+            .and_then(|t| t.as_bool())
+            .unwrap_or(false)
+            != stdio.terminal
+        {
+            return Err(Error::invalid(
+                "process spec terminal does not match the request",
+            ));
         }
         {
             let ist = c.init.lock();
@@ -582,9 +675,19 @@ impl TaskManager {
         }
         let mut execs = c.execs.lock().unwrap();
         if execs.contains_key(exec_id) {
-            return Err(Error::already_exists(format!("exec {exec_id} already exists")));
+            return Err(Error::already_exists(format!(
+                "exec {exec_id} already exists"
+            )));
         }
-        execs.insert(exec_id.into(), Arc::new(Process::new(id, Some(exec_id.into()), stdio, Some(spec_json))));
+        execs.insert(
+            exec_id.into(),
+            Arc::new(Process::new(
+                id,
+                Some(exec_id.into()),
+                stdio,
+                Some(spec_json),
+            )),
+        );
         drop(execs);
         self.events.publish(Event::ExecAdded(TaskExecAdded {
             container_id: id.into(),
@@ -597,29 +700,46 @@ impl TaskManager {
     // ---- Signals, state, waiting ----
 
     pub fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()> {
-        let (c, p) = self.process(id, exec_id).with_context(|| format!("kill {id}"))?;
+        let (c, p) = self
+            .process(id, exec_id)
+            .with_context(|| format!("kill {id}"))?;
         let (pid, exited) = {
             let st = p.lock();
             (st.pid, st.exit.is_some())
         };
         if p.exec_id.is_none() {
             if exited && !all {
-                return Err(Error::not_found(format!("kill task {id}: process already finished")));
+                return Err(Error::not_found(format!(
+                    "kill task {id}: process already finished"
+                )));
             }
-            return c.runtime.kill(id, signal, all).with_context(|| format!("kill task {id}"));
+            return c
+                .runtime
+                .kill(id, signal, all)
+                .with_context(|| format!("kill task {id}"));
         }
         if exited {
-            return Err(Error::not_found(format!("kill exec {}: process already finished", p.event_id())));
+            return Err(Error::not_found(format!(
+                "kill exec {}: process already finished",
+                p.event_id()
+            )));
         }
         if pid == 0 {
-            return Err(Error::precondition(format!("kill exec {}: not started", p.event_id())));
+            return Err(Error::precondition(format!(
+                "kill exec {}: not started",
+                p.event_id()
+            )));
         }
-        self.host.signal(pid, signal).with_context(|| format!("kill exec {}", p.event_id()))
+        self.host
+            .signal(pid, signal)
+            .with_context(|| format!("kill exec {}", p.event_id()))
     }
 
     /// Blocks until the process exited; returns its exit.
     pub fn wait(&self, id: &str, exec_id: &str) -> Result<ExitInfo> {
-        let (_, p) = self.process(id, exec_id).with_context(|| format!("wait {id}"))?;
+        let (_, p) = self
+            .process(id, exec_id)
+            .with_context(|| format!("wait {id}"))?;
         Ok(p.wait())
     }
 
@@ -627,14 +747,19 @@ impl TaskManager {
         let c = self.container(id).with_context(|| format!("pause {id}"))?;
         let _op = c.op.lock().unwrap();
         if c.init.lock().status != Status::Running {
-            return Err(Error::precondition(format!("pause {id}: task is not running")));
+            return Err(Error::precondition(format!(
+                "pause {id}: task is not running"
+            )));
         }
         c.runtime.pause(id).with_context(|| format!("pause {id}"))?;
         let mut st = c.init.lock();
         if st.exit.is_none() {
             st.status = Status::Paused;
         }
-        self.events.publish(Event::Paused(TaskPaused { container_id: id.into(), ..Default::default() }));
+        self.events.publish(Event::Paused(TaskPaused {
+            container_id: id.into(),
+            ..Default::default()
+        }));
         Ok(())
     }
 
@@ -642,14 +767,21 @@ impl TaskManager {
         let c = self.container(id).with_context(|| format!("resume {id}"))?;
         let _op = c.op.lock().unwrap();
         if c.init.lock().status != Status::Paused {
-            return Err(Error::precondition(format!("resume {id}: task is not paused")));
+            return Err(Error::precondition(format!(
+                "resume {id}: task is not paused"
+            )));
         }
-        c.runtime.resume(id).with_context(|| format!("resume {id}"))?;
+        c.runtime
+            .resume(id)
+            .with_context(|| format!("resume {id}"))?;
         let mut st = c.init.lock();
         if st.exit.is_none() {
             st.status = Status::Running;
         }
-        self.events.publish(Event::Resumed(TaskResumed { container_id: id.into(), ..Default::default() }));
+        self.events.publish(Event::Resumed(TaskResumed {
+            container_id: id.into(),
+            ..Default::default()
+        }));
         Ok(())
     }
 
@@ -664,7 +796,10 @@ impl TaskManager {
         Ok(pids
             .into_iter()
             .map(|pid| {
-                let exec = execs.values().find(|e| e.lock().pid == pid).and_then(|e| e.exec_id.clone());
+                let exec = execs
+                    .values()
+                    .find(|e| e.lock().pid == pid)
+                    .and_then(|e| e.exec_id.clone());
                 (pid as u32, exec)
             })
             .collect())
@@ -672,19 +807,30 @@ impl TaskManager {
 
     pub fn stats(&self, id: &str) -> Result<protobuf::well_known_types::any::Any> {
         let c = self.container(id).with_context(|| format!("stats {id}"))?;
-        let paths = c.cgroup.as_ref().ok_or_else(|| crate::cgroups::no_cgroup(id))?;
-        self.host.metrics(paths).with_context(|| format!("stats {id}"))
+        let paths = c
+            .cgroup
+            .as_ref()
+            .ok_or_else(|| crate::cgroups::no_cgroup(id))?;
+        self.host
+            .metrics(paths)
+            .with_context(|| format!("stats {id}"))
     }
 
     pub fn update(&self, id: &str, resources_json: &[u8]) -> Result<()> {
         let c = self.container(id).with_context(|| format!("update {id}"))?;
         let _: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(resources_json)
-            .map_err(|e| Error::invalid(format!("update {id}: resources are not a JSON object: {e}")))?;
-        c.runtime.update(id, resources_json).with_context(|| format!("update {id}"))
+            .map_err(|e| {
+                Error::invalid(format!("update {id}: resources are not a JSON object: {e}"))
+            })?;
+        c.runtime
+            .update(id, resources_json)
+            .with_context(|| format!("update {id}"))
     }
 
     pub fn close_io(&self, id: &str, exec_id: &str, stdin: bool) -> Result<()> {
-        let (_, p) = self.process(id, exec_id).with_context(|| format!("close io of {id}"))?;
+        let (_, p) = self
+            .process(id, exec_id)
+            .with_context(|| format!("close io of {id}"))?;
         if stdin {
             p.keepalive.lock().unwrap().close_stdin();
             if let Some(t) = p.tty.lock().unwrap().as_ref() {
@@ -695,12 +841,19 @@ impl TaskManager {
     }
 
     pub fn resize_pty(&self, id: &str, exec_id: &str, width: u32, height: u32) -> Result<()> {
-        let (_, p) = self.process(id, exec_id).with_context(|| format!("resize pty of {id}"))?;
-        let w = u16::try_from(width).map_err(|_| Error::invalid(format!("width {width} is too large")))?;
-        let h = u16::try_from(height).map_err(|_| Error::invalid(format!("height {height} is too large")))?;
+        let (_, p) = self
+            .process(id, exec_id)
+            .with_context(|| format!("resize pty of {id}"))?;
+        let w = u16::try_from(width)
+            .map_err(|_| Error::invalid(format!("width {width} is too large")))?;
+        let h = u16::try_from(height)
+            .map_err(|_| Error::invalid(format!("height {height} is too large")))?;
         match p.tty.lock().unwrap().as_ref() {
             Some(t) => t.resize(w, h),
-            None => Err(Error::precondition(format!("resize pty of {}: it has no terminal", p.event_id()))),
+            None => Err(Error::precondition(format!(
+                "resize pty of {}: it has no terminal",
+                p.event_id()
+            ))),
         }
     }
 
@@ -732,26 +885,46 @@ impl TaskManager {
 }
 
 fn validate_bundle(bundle: &Path) -> Result<()> {
-    if !bundle.is_absolute() || bundle.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(Error::invalid(format!("bundle {:?} must be an absolute path without '..'", bundle)));
+    if !bundle.is_absolute()
+        || bundle
+            .components()
+            .any(|c| matches!(c, Component::ParentDir))
+    {
+        return Err(Error::invalid(format!(
+            "bundle {:?} must be an absolute path without '..'",
+            bundle
+        )));
     }
     if !bundle.is_dir() {
-        return Err(Error::invalid(format!("bundle {} is not a directory", bundle.display())));
+        return Err(Error::invalid(format!(
+            "bundle {} is not a directory",
+            bundle.display()
+        )));
     }
     Ok(())
 }
 
 /// Minimal checks of an OCI spec before runc sees it.
 fn check_spec(spec: &serde_json::Value, terminal: bool) -> Result<()> {
-    let Some(obj) = spec.as_object() else { return Err(Error::invalid("config.json is not a JSON object")) };
+    let Some(obj) = spec.as_object() else {
+        return Err(Error::invalid("config.json is not a JSON object"));
+    };
     if obj.get("ociVersion").and_then(|v| v.as_str()).is_none() {
         return Err(Error::invalid("config.json has no ociVersion"));
     }
-    if obj.get("root").and_then(|r| r.get("path")).and_then(|p| p.as_str()).is_none() {
+    if obj
+        .get("root")
+        .and_then(|r| r.get("path"))
+        .and_then(|p| p.as_str())
+        .is_none()
+    {
         return Err(Error::invalid("config.json has no root.path"));
     }
     if let Some(p) = obj.get("process") {
-        if p.get("args").and_then(|a| a.as_array()).is_none_or(|a| a.is_empty()) {
+        if p.get("args")
+            .and_then(|a| a.as_array())
+            .is_none_or(|a| a.is_empty())
+        {
             return Err(Error::invalid("config.json process has no args"));
         }
         let spec_terminal = p.get("terminal").and_then(|t| t.as_bool()).unwrap_or(false);
@@ -770,7 +943,9 @@ fn shares_pid_namespace(spec: &serde_json::Value) -> bool {
     let own = ns.is_some_and(|list| {
         list.iter().any(|n| {
             n.get("type").and_then(|t| t.as_str()) == Some("pid")
-                && n.get("path").and_then(|p| p.as_str()).is_none_or(str::is_empty)
+                && n.get("path")
+                    .and_then(|p| p.as_str())
+                    .is_none_or(str::is_empty)
         })
     });
     !own

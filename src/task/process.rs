@@ -55,7 +55,12 @@ pub struct Process {
 }
 
 impl Process {
-    pub fn new(container_id: &str, exec_id: Option<String>, stdio: StdioRequest, spec: Option<Vec<u8>>) -> Self {
+    pub fn new(
+        container_id: &str,
+        exec_id: Option<String>,
+        stdio: StdioRequest,
+        spec: Option<Vec<u8>>,
+    ) -> Self {
         Process {
             container_id: container_id.to_string(),
             exec_id,

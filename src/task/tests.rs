@@ -8,8 +8,8 @@ use std::time::SystemTime;
 
 use containerd_shim_protos::api::*;
 use containerd_shim_protos::shim_sync::Task;
-use protobuf::well_known_types::any::Any;
 use protobuf::MessageField;
+use protobuf::well_known_types::any::Any;
 use ttrpc::{Code, TtrpcContext};
 
 use super::*;
@@ -51,7 +51,10 @@ impl Runtime for FakeRuntime {
     fn create(&self, id: &str, _bundle: &Path, _terminal: bool, _io: ProcessIo) -> Result<Spawned> {
         self.record(format!("create {id}"));
         self.check("create")?;
-        Ok(Spawned { pid: self.pid(), console: None })
+        Ok(Spawned {
+            pid: self.pid(),
+            console: None,
+        })
     }
     fn start(&self, id: &str) -> Result<()> {
         self.record(format!("start {id}"));
@@ -61,10 +64,21 @@ impl Runtime for FakeRuntime {
         }
         Ok(())
     }
-    fn exec(&self, id: &str, _b: &Path, exec_id: &str, _spec: &[u8], _t: bool, _io: ProcessIo) -> Result<Spawned> {
+    fn exec(
+        &self,
+        id: &str,
+        _b: &Path,
+        exec_id: &str,
+        _spec: &[u8],
+        _t: bool,
+        _io: ProcessIo,
+    ) -> Result<Spawned> {
         self.record(format!("exec {id} {exec_id}"));
         self.check("exec")?;
-        Ok(Spawned { pid: self.pid(), console: None })
+        Ok(Spawned {
+            pid: self.pid(),
+            console: None,
+        })
     }
     fn kill(&self, id: &str, signal: u32, all: bool) -> Result<()> {
         self.record(format!("kill {id} {signal} {all}"));
@@ -103,20 +117,31 @@ struct FakeHost {
 impl Host for FakeHost {
     fn mount_rootfs(&self, _m: &[MountSpec], rootfs: &Path) -> Result<()> {
         if *self.fail_mount.lock().unwrap() {
-            return Err(Error::internal("mount rootfs[0] (overlay overlay): invalid argument"));
+            return Err(Error::internal(
+                "mount rootfs[0] (overlay overlay): invalid argument",
+            ));
         }
-        self.mounted.lock().unwrap().push(rootfs.display().to_string());
+        self.mounted
+            .lock()
+            .unwrap()
+            .push(rootfs.display().to_string());
         Ok(())
     }
     fn unmount_rootfs(&self, rootfs: &Path) -> Result<()> {
-        self.mounted.lock().unwrap().retain(|m| m != &rootfs.display().to_string());
+        self.mounted
+            .lock()
+            .unwrap()
+            .retain(|m| m != &rootfs.display().to_string());
         Ok(())
     }
     fn cgroup_paths(&self, _pid: i32) -> Result<CgroupPaths> {
         Ok(CgroupPaths::default())
     }
     fn metrics(&self, _p: &CgroupPaths) -> Result<Any> {
-        Ok(Any { type_url: "io.containerd.cgroups.v1.Metrics".into(), ..Default::default() })
+        Ok(Any {
+            type_url: "io.containerd.cgroups.v1.Metrics".into(),
+            ..Default::default()
+        })
     }
     fn watch_oom(&self, _id: &str, _p: &CgroupPaths) -> Result<()> {
         Ok(())
@@ -154,9 +179,21 @@ fn ctx() -> TtrpcContext {
 fn fixture() -> Fixture {
     let host = Arc::new(FakeHost::default());
     let events = Arc::new(RecordingSink::default());
-    let tm = TaskManager::new("default", RuncConfig::defaults("default"), host.clone(), events.clone(), None);
+    let tm = TaskManager::new(
+        "default",
+        RuncConfig::defaults("default"),
+        host.clone(),
+        events.clone(),
+        None,
+    );
     let svc = TaskService::new(tm.clone());
-    Fixture { tm, svc, host, events, dir: tempfile::tempdir().unwrap() }
+    Fixture {
+        tm,
+        svc,
+        host,
+        events,
+        dir: tempfile::tempdir().unwrap(),
+    }
 }
 
 const SPEC: &str = r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"args":["sh"],"terminal":false},
@@ -189,14 +226,29 @@ impl Fixture {
     }
 
     fn start(&self, id: &str, exec_id: &str) -> ttrpc::Result<StartResponse> {
-        self.svc.start(&ctx(), StartRequest { id: id.into(), exec_id: exec_id.into(), ..Default::default() })
+        self.svc.start(
+            &ctx(),
+            StartRequest {
+                id: id.into(),
+                exec_id: exec_id.into(),
+                ..Default::default()
+            },
+        )
     }
 
     fn exit(&self, pid: u32, status: i32) {
-        self.tm.on_exit(Exit { pid: pid as i32, status, at: SystemTime::now() });
+        self.tm.on_exit(Exit {
+            pid: pid as i32,
+            status,
+            at: SystemTime::now(),
+        });
     }
 
-    fn exec(&self, id: &str, exec_id: &str) -> ttrpc::Result<protobuf::well_known_types::empty::Empty> {
+    fn exec(
+        &self,
+        id: &str,
+        exec_id: &str,
+    ) -> ttrpc::Result<protobuf::well_known_types::empty::Empty> {
         self.svc.exec(
             &ctx(),
             ExecProcessRequest {
@@ -233,25 +285,81 @@ fn lifecycle_publishes_events_in_order_and_cleans_up() {
     let pid = f.create("t1").unwrap().pid;
     assert!(pid as i32 >= FAKE_PID_BASE);
     assert_eq!(f.host.mounted.lock().unwrap().len(), 1);
-    let st = f.svc.state(&ctx(), StateRequest { id: "t1".into(), ..Default::default() }).unwrap();
-    assert_eq!(st.status.enum_value().unwrap(), containerd_shim_protos::types::task::Status::CREATED);
+    let st = f
+        .svc
+        .state(
+            &ctx(),
+            StateRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        st.status.enum_value().unwrap(),
+        containerd_shim_protos::types::task::Status::CREATED
+    );
     assert_eq!(f.start("t1", "").unwrap().pid, pid);
 
     let tm = f.tm.clone();
     let waiter = std::thread::spawn(move || tm.wait("t1", "").unwrap());
     f.exit(pid, 3);
     assert_eq!(waiter.join().unwrap().status, 3);
-    let st = f.svc.state(&ctx(), StateRequest { id: "t1".into(), ..Default::default() }).unwrap();
-    assert_eq!(st.status.enum_value().unwrap(), containerd_shim_protos::types::task::Status::STOPPED);
+    let st = f
+        .svc
+        .state(
+            &ctx(),
+            StateRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        st.status.enum_value().unwrap(),
+        containerd_shim_protos::types::task::Status::STOPPED
+    );
     assert_eq!(st.exit_status, 3);
 
-    let del = f.svc.delete(&ctx(), DeleteRequest { id: "t1".into(), ..Default::default() }).unwrap();
+    let del = f
+        .svc
+        .delete(
+            &ctx(),
+            DeleteRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!((del.pid, del.exit_status), (pid, 3));
-    assert_eq!(f.events.topics(), ["/tasks/create", "/tasks/start", "/tasks/exit", "/tasks/delete"]);
-    assert!(f.host.mounted.lock().unwrap().is_empty(), "rootfs left mounted");
+    assert_eq!(
+        f.events.topics(),
+        [
+            "/tasks/create",
+            "/tasks/start",
+            "/tasks/exit",
+            "/tasks/delete"
+        ]
+    );
+    assert!(
+        f.host.mounted.lock().unwrap().is_empty(),
+        "rootfs left mounted"
+    );
     assert!(f.tm.is_empty());
-    assert_eq!(f.host.runtime.calls(), ["create t1", "start t1", "delete t1 true"]);
-    assert_eq!(code(f.svc.state(&ctx(), StateRequest { id: "t1".into(), ..Default::default() })), Code::NOT_FOUND);
+    assert_eq!(
+        f.host.runtime.calls(),
+        ["create t1", "start t1", "delete t1 true"]
+    );
+    assert_eq!(
+        code(f.svc.state(
+            &ctx(),
+            StateRequest {
+                id: "t1".into(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
 }
 
 #[test]
@@ -259,10 +367,18 @@ fn an_exit_during_start_is_published_after_start() {
     let f = fixture();
     let pid = f.create("t1").unwrap().pid;
     let tm = f.tm.clone();
-    *f.host.runtime.on_start.lock().unwrap() =
-        Some(Box::new(move || tm.on_exit(Exit { pid: pid as i32, status: 0, at: SystemTime::now() })));
+    *f.host.runtime.on_start.lock().unwrap() = Some(Box::new(move || {
+        tm.on_exit(Exit {
+            pid: pid as i32,
+            status: 0,
+            at: SystemTime::now(),
+        })
+    }));
     f.start("t1", "").unwrap();
-    assert_eq!(f.events.topics(), ["/tasks/create", "/tasks/start", "/tasks/exit"]);
+    assert_eq!(
+        f.events.topics(),
+        ["/tasks/create", "/tasks/start", "/tasks/exit"]
+    );
     assert_eq!(f.tm.wait("t1", "").unwrap().status, 0);
 }
 
@@ -271,22 +387,150 @@ fn unknown_ids_answer_not_found_everywhere() {
     let f = fixture();
     let c = ctx();
     let id = || "nope".to_string();
-    assert_eq!(code(f.svc.state(&c, StateRequest { id: id(), ..Default::default() })), Code::NOT_FOUND);
-    assert_eq!(code(f.svc.start(&c, StartRequest { id: id(), ..Default::default() })), Code::NOT_FOUND);
-    assert_eq!(code(f.svc.delete(&c, DeleteRequest { id: id(), ..Default::default() })), Code::NOT_FOUND);
-    assert_eq!(code(f.svc.kill(&c, KillRequest { id: id(), signal: 9, ..Default::default() })), Code::NOT_FOUND);
-    assert_eq!(code(f.svc.wait(&c, WaitRequest { id: id(), ..Default::default() })), Code::NOT_FOUND);
-    assert_eq!(code(f.svc.pids(&c, PidsRequest { id: id(), ..Default::default() })), Code::NOT_FOUND);
-    assert_eq!(code(f.svc.pause(&c, PauseRequest { id: id(), ..Default::default() })), Code::NOT_FOUND);
-    assert_eq!(code(f.svc.resume(&c, ResumeRequest { id: id(), ..Default::default() })), Code::NOT_FOUND);
+    assert_eq!(
+        code(f.svc.state(
+            &c,
+            StateRequest {
+                id: id(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
+    assert_eq!(
+        code(f.svc.start(
+            &c,
+            StartRequest {
+                id: id(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
+    assert_eq!(
+        code(f.svc.delete(
+            &c,
+            DeleteRequest {
+                id: id(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
+    assert_eq!(
+        code(f.svc.kill(
+            &c,
+            KillRequest {
+                id: id(),
+                signal: 9,
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
+    assert_eq!(
+        code(f.svc.wait(
+            &c,
+            WaitRequest {
+                id: id(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
+    assert_eq!(
+        code(f.svc.pids(
+            &c,
+            PidsRequest {
+                id: id(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
+    assert_eq!(
+        code(f.svc.pause(
+            &c,
+            PauseRequest {
+                id: id(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
+    assert_eq!(
+        code(f.svc.resume(
+            &c,
+            ResumeRequest {
+                id: id(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
     assert_eq!(code(f.exec("nope", "e1")), Code::NOT_FOUND);
-    assert_eq!(code(f.svc.resize_pty(&c, ResizePtyRequest { id: id(), ..Default::default() })), Code::NOT_FOUND);
-    assert_eq!(code(f.svc.close_io(&c, CloseIORequest { id: id(), ..Default::default() })), Code::NOT_FOUND);
-    assert_eq!(code(f.svc.update(&c, UpdateTaskRequest { id: id(), ..Default::default() })), Code::NOT_FOUND);
-    assert_eq!(code(f.svc.stats(&c, StatsRequest { id: id(), ..Default::default() })), Code::NOT_FOUND);
-    assert_eq!(code(f.svc.connect(&c, ConnectRequest { id: id(), ..Default::default() })), Code::NOT_FOUND);
+    assert_eq!(
+        code(f.svc.resize_pty(
+            &c,
+            ResizePtyRequest {
+                id: id(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
+    assert_eq!(
+        code(f.svc.close_io(
+            &c,
+            CloseIORequest {
+                id: id(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
+    assert_eq!(
+        code(f.svc.update(
+            &c,
+            UpdateTaskRequest {
+                id: id(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
+    assert_eq!(
+        code(f.svc.stats(
+            &c,
+            StatsRequest {
+                id: id(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
+    assert_eq!(
+        code(f.svc.connect(
+            &c,
+            ConnectRequest {
+                id: id(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
     f.create("t1").unwrap();
-    assert_eq!(code(f.svc.state(&c, StateRequest { id: "t1".into(), exec_id: "e9".into(), ..Default::default() })), Code::NOT_FOUND);
+    assert_eq!(
+        code(f.svc.state(
+            &c,
+            StateRequest {
+                id: "t1".into(),
+                exec_id: "e9".into(),
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
 }
 
 #[test]
@@ -294,19 +538,53 @@ fn bad_ids_and_paths_are_invalid_arguments() {
     let f = fixture();
     let c = ctx();
     for bad in ["a/b", "..", "", "-x"] {
-        let r = f.svc.create(&c, CreateTaskRequest { id: bad.into(), bundle: "/tmp".into(), ..Default::default() });
+        let r = f.svc.create(
+            &c,
+            CreateTaskRequest {
+                id: bad.into(),
+                bundle: "/tmp".into(),
+                ..Default::default()
+            },
+        );
         assert_eq!(code(r), Code::INVALID_ARGUMENT, "{bad:?}");
-        assert_eq!(code(f.svc.state(&c, StateRequest { id: bad.into(), ..Default::default() })), Code::INVALID_ARGUMENT);
+        assert_eq!(
+            code(f.svc.state(
+                &c,
+                StateRequest {
+                    id: bad.into(),
+                    ..Default::default()
+                }
+            )),
+            Code::INVALID_ARGUMENT
+        );
     }
-    let r = f.svc.create(&c, CreateTaskRequest { id: "t1".into(), bundle: "relative/b".into(), ..Default::default() });
+    let r = f.svc.create(
+        &c,
+        CreateTaskRequest {
+            id: "t1".into(),
+            bundle: "relative/b".into(),
+            ..Default::default()
+        },
+    );
     assert!(message(r).contains("must be an absolute path"));
     let bundle = f.bundle("t2", SPEC);
-    let r = f.svc.create(&c, CreateTaskRequest { id: "t2".into(), bundle, stdout: "tcp://x".into(), ..Default::default() });
+    let r = f.svc.create(
+        &c,
+        CreateTaskRequest {
+            id: "t2".into(),
+            bundle,
+            stdout: "tcp://x".into(),
+            ..Default::default()
+        },
+    );
     assert_eq!(code(r), Code::INVALID_ARGUMENT);
     f.create("t3").unwrap();
     f.start("t3", "").unwrap();
     assert_eq!(code(f.exec("t3", "../e")), Code::INVALID_ARGUMENT);
-    assert!(f.host.runtime.calls().iter().all(|c| !c.contains("t2")), "t2 reached the runtime");
+    assert!(
+        f.host.runtime.calls().iter().all(|c| !c.contains("t2")),
+        "t2 reached the runtime"
+    );
 }
 
 #[test]
@@ -315,13 +593,29 @@ fn malformed_spec_is_rejected_before_mounting() {
     for (spec, why) in [
         ("not json", "parse"),
         (r#"{"root":{"path":"rootfs"}}"#, "ociVersion"),
-        (r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"args":[]}}"#, "no args"),
-        (r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"args":["sh"],"terminal":true}}"#, "terminal"),
+        (
+            r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"args":[]}}"#,
+            "no args",
+        ),
+        (
+            r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"args":["sh"],"terminal":true}}"#,
+            "terminal",
+        ),
     ] {
         let bundle = f.bundle("bad", spec);
-        let r = f.svc.create(&ctx(), CreateTaskRequest { id: "bad".into(), bundle, ..Default::default() });
+        let r = f.svc.create(
+            &ctx(),
+            CreateTaskRequest {
+                id: "bad".into(),
+                bundle,
+                ..Default::default()
+            },
+        );
         let msg = message(r);
-        assert!(msg.starts_with("create task bad: ") && msg.contains(why), "{msg}");
+        assert!(
+            msg.starts_with("create task bad: ") && msg.contains(why),
+            "{msg}"
+        );
     }
     assert!(f.host.mounted.lock().unwrap().is_empty());
     assert!(f.host.runtime.calls().is_empty());
@@ -330,10 +624,19 @@ fn malformed_spec_is_rejected_before_mounting() {
 #[test]
 fn a_failed_create_leaves_nothing_and_the_id_can_be_reused() {
     let f = fixture();
-    f.host.runtime.fail.lock().unwrap().insert("create", Error::internal("runc create: exec: \"nope\": not found"));
+    f.host.runtime.fail.lock().unwrap().insert(
+        "create",
+        Error::internal("runc create: exec: \"nope\": not found"),
+    );
     let msg = message(f.create("t1"));
-    assert_eq!(msg, "create task t1: runc create: exec: \"nope\": not found");
-    assert!(f.host.mounted.lock().unwrap().is_empty(), "rootfs left mounted");
+    assert_eq!(
+        msg,
+        "create task t1: runc create: exec: \"nope\": not found"
+    );
+    assert!(
+        f.host.mounted.lock().unwrap().is_empty(),
+        "rootfs left mounted"
+    );
     assert!(f.tm.is_empty());
     f.host.runtime.fail.lock().unwrap().clear();
     f.create("t1").unwrap();
@@ -349,7 +652,13 @@ fn create_twice_is_already_exists_and_running_delete_is_refused() {
     f.create("t1").unwrap();
     assert_eq!(code(f.create("t1")), Code::ALREADY_EXISTS);
     f.start("t1", "").unwrap();
-    let r = f.svc.delete(&ctx(), DeleteRequest { id: "t1".into(), ..Default::default() });
+    let r = f.svc.delete(
+        &ctx(),
+        DeleteRequest {
+            id: "t1".into(),
+            ..Default::default()
+        },
+    );
     assert_eq!(code(r), Code::FAILED_PRECONDITION);
     assert_eq!(code(f.start("t1", "")), Code::FAILED_PRECONDITION);
 }
@@ -364,21 +673,56 @@ fn exec_lifecycle_and_init_exit_waits_for_execs() {
     let epid = f.start("t1", "e1").unwrap().pid;
     assert_ne!(epid, init);
     *f.host.runtime.ps.lock().unwrap() = vec![init as i32, epid as i32];
-    let pids = f.svc.pids(&ctx(), PidsRequest { id: "t1".into(), ..Default::default() }).unwrap();
+    let pids = f
+        .svc
+        .pids(
+            &ctx(),
+            PidsRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(pids.processes.len(), 2);
     assert!(pids.processes[0].info.is_none());
-    assert_eq!(pids.processes[1].info.type_url, "containerd.runc.v1.ProcessDetails");
+    assert_eq!(
+        pids.processes[1].info.type_url,
+        "containerd.runc.v1.ProcessDetails"
+    );
 
-    f.svc.kill(&ctx(), KillRequest { id: "t1".into(), exec_id: "e1".into(), signal: 15, ..Default::default() }).unwrap();
+    f.svc
+        .kill(
+            &ctx(),
+            KillRequest {
+                id: "t1".into(),
+                exec_id: "e1".into(),
+                signal: 15,
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(*f.host.signals.lock().unwrap(), vec![(epid as i32, 15)]);
 
     // The init dies first; its exit must still come after the exec's.
     f.exit(init, 137);
-    assert!(f.tm.process("t1", "").unwrap().1.exit_if_published().is_none());
+    assert!(
+        f.tm.process("t1", "")
+            .unwrap()
+            .1
+            .exit_if_published()
+            .is_none()
+    );
     f.exit(epid, 143);
     assert_eq!(
         f.events.topics(),
-        ["/tasks/create", "/tasks/start", "/tasks/exec-added", "/tasks/exec-started", "/tasks/exit", "/tasks/exit"]
+        [
+            "/tasks/create",
+            "/tasks/start",
+            "/tasks/exec-added",
+            "/tasks/exec-started",
+            "/tasks/exit",
+            "/tasks/exit"
+        ]
     );
     let exits: Vec<String> = f
         .events
@@ -386,41 +730,129 @@ fn exec_lifecycle_and_init_exit_waits_for_execs() {
         .lock()
         .unwrap()
         .iter()
-        .filter_map(|e| if let crate::events::Event::Exit(x) = e { Some(x.id.clone()) } else { None })
+        .filter_map(|e| {
+            if let crate::events::Event::Exit(x) = e {
+                Some(x.id.clone())
+            } else {
+                None
+            }
+        })
         .collect();
     assert_eq!(exits, ["e1", "t1"]);
-    let d = f.svc.delete(&ctx(), DeleteRequest { id: "t1".into(), exec_id: "e1".into(), ..Default::default() }).unwrap();
+    let d = f
+        .svc
+        .delete(
+            &ctx(),
+            DeleteRequest {
+                id: "t1".into(),
+                exec_id: "e1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(d.exit_status, 143);
-    assert_eq!(code(f.svc.kill(&ctx(), KillRequest { id: "t1".into(), signal: 9, ..Default::default() })), Code::NOT_FOUND);
+    assert_eq!(
+        code(f.svc.kill(
+            &ctx(),
+            KillRequest {
+                id: "t1".into(),
+                signal: 9,
+                ..Default::default()
+            }
+        )),
+        Code::NOT_FOUND
+    );
 }
 
 #[test]
 fn pause_resume_update_stats_and_checkpoint() {
     let f = fixture();
     f.create("t1").unwrap();
-    assert_eq!(code(f.svc.pause(&ctx(), PauseRequest { id: "t1".into(), ..Default::default() })), Code::FAILED_PRECONDITION);
+    assert_eq!(
+        code(f.svc.pause(
+            &ctx(),
+            PauseRequest {
+                id: "t1".into(),
+                ..Default::default()
+            }
+        )),
+        Code::FAILED_PRECONDITION
+    );
     f.start("t1", "").unwrap();
-    f.svc.pause(&ctx(), PauseRequest { id: "t1".into(), ..Default::default() }).unwrap();
-    let st = f.svc.state(&ctx(), StateRequest { id: "t1".into(), ..Default::default() }).unwrap();
-    assert_eq!(st.status.enum_value().unwrap(), containerd_shim_protos::types::task::Status::PAUSED);
-    f.svc.resume(&ctx(), ResumeRequest { id: "t1".into(), ..Default::default() }).unwrap();
-    assert!(f.events.topics().ends_with(&["/tasks/paused", "/tasks/resumed"]));
+    f.svc
+        .pause(
+            &ctx(),
+            PauseRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let st = f
+        .svc
+        .state(
+            &ctx(),
+            StateRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        st.status.enum_value().unwrap(),
+        containerd_shim_protos::types::task::Status::PAUSED
+    );
+    f.svc
+        .resume(
+            &ctx(),
+            ResumeRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(
+        f.events
+            .topics()
+            .ends_with(&["/tasks/paused", "/tasks/resumed"])
+    );
 
     let bad = UpdateTaskRequest {
         id: "t1".into(),
-        resources: MessageField::some(Any { value: b"[1]".to_vec(), ..Default::default() }),
+        resources: MessageField::some(Any {
+            value: b"[1]".to_vec(),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     assert_eq!(code(f.svc.update(&ctx(), bad)), Code::INVALID_ARGUMENT);
     let good = UpdateTaskRequest {
         id: "t1".into(),
-        resources: MessageField::some(Any { value: br#"{"memory":{"limit":1048576}}"#.to_vec(), ..Default::default() }),
+        resources: MessageField::some(Any {
+            value: br#"{"memory":{"limit":1048576}}"#.to_vec(),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     f.svc.update(&ctx(), good).unwrap();
-    let s = f.svc.stats(&ctx(), StatsRequest { id: "t1".into(), ..Default::default() }).unwrap();
+    let s = f
+        .svc
+        .stats(
+            &ctx(),
+            StatsRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(s.stats.type_url, "io.containerd.cgroups.v1.Metrics");
-    let r = f.svc.checkpoint(&ctx(), CheckpointTaskRequest { id: "t1".into(), ..Default::default() });
+    let r = f.svc.checkpoint(
+        &ctx(),
+        CheckpointTaskRequest {
+            id: "t1".into(),
+            ..Default::default()
+        },
+    );
     assert_eq!(code(r), Code::UNIMPLEMENTED);
 }
 
@@ -431,12 +863,36 @@ fn shutdown_exits_only_without_tasks() {
     let fc = fired.clone();
     f.tm.set_on_shutdown(move || *fc.lock().unwrap() += 1);
     let pid = f.create("t1").unwrap().pid;
-    f.svc.shutdown(&ctx(), ShutdownRequest { id: "t1".into(), ..Default::default() }).unwrap();
+    f.svc
+        .shutdown(
+            &ctx(),
+            ShutdownRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(*fired.lock().unwrap(), 0);
     f.start("t1", "").unwrap();
     f.exit(pid, 0);
-    f.svc.delete(&ctx(), DeleteRequest { id: "t1".into(), ..Default::default() }).unwrap();
-    f.svc.shutdown(&ctx(), ShutdownRequest { id: "t1".into(), ..Default::default() }).unwrap();
+    f.svc
+        .delete(
+            &ctx(),
+            DeleteRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    f.svc
+        .shutdown(
+            &ctx(),
+            ShutdownRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(*fired.lock().unwrap(), 1);
 }
 
@@ -444,7 +900,16 @@ fn shutdown_exits_only_without_tasks() {
 fn connect_reports_shim_and_task_pids() {
     let f = fixture();
     let pid = f.create("t1").unwrap().pid;
-    let r = f.svc.connect(&ctx(), ConnectRequest { id: "t1".into(), ..Default::default() }).unwrap();
+    let r = f
+        .svc
+        .connect(
+            &ctx(),
+            ConnectRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!((r.shim_pid, r.task_pid), (std::process::id(), pid));
 }
 
@@ -452,6 +917,14 @@ fn connect_reports_shim_and_task_pids() {
 fn checkpoint_restore_on_create_is_unimplemented() {
     let f = fixture();
     let bundle = f.bundle("t1", SPEC);
-    let r = f.svc.create(&ctx(), CreateTaskRequest { id: "t1".into(), bundle, checkpoint: "/x".into(), ..Default::default() });
+    let r = f.svc.create(
+        &ctx(),
+        CreateTaskRequest {
+            id: "t1".into(),
+            bundle,
+            checkpoint: "/x".into(),
+            ..Default::default()
+        },
+    );
     assert_eq!(code(r), Code::UNIMPLEMENTED);
 }

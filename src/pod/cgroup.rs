@@ -1,0 +1,169 @@
+//! The pod cgroup (`linux.cgroup_parent`) that holds the pause process.
+//!
+//! With the cgroupfs driver the pod cgroup is a directory in every hierarchy (v1) or in the
+//! unified tree (v2). We create what is missing, put the pause process in it, and on teardown
+//! remove only the directories we created (the kubelet may own the parents).
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Context, Error, Result};
+
+/// Directories of the pod cgroup and which of them we created.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PodCgroup {
+    /// The pod cgroup directory in each hierarchy.
+    pub dirs: Vec<PathBuf>,
+    /// Directories this shim created, deepest last.
+    pub created: Vec<PathBuf>,
+}
+
+/// Mount points of the cgroup hierarchies to use: the unified one on v2-only hosts, else
+/// every v1 hierarchy.
+pub fn hierarchies(mountinfo: &str, unified: bool) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let fields: Vec<&str> = left.split(' ').collect();
+        let fstype = right.split(' ').next().unwrap_or("");
+        if fields.len() < 5 {
+            continue;
+        }
+        let wanted = if unified {
+            fstype == "cgroup2"
+        } else {
+            fstype == "cgroup"
+        };
+        if wanted {
+            out.push(PathBuf::from(fields[4]));
+        }
+    }
+    out
+}
+
+/// Creates `parent` (a cgroupfs path such as `/kubepods/pod1`) in every hierarchy and moves
+/// `pid` into it. On failure, what was created is removed again.
+pub fn join(roots: &[PathBuf], parent: &Path, pid: i32) -> Result<PodCgroup> {
+    let rel = parent.strip_prefix("/").unwrap_or(parent);
+    let mut cg = PodCgroup::default();
+    let r = (|| -> Result<()> {
+        for root in roots {
+            let dir = root.join(rel);
+            let mut missing = Vec::new();
+            let mut d = dir.as_path();
+            while d != root.as_path() && !d.exists() {
+                missing.push(d.to_path_buf());
+                d = match d.parent() {
+                    Some(p) => p,
+                    None => break,
+                };
+            }
+            for m in missing.iter().rev() {
+                std::fs::create_dir(m).with_context(|| format!("create cgroup {}", m.display()))?;
+                cg.created.push(m.clone());
+                inherit_cpuset(m);
+            }
+            std::fs::write(dir.join("cgroup.procs"), pid.to_string())
+                .with_context(|| format!("move pause into cgroup {}", dir.display()))?;
+            cg.dirs.push(dir);
+        }
+        Ok(())
+    })();
+    match r {
+        Ok(()) => Ok(cg),
+        Err(e) => {
+            remove(&cg);
+            Err(e)
+        }
+    }
+}
+
+/// A new v1 cpuset cgroup starts with no CPUs and no memory nodes; copy the parent's so a
+/// process can join it (as runc does).
+fn inherit_cpuset(dir: &Path) {
+    for f in ["cpuset.cpus", "cpuset.mems"] {
+        let own = dir.join(f);
+        if !own.exists() {
+            continue;
+        }
+        if std::fs::read_to_string(&own)
+            .map(|s| s.trim().is_empty())
+            .unwrap_or(false)
+            && let Some(parent) = dir.parent()
+            && let Ok(v) = std::fs::read_to_string(parent.join(f))
+        {
+            let _ = std::fs::write(&own, v.trim());
+        }
+    }
+}
+
+/// Removes the directories we created, deepest first. Busy ones (processes still inside)
+/// are reported.
+pub fn remove(cg: &PodCgroup) -> Vec<Error> {
+    let mut errors = Vec::new();
+    let mut created = cg.created.clone();
+    created.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for d in created {
+        match std::fs::remove_dir(&d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => errors.push(Error::from(e).context(format!("remove cgroup {}", d.display()))),
+        }
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hierarchies_pick_v1_or_v2_mounts() {
+        let mi = "\
+26 25 0:23 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw
+28 25 0:25 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+30 25 0:27 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids
+40 1 8:1 / / rw - ext4 /dev/vda rw";
+        assert_eq!(
+            hierarchies(mi, false),
+            vec![
+                PathBuf::from("/sys/fs/cgroup/memory"),
+                PathBuf::from("/sys/fs/cgroup/pids")
+            ]
+        );
+        assert_eq!(
+            hierarchies(mi, true),
+            vec![PathBuf::from("/sys/fs/cgroup/unified")]
+        );
+    }
+
+    #[test]
+    fn join_creates_only_missing_dirs_and_remove_takes_only_those() {
+        // A plain directory stands in for a hierarchy root: cgroup.procs is then a file.
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("kubepods")).unwrap();
+        let cg = join(
+            &[root.path().to_path_buf()],
+            Path::new("/kubepods/pod1/inner"),
+            42,
+        )
+        .unwrap();
+        assert_eq!(
+            cg.created,
+            vec![
+                root.path().join("kubepods/pod1"),
+                root.path().join("kubepods/pod1/inner")
+            ]
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("kubepods/pod1/inner/cgroup.procs")).unwrap(),
+            "42"
+        );
+        // rmdir fails on the non-empty stand-in; a real cgroupfs directory has no files to delete.
+        std::fs::remove_file(root.path().join("kubepods/pod1/inner/cgroup.procs")).unwrap();
+        assert!(remove(&cg).is_empty());
+        assert!(root.path().join("kubepods").exists());
+        assert!(!root.path().join("kubepods/pod1").exists());
+    }
+}

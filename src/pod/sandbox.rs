@@ -1,0 +1,590 @@
+//! The Sandbox service's state and logic: one pod per shim.
+//!
+//! CreateSandbox decodes the CRI pod config, writes the pod files and mounts the pod's
+//! /dev/shm; StartSandbox starts the pause process (see [`super::pause`]) in the pod cgroup;
+//! containers created afterwards get the pod files and /dev/shm added to their spec
+//! ([`crate::task::PodHooks`]). StopSandbox kills the pod's processes and the pause process
+//! synchronously (containerd removes the netns right after it returns); ShutdownSandbox removes
+//! everything and lets the shim exit. What `delete` needs to clean up after a dead shim is kept
+//! in `<bundle>/rsandbox-sandbox.json`.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use protobuf::well_known_types::any::Any;
+
+use super::cgroup::PodCgroup;
+use super::pause::PauseConfig;
+use super::spec::{CgroupParent, IpcMode, NetworkMode, PidMode, PodSpec};
+use crate::error::{Context, Error, Result};
+use crate::reaper::Exit;
+use crate::task::{PodHooks, TaskManager};
+use crate::util::write_file_atomic;
+use crate::validate;
+
+/// The file in the sandbox bundle that tells `delete` what to clean up.
+pub const SANDBOX_STATE_FILE: &str = "rsandbox-sandbox.json";
+
+/// OS effects of the pod, behind one trait so the Sandbox service is testable without root.
+pub trait PodHost: Send + Sync {
+    fn write_files(&self, dir: &Path, spec: &PodSpec) -> Result<()>;
+    fn remove_files(&self, dir: &Path) -> Result<()>;
+    fn mount_shm(&self, path: &Path) -> Result<()>;
+    fn unmount_shm(&self, path: &Path) -> Result<()>;
+    fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32>;
+    fn join_cgroup(&self, parent: &Path, pid: i32) -> Result<PodCgroup>;
+    fn remove_cgroup(&self, cg: &PodCgroup);
+    fn kill(&self, pid: i32);
+    fn metrics(&self, pid: i32) -> Result<Any>;
+}
+
+/// What `delete` reads to clean up after a dead shim.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SandboxRecord {
+    pub id: String,
+    pub pause_pid: i32,
+    /// /proc/<pid>/stat start time of the pause process, to never kill a recycled pid.
+    pub pause_start_ticks: u64,
+    pub shm: Option<PathBuf>,
+    pub files_dir: PathBuf,
+    pub cgroup: PodCgroup,
+}
+
+/// Sandbox lifecycle states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Created,
+    Ready,
+    NotReady,
+}
+
+/// One pod.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    pub id: String,
+    pub bundle: PathBuf,
+    pub spec: PodSpec,
+    pub netns: Option<PathBuf>,
+    pub state: State,
+    pub pid: i32,
+    pub created_at: Option<SystemTime>,
+    pub exit: Option<(u32, SystemTime)>,
+    pub record: SandboxRecord,
+}
+
+/// The Sandbox service's state.
+pub struct SandboxManager {
+    host: Arc<dyn PodHost>,
+    tm: Arc<TaskManager>,
+    sandbox: Mutex<Option<Sandbox>>,
+    changed: Condvar,
+    on_shutdown: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+}
+
+/// A CreateSandbox request, decoded.
+#[derive(Debug, Clone, Default)]
+pub struct CreateSandbox {
+    pub id: String,
+    pub bundle: PathBuf,
+    pub spec: PodSpec,
+    pub netns: Option<PathBuf>,
+}
+
+/// How long StopSandbox waits for the pod's processes to be reaped.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+impl SandboxManager {
+    pub fn new(host: Arc<dyn PodHost>, tm: Arc<TaskManager>) -> Arc<Self> {
+        Arc::new(SandboxManager {
+            host,
+            tm,
+            sandbox: Mutex::new(None),
+            changed: Condvar::new(),
+            on_shutdown: Mutex::new(None),
+        })
+    }
+
+    pub fn set_on_shutdown(&self, f: impl Fn() + Send + Sync + 'static) {
+        *self.on_shutdown.lock().unwrap() = Some(Box::new(f));
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Sandbox>> {
+        self.sandbox.lock().unwrap()
+    }
+
+    /// The sandbox `id`, or NotFound.
+    pub fn get(&self, id: &str) -> Result<Sandbox> {
+        validate::id("sandbox id", id)?;
+        match self.lock().as_ref() {
+            Some(s) if s.id == id => Ok(s.clone()),
+            _ => Err(Error::not_found(format!("sandbox {id} not found"))),
+        }
+    }
+
+    // ---- Create / Start ----
+
+    pub fn create(&self, req: CreateSandbox) -> Result<()> {
+        let id = req.id.clone();
+        self.create_inner(req)
+            .with_context(|| format!("create sandbox {id}"))
+    }
+
+    fn create_inner(&self, req: CreateSandbox) -> Result<()> {
+        validate::id("sandbox id", &req.id)?;
+        check_abs_dir("bundle", &req.bundle)?;
+        if let Some(ns) = &req.netns {
+            check_abs_path("netns_path", ns)?;
+            if !ns.exists() {
+                return Err(Error::invalid(format!(
+                    "netns_path {} does not exist",
+                    ns.display()
+                )));
+            }
+        }
+        if req.spec.network == NetworkMode::Pod && req.netns.is_none() {
+            return Err(Error::invalid(
+                "no netns_path for a pod that does not ask for the host network (shim-owned networking is not enabled)",
+            ));
+        }
+        let mut guard = self.lock();
+        if let Some(s) = guard.as_ref() {
+            return Err(if s.id == req.id {
+                Error::already_exists(format!("sandbox {} already exists", req.id))
+            } else {
+                Error::precondition(format!("this shim already runs sandbox {}", s.id))
+            });
+        }
+        let files_dir = req.bundle.join("etc");
+        let shm = (req.spec.ipc == IpcMode::Pod).then(|| req.bundle.join("shm"));
+        let mut record = SandboxRecord {
+            id: req.id.clone(),
+            files_dir: files_dir.clone(),
+            shm: shm.clone(),
+            ..Default::default()
+        };
+        self.host
+            .write_files(&files_dir, &req.spec)
+            .context("write pod files")?;
+        if let Some(shm) = &shm
+            && let Err(e) = std::fs::create_dir_all(shm)
+                .with_context(|| format!("create {}", shm.display()))
+                .and_then(|_| self.host.mount_shm(shm))
+        {
+            let _ = self.host.remove_files(&files_dir);
+            return Err(e.context("mount the pod's /dev/shm"));
+        }
+        record.shm = shm;
+        if let Err(e) = save_record(&req.bundle, &record) {
+            self.undo_files(&record);
+            return Err(e);
+        }
+        *guard = Some(Sandbox {
+            id: req.id,
+            bundle: req.bundle,
+            spec: req.spec,
+            netns: req.netns,
+            state: State::Created,
+            pid: 0,
+            created_at: None,
+            exit: None,
+            record,
+        });
+        Ok(())
+    }
+
+    fn undo_files(&self, record: &SandboxRecord) {
+        if let Some(shm) = &record.shm {
+            let _ = self.host.unmount_shm(shm);
+            let _ = std::fs::remove_dir(shm);
+        }
+        let _ = self.host.remove_files(&record.files_dir);
+    }
+
+    /// StartSandbox: the pause process. Returns (pid, created_at).
+    pub fn start(&self, id: &str) -> Result<(u32, SystemTime)> {
+        self.start_inner(id)
+            .with_context(|| format!("start sandbox {id}"))
+    }
+
+    fn start_inner(&self, id: &str) -> Result<(u32, SystemTime)> {
+        validate::id("sandbox id", id)?;
+        let mut guard = self.lock();
+        let s = match guard.as_mut() {
+            Some(s) if s.id == id => s,
+            _ => return Err(Error::precondition(format!("sandbox {id} was not created"))),
+        };
+        if s.state != State::Created {
+            return Err(Error::precondition(format!(
+                "sandbox {id} was already started"
+            )));
+        }
+        let cfg = PauseConfig {
+            netns: if s.spec.network == NetworkMode::Host {
+                None
+            } else {
+                s.netns.clone()
+            },
+            new_ipc: s.spec.ipc == IpcMode::Pod,
+            new_uts: !s.spec.host_uts(),
+            new_pid: s.spec.pid == PidMode::Pod,
+            hostname: Some(s.spec.hostname.clone()).filter(|h| !h.is_empty()),
+            sysctls: s.spec.effective_sysctls(),
+        };
+        let pid = self.host.spawn_pause(&cfg)?;
+        if let Some(CgroupParent::Fs(parent)) = s.spec.cgroup_parent_kind() {
+            match self.host.join_cgroup(&parent, pid) {
+                Ok(cg) => s.record.cgroup = cg,
+                Err(e) => {
+                    self.host.kill(pid);
+                    return Err(e.context("put the pause process in the pod cgroup"));
+                }
+            }
+        } else if let Some(CgroupParent::Systemd(p)) = s.spec.cgroup_parent_kind() {
+            log::warn!(
+                "sandbox {id}: systemd cgroup parent {p:?} is not managed by rsandbox; the pause process stays in the shim's cgroup"
+            );
+        }
+        let now = SystemTime::now();
+        s.pid = pid;
+        s.created_at = Some(now);
+        s.state = State::Ready;
+        s.record.pause_pid = pid;
+        s.record.pause_start_ticks = crate::util::process_start_ticks(pid).unwrap_or(0);
+        if let Err(e) = save_record(&s.bundle, &s.record) {
+            log::warn!("sandbox {id}: {e}");
+        }
+        log::info!("sandbox {id}: pause process {pid} ready");
+        self.changed.notify_all();
+        Ok((pid as u32, now))
+    }
+
+    // ---- Exits, Stop, Wait ----
+
+    /// Called for every reaped child; notes the pause process's exit.
+    pub fn on_exit(&self, exit: Exit) {
+        let mut guard = self.lock();
+        if let Some(s) = guard.as_mut()
+            && s.pid == exit.pid
+            && s.exit.is_none()
+        {
+            log::info!(
+                "sandbox {}: pause process {} exited with status {}",
+                s.id,
+                exit.pid,
+                exit.status
+            );
+            s.exit = Some((exit.status as u32, exit.at));
+            s.state = State::NotReady;
+            self.changed.notify_all();
+        }
+    }
+
+    /// StopSandbox: kill every container's processes and the pause process, and wait until
+    /// they are gone. Idempotent.
+    pub fn stop(&self, id: &str) -> Result<()> {
+        let s = self.get(id).context("stop sandbox")?;
+        for c in self.tm.all() {
+            let live = c.init.lock().exit.is_none();
+            if live && let Err(e) = c.runtime.kill(&c.id, 9, true) {
+                log::debug!("stop sandbox {id}: kill {}: {e}", c.id);
+            }
+        }
+        let deadline = std::time::Instant::now() + STOP_WAIT;
+        for c in self.tm.all() {
+            while c.init.lock().exit.is_none() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        if s.pid != 0 {
+            let mut guard = self.lock();
+            if guard.as_ref().is_some_and(|s| s.exit.is_none()) {
+                self.host.kill(s.pid);
+                let (g, _) = self
+                    .changed
+                    .wait_timeout_while(guard, STOP_WAIT, |s| {
+                        s.as_ref().is_some_and(|s| s.exit.is_none())
+                    })
+                    .unwrap();
+                guard = g;
+            }
+            if let Some(s) = guard.as_mut() {
+                s.state = State::NotReady;
+            }
+        } else if let Some(s) = self.lock().as_mut() {
+            // Never started: nothing runs, but the pod is not ready either.
+            s.state = State::NotReady;
+            s.exit.get_or_insert((0, SystemTime::now()));
+            self.changed.notify_all();
+        }
+        Ok(())
+    }
+
+    /// WaitSandbox: blocks until the pause process is gone (or the sandbox was stopped).
+    pub fn wait(&self, id: &str) -> Result<(u32, SystemTime)> {
+        self.get(id).context("wait sandbox")?;
+        let guard = self.lock();
+        let guard = self
+            .changed
+            .wait_while(guard, |s| {
+                s.as_ref().is_some_and(|s| s.id == id && s.exit.is_none())
+            })
+            .unwrap();
+        Ok(guard
+            .as_ref()
+            .and_then(|s| s.exit)
+            .unwrap_or((0, SystemTime::now())))
+    }
+
+    // ---- Shutdown ----
+
+    /// ShutdownSandbox: stop, remove the containers left, the pod files, /dev/shm, the pod
+    /// cgroup; then let the shim exit.
+    pub fn shutdown(&self, id: &str) -> Result<()> {
+        self.get(id).context("shutdown sandbox")?;
+        self.stop(id).context("shutdown sandbox")?;
+        for c in self.tm.all() {
+            if let Err(e) = self.tm.delete(&c.id, "") {
+                log::warn!("shutdown sandbox {id}: {e}");
+            }
+        }
+        let s = self.lock().take();
+        if let Some(s) = s {
+            self.undo_files(&s.record);
+            self.host.remove_cgroup(&s.record.cgroup);
+            let _ = std::fs::remove_file(s.bundle.join(SANDBOX_STATE_FILE));
+        }
+        self.changed.notify_all();
+        if let Some(f) = self.on_shutdown.lock().unwrap().as_ref() {
+            f();
+        }
+        Ok(())
+    }
+
+    /// Pod statistics from the pause process's cgroup.
+    pub fn metrics(&self, id: &str) -> Result<Any> {
+        let s = self.get(id).context("sandbox metrics")?;
+        if s.state != State::Ready {
+            return Err(Error::precondition(format!(
+                "sandbox metrics: sandbox {id} is not running"
+            )));
+        }
+        self.host.metrics(s.pid).context("sandbox metrics")
+    }
+
+    /// Verbose status details as one JSON document.
+    pub fn info(&self, s: &Sandbox) -> String {
+        serde_json::json!({
+            "pid": s.pid,
+            "netns": s.netns,
+            "hostname": s.spec.hostname,
+            "networkMode": format!("{:?}", s.spec.network),
+            "ipcMode": format!("{:?}", s.spec.ipc),
+            "pidMode": format!("{:?}", s.spec.pid),
+            "podFiles": s.record.files_dir,
+            "shm": s.record.shm,
+            "cgroup": s.record.cgroup.dirs,
+            "sysctls": s.spec.effective_sysctls(),
+            "pause": "forked by the shim (no image), uid 65535",
+            "containers": self.tm.all().iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
+        })
+        .to_string()
+    }
+}
+
+fn save_record(bundle: &Path, record: &SandboxRecord) -> Result<()> {
+    let data = serde_json::to_vec(record).map_err(|e| Error::internal(e.to_string()))?;
+    write_file_atomic(&bundle.join(SANDBOX_STATE_FILE), &data, 0o600).context("save sandbox record")
+}
+
+fn check_abs_path(what: &str, p: &Path) -> Result<()> {
+    if !p.is_absolute()
+        || p.components().any(|c| matches!(c, Component::ParentDir))
+        || p.as_os_str().len() > 4096
+    {
+        return Err(Error::invalid(format!(
+            "{what} {:?} must be an absolute path without '..'",
+            p
+        )));
+    }
+    Ok(())
+}
+
+fn check_abs_dir(what: &str, p: &Path) -> Result<()> {
+    check_abs_path(what, p)?;
+    if !p.is_dir() {
+        return Err(Error::invalid(format!(
+            "{what} {} is not a directory",
+            p.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Paths that the pod provides to each container, and where they come from.
+fn pod_mounts(s: &Sandbox) -> Vec<(&'static str, PathBuf)> {
+    let mut v = vec![
+        ("/etc/hosts", s.record.files_dir.join(super::files::HOSTS)),
+        (
+            "/etc/resolv.conf",
+            s.record.files_dir.join(super::files::RESOLV_CONF),
+        ),
+        (
+            "/etc/hostname",
+            s.record.files_dir.join(super::files::HOSTNAME),
+        ),
+    ];
+    match &s.record.shm {
+        Some(shm) => v.push(("/dev/shm", shm.clone())),
+        None if s.spec.ipc == IpcMode::Host => v.push(("/dev/shm", PathBuf::from("/dev/shm"))),
+        None => {}
+    }
+    v
+}
+
+impl PodHooks for SandboxManager {
+    fn prepare_spec(&self, _container_id: &str, spec: &mut serde_json::Value) -> Result<bool> {
+        let Some(s) = self.lock().clone() else {
+            return Ok(false);
+        };
+        let readonly = spec
+            .pointer("/root/readonly")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false);
+        let Some(obj) = spec.as_object_mut() else {
+            return Err(Error::invalid("config.json is not an object"));
+        };
+        let mounts = obj.entry("mounts").or_insert_with(|| serde_json::json!([]));
+        let Some(list) = mounts.as_array_mut() else {
+            return Err(Error::invalid("config.json mounts is not a list"));
+        };
+        let mut changed = false;
+        for (dest, src) in pod_mounts(&s) {
+            let existing = list
+                .iter()
+                .position(|m| m.get("destination").and_then(|d| d.as_str()) == Some(dest));
+            let ro = if dest == "/dev/shm" {
+                "rw"
+            } else if readonly {
+                "ro"
+            } else {
+                "rw"
+            };
+            let entry = serde_json::json!({
+                "destination": dest,
+                "type": "bind",
+                "source": src,
+                "options": ["rbind", "rprivate", ro],
+            });
+            match existing {
+                // The runtime default /dev/shm (a private tmpfs) gives way to the pod's.
+                Some(i)
+                    if dest == "/dev/shm"
+                        && list[i].get("type").and_then(|t| t.as_str()) == Some("tmpfs") =>
+                {
+                    list[i] = entry;
+                    changed = true;
+                }
+                Some(_) => {} // the user mounts something there: keep it
+                None => {
+                    list.push(entry);
+                    changed = true;
+                }
+            }
+        }
+        Ok(changed)
+    }
+
+    fn sandbox_pid(&self, id: &str) -> Option<u32> {
+        self.lock()
+            .as_ref()
+            .filter(|s| s.id == id)
+            .map(|s| s.pid as u32)
+    }
+
+    fn has_sandbox(&self) -> bool {
+        self.lock().is_some()
+    }
+}
+
+/// The real pod host.
+pub struct LinuxPodHost {
+    pub host_etc: PathBuf,
+    pub unified: bool,
+}
+
+impl PodHost for LinuxPodHost {
+    fn write_files(&self, dir: &Path, spec: &PodSpec) -> Result<()> {
+        super::files::PodFiles::write(dir, spec, &self.host_etc)
+            .map(drop)
+            .map_err(|e| Error::internal(e.to_string()))
+    }
+    fn remove_files(&self, dir: &Path) -> Result<()> {
+        super::files::PodFiles::remove(dir).map_err(|e| Error::internal(e.to_string()))?;
+        let _ = std::fs::remove_dir(dir);
+        Ok(())
+    }
+    fn mount_shm(&self, path: &Path) -> Result<()> {
+        super::files::mount_shm(path, super::files::DEFAULT_SHM_SIZE)
+            .map_err(|e| Error::internal(e.to_string()))
+    }
+    fn unmount_shm(&self, path: &Path) -> Result<()> {
+        super::files::unmount_shm(path).map_err(|e| Error::internal(e.to_string()))
+    }
+    fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32> {
+        super::pause::spawn(cfg)
+    }
+    fn join_cgroup(&self, parent: &Path, pid: i32) -> Result<PodCgroup> {
+        let mountinfo =
+            std::fs::read_to_string("/proc/self/mountinfo").context("read mountinfo")?;
+        super::cgroup::join(
+            &super::cgroup::hierarchies(&mountinfo, self.unified),
+            parent,
+            pid,
+        )
+    }
+    fn remove_cgroup(&self, cg: &PodCgroup) {
+        for e in super::cgroup::remove(cg) {
+            log::warn!("{e}");
+        }
+    }
+    fn kill(&self, pid: i32) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    fn metrics(&self, pid: i32) -> Result<Any> {
+        crate::cgroups::CgroupPaths::of_pid(pid, self.unified)?.metrics()
+    }
+}
+
+/// `delete` for a sandbox bundle: kill the pause process if it still runs (and is still ours),
+/// unmount /dev/shm, remove the pod files and the pod cgroup. Everything is best effort.
+pub fn cleanup_from_bundle(bundle: &Path) -> Option<u32> {
+    let raw = std::fs::read(bundle.join(SANDBOX_STATE_FILE)).ok()?;
+    let record: SandboxRecord = serde_json::from_slice(&raw).ok()?;
+    let host = LinuxPodHost {
+        host_etc: PathBuf::from("/etc"),
+        unified: crate::cgroups::is_unified(Path::new("/sys/fs/cgroup")),
+    };
+    if record.pause_pid > 0
+        && crate::util::process_start_ticks(record.pause_pid) == Some(record.pause_start_ticks)
+    {
+        host.kill(record.pause_pid);
+        for _ in 0..200 {
+            if crate::util::process_start_ticks(record.pause_pid) != Some(record.pause_start_ticks)
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    if let Some(shm) = &record.shm {
+        let _ = host.unmount_shm(shm);
+    }
+    let _ = host.remove_files(&record.files_dir);
+    host.remove_cgroup(&record.cgroup);
+    let _ = std::fs::remove_file(bundle.join(SANDBOX_STATE_FILE));
+    Some(record.pause_pid as u32)
+}

@@ -1,0 +1,559 @@
+//! Sandbox service tests through the ttrpc trait, with a fake pod host and a fake runtime.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use containerd_shim_protos::sandbox_api::*;
+use containerd_shim_protos::sandbox_sync::Sandbox as _;
+use protobuf::well_known_types::any::Any;
+use protobuf::{Message, MessageField};
+use ttrpc::{Code, TtrpcContext};
+
+use super::cgroup::PodCgroup;
+use super::pause::PauseConfig;
+use super::sandbox::*;
+use super::spec::PodSpec;
+use crate::error::Result;
+use crate::events::RecordingSink;
+use crate::reaper::Exit;
+use crate::rpc::sandbox::SandboxService;
+use crate::runtime::RuncConfig;
+use crate::task::{PodHooks, TaskManager};
+
+#[derive(Default)]
+struct FakePodHost {
+    calls: Mutex<Vec<String>>,
+    pause: Mutex<Option<PauseConfig>>,
+    fail_pause: Mutex<bool>,
+}
+
+impl FakePodHost {
+    fn log(&self, s: String) {
+        self.calls.lock().unwrap().push(s);
+    }
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+const PAUSE_PID: i32 = 1 << 23;
+
+impl PodHost for FakePodHost {
+    fn write_files(&self, dir: &Path, spec: &PodSpec) -> Result<()> {
+        self.log(format!(
+            "write_files {} {}",
+            dir.file_name().unwrap().to_string_lossy(),
+            spec.hostname
+        ));
+        Ok(())
+    }
+    fn remove_files(&self, _dir: &Path) -> Result<()> {
+        self.log("remove_files".into());
+        Ok(())
+    }
+    fn mount_shm(&self, path: &Path) -> Result<()> {
+        self.log(format!(
+            "mount_shm {}",
+            path.file_name().unwrap().to_string_lossy()
+        ));
+        Ok(())
+    }
+    fn unmount_shm(&self, _path: &Path) -> Result<()> {
+        self.log("unmount_shm".into());
+        Ok(())
+    }
+    fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32> {
+        if *self.fail_pause.lock().unwrap() {
+            return Err(crate::error::Error::internal(
+                "pause: set the hostname: Operation not permitted",
+            ));
+        }
+        *self.pause.lock().unwrap() = Some(cfg.clone());
+        self.log("spawn_pause".into());
+        Ok(PAUSE_PID)
+    }
+    fn join_cgroup(&self, parent: &Path, pid: i32) -> Result<PodCgroup> {
+        self.log(format!("join_cgroup {} {pid}", parent.display()));
+        Ok(PodCgroup {
+            dirs: vec![parent.to_path_buf()],
+            created: vec![parent.to_path_buf()],
+        })
+    }
+    fn remove_cgroup(&self, cg: &PodCgroup) {
+        self.log(format!("remove_cgroup {}", cg.created.len()));
+    }
+    fn kill(&self, pid: i32) {
+        self.log(format!("kill {pid}"));
+    }
+    fn metrics(&self, _pid: i32) -> Result<Any> {
+        Ok(Any {
+            type_url: "io.containerd.cgroups.v1.Metrics".into(),
+            ..Default::default()
+        })
+    }
+}
+
+struct Fixture {
+    svc: SandboxService,
+    sm: Arc<SandboxManager>,
+    host: Arc<FakePodHost>,
+    dir: tempfile::TempDir,
+    shut: Arc<Mutex<bool>>,
+}
+
+fn ctx() -> TtrpcContext {
+    TtrpcContext {
+        fd: -1,
+        cancel_rx: crossbeam_channel::never(),
+        mh: Default::default(),
+        res_tx: std::sync::mpsc::channel().0,
+        metadata: Default::default(),
+        timeout_nano: 0,
+        conn_ctx: Arc::new(Default::default()),
+    }
+}
+
+fn fixture() -> Fixture {
+    let host = Arc::new(FakePodHost::default());
+    let tm = TaskManager::new(
+        "k8s.io",
+        RuncConfig::defaults("k8s.io"),
+        Arc::new(NoHost),
+        Arc::new(RecordingSink::default()),
+        None,
+    );
+    let sm = SandboxManager::new(host.clone(), tm.clone());
+    tm.set_pod_hooks(sm.clone());
+    let shut = Arc::new(Mutex::new(false));
+    let s2 = shut.clone();
+    sm.set_on_shutdown(move || *s2.lock().unwrap() = true);
+    Fixture {
+        svc: SandboxService::new(sm.clone()),
+        sm,
+        host,
+        dir: tempfile::tempdir().unwrap(),
+        shut,
+    }
+}
+
+/// The task side is not exercised here.
+struct NoHost;
+impl crate::task::Host for NoHost {
+    fn mount_rootfs(&self, _: &[crate::mount::MountSpec], _: &Path) -> Result<()> {
+        Ok(())
+    }
+    fn unmount_rootfs(&self, _: &Path) -> Result<()> {
+        Ok(())
+    }
+    fn cgroup_paths(&self, _: i32) -> Result<crate::cgroups::CgroupPaths> {
+        Ok(Default::default())
+    }
+    fn metrics(&self, _: &crate::cgroups::CgroupPaths) -> Result<Any> {
+        Ok(Any::new())
+    }
+    fn watch_oom(&self, _: &str, _: &crate::cgroups::CgroupPaths) -> Result<()> {
+        Ok(())
+    }
+    fn unwatch_oom(&self, _: &str) {}
+    fn signal(&self, _: i32, _: u32) -> Result<()> {
+        Ok(())
+    }
+    fn runtime(&self, _: &RuncConfig) -> Arc<dyn crate::runtime::Runtime> {
+        unreachable!("no tasks in these tests")
+    }
+}
+
+fn pod_config(hostname: &str, share_pid: bool) -> Any {
+    use crate::cri;
+    let mut cfg = cri::PodSandboxConfig::new();
+    cfg.hostname = hostname.into();
+    let md = cfg.metadata.mut_or_insert_default();
+    md.name = "web".into();
+    md.namespace = "default".into();
+    md.uid = "uid-1".into();
+    let linux = cfg.linux.mut_or_insert_default();
+    linux.cgroup_parent = "/kubepods/pod-uid-1".into();
+    linux
+        .sysctls
+        .insert("net.ipv4.ip_unprivileged_port_start".into(), "80".into());
+    let ns = linux
+        .security_context
+        .mut_or_insert_default()
+        .namespace_options
+        .mut_or_insert_default();
+    ns.pid = if share_pid {
+        cri::NamespaceMode::POD
+    } else {
+        cri::NamespaceMode::CONTAINER
+    }
+    .into();
+    let dns = cfg.dns_config.mut_or_insert_default();
+    dns.servers = vec!["10.96.0.10".into()];
+    Any {
+        type_url: "runtime.v1.PodSandboxConfig".into(),
+        value: cfg.write_to_bytes().unwrap(),
+        ..Default::default()
+    }
+}
+
+impl Fixture {
+    fn netns(&self) -> String {
+        let p = self.dir.path().join("netns");
+        std::fs::write(&p, "").unwrap();
+        p.display().to_string()
+    }
+    fn create(&self, id: &str, options: Any) -> ttrpc::Result<CreateSandboxResponse> {
+        let bundle = self.dir.path().join(id);
+        std::fs::create_dir_all(&bundle).unwrap();
+        self.svc.create_sandbox(
+            &ctx(),
+            CreateSandboxRequest {
+                sandbox_id: id.into(),
+                bundle_path: bundle.display().to_string(),
+                options: MessageField::some(options),
+                netns_path: self.netns(),
+                ..Default::default()
+            },
+        )
+    }
+    fn status(&self, id: &str) -> ttrpc::Result<SandboxStatusResponse> {
+        self.svc.sandbox_status(
+            &ctx(),
+            SandboxStatusRequest {
+                sandbox_id: id.into(),
+                verbose: true,
+                ..Default::default()
+            },
+        )
+    }
+}
+
+fn code<T: std::fmt::Debug>(r: ttrpc::Result<T>) -> Code {
+    match r {
+        Err(ttrpc::Error::RpcStatus(s)) => s.code(),
+        other => panic!("expected a status error, got {other:?}"),
+    }
+}
+
+#[test]
+fn create_start_status_stop_shutdown() {
+    let f = fixture();
+    f.create("pod1", pod_config("web-0", true)).unwrap();
+    assert_eq!(f.host.calls(), ["write_files etc web-0", "mount_shm shm"]);
+    let st = f.status("pod1").unwrap();
+    assert_eq!((st.state.as_str(), st.pid), ("SANDBOX_NOTREADY", 0));
+    assert!(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
+
+    let start = f
+        .svc
+        .start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(start.pid, PAUSE_PID as u32);
+    assert!(start.created_at.seconds > 0);
+    let cfg = f.host.pause.lock().unwrap().clone().unwrap();
+    assert!(cfg.new_ipc && cfg.new_uts && cfg.new_pid);
+    assert_eq!(cfg.hostname.as_deref(), Some("web-0"));
+    assert!(
+        cfg.sysctls
+            .contains(&("net.ipv4.ip_unprivileged_port_start".into(), "80".into()))
+    );
+    assert!(
+        cfg.sysctls
+            .iter()
+            .any(|(k, _)| k == "net.ipv4.ping_group_range")
+    );
+    assert!(
+        f.host
+            .calls()
+            .contains(&format!("join_cgroup /kubepods/pod-uid-1 {PAUSE_PID}"))
+    );
+
+    let st = f.status("pod1").unwrap();
+    assert_eq!(
+        (st.sandbox_id.as_str(), st.state.as_str(), st.pid),
+        ("pod1", "SANDBOX_READY", PAUSE_PID as u32)
+    );
+    assert!(
+        st.info["info"].contains("\"hostname\":\"web-0\""),
+        "{}",
+        st.info["info"]
+    );
+    let p = f
+        .svc
+        .platform(
+            &ctx(),
+            PlatformRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(p.platform.os, "linux");
+    f.svc
+        .ping_sandbox(
+            &ctx(),
+            PingRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(f.sm.sandbox_pid("pod1"), Some(PAUSE_PID as u32));
+
+    // WaitSandbox blocks until the pause process is reaped.
+    let sm = f.sm.clone();
+    let waiter = std::thread::spawn(move || sm.wait("pod1").unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(!waiter.is_finished());
+    let sm = f.sm.clone();
+    let reaper = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        sm.on_exit(Exit {
+            pid: PAUSE_PID,
+            status: 137,
+            at: SystemTime::now(),
+        });
+    });
+    f.svc
+        .stop_sandbox(
+            &ctx(),
+            StopSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    reaper.join().unwrap();
+    assert_eq!(waiter.join().unwrap().0, 137);
+    assert!(f.host.calls().contains(&format!("kill {PAUSE_PID}")));
+    let st = f.status("pod1").unwrap();
+    assert_eq!(st.state, "SANDBOX_NOTREADY");
+    assert!(st.exited_at.is_some());
+    // Stop is idempotent.
+    f.svc
+        .stop_sandbox(
+            &ctx(),
+            StopSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+
+    f.svc
+        .shutdown_sandbox(
+            &ctx(),
+            ShutdownSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(*f.shut.lock().unwrap());
+    let calls = f.host.calls();
+    assert!(
+        calls.ends_with(&[
+            "unmount_shm".into(),
+            "remove_files".into(),
+            "remove_cgroup 1".into()
+        ]),
+        "{calls:?}"
+    );
+    assert!(!f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
+    assert_eq!(code(f.status("pod1")), Code::NOT_FOUND);
+    assert!(!f.sm.has_sandbox());
+}
+
+#[test]
+fn create_twice_start_before_create_and_unknown_ids() {
+    let f = fixture();
+    let r = f.svc.start_sandbox(
+        &ctx(),
+        StartSandboxRequest {
+            sandbox_id: "pod1".into(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(code(r), Code::FAILED_PRECONDITION);
+    f.create("pod1", pod_config("a", false)).unwrap();
+    assert_eq!(
+        code(f.create("pod1", pod_config("a", false))),
+        Code::ALREADY_EXISTS
+    );
+    assert_eq!(
+        code(f.create("pod2", pod_config("a", false))),
+        Code::FAILED_PRECONDITION
+    );
+    assert_eq!(code(f.status("other")), Code::NOT_FOUND);
+    assert_eq!(code(f.status("../x")), Code::INVALID_ARGUMENT);
+    let w = f.svc.wait_sandbox(
+        &ctx(),
+        WaitSandboxRequest {
+            sandbox_id: "other".into(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(code(w), Code::NOT_FOUND);
+    let cfg_pid = f
+        .svc
+        .start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(
+        !f.host.pause.lock().unwrap().as_ref().unwrap().new_pid,
+        "pid sharing was not asked for"
+    );
+    assert_eq!(cfg_pid.pid, PAUSE_PID as u32);
+    let again = f.svc.start_sandbox(
+        &ctx(),
+        StartSandboxRequest {
+            sandbox_id: "pod1".into(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(code(again), Code::FAILED_PRECONDITION);
+}
+
+#[test]
+fn bad_pod_configs_are_rejected_with_the_field_and_leave_nothing() {
+    let f = fixture();
+    let mut cfg = crate::cri::PodSandboxConfig::new();
+    cfg.linux
+        .mut_or_insert_default()
+        .sysctls
+        .insert("kernel.panic".into(), "1".into());
+    let any = Any {
+        type_url: "runtime.v1.PodSandboxConfig".into(),
+        value: cfg.write_to_bytes().unwrap(),
+        ..Default::default()
+    };
+    let r = f.create("pod1", any);
+    let msg = match r {
+        Err(ttrpc::Error::RpcStatus(s)) => {
+            assert_eq!(s.code(), Code::INVALID_ARGUMENT);
+            s.message().to_string()
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(msg.contains("kernel.panic"), "{msg}");
+    let garbage = Any {
+        type_url: "runtime.v1.PodSandboxConfig".into(),
+        value: vec![0xff, 0xff, 0xff],
+        ..Default::default()
+    };
+    assert_eq!(code(f.create("pod1", garbage)), Code::INVALID_ARGUMENT);
+    assert!(
+        f.host.calls().is_empty(),
+        "something was created: {:?}",
+        f.host.calls()
+    );
+
+    // A netns path that does not exist.
+    let bundle = f.dir.path().join("pod9");
+    std::fs::create_dir_all(&bundle).unwrap();
+    let r = f.svc.create_sandbox(
+        &ctx(),
+        CreateSandboxRequest {
+            sandbox_id: "pod9".into(),
+            bundle_path: bundle.display().to_string(),
+            options: MessageField::some(pod_config("a", false)),
+            netns_path: "/nonexistent/netns".into(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(code(r), Code::INVALID_ARGUMENT);
+}
+
+#[test]
+fn a_failing_pause_leaves_the_sandbox_created_and_startable_state_clean() {
+    let f = fixture();
+    f.create("pod1", pod_config("a", false)).unwrap();
+    *f.host.fail_pause.lock().unwrap() = true;
+    let r = f.svc.start_sandbox(
+        &ctx(),
+        StartSandboxRequest {
+            sandbox_id: "pod1".into(),
+            ..Default::default()
+        },
+    );
+    match r {
+        Err(ttrpc::Error::RpcStatus(s)) => assert_eq!(
+            s.message(),
+            "start sandbox pod1: pause: set the hostname: Operation not permitted"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // containerd answers a failed start with ShutdownSandbox: everything goes.
+    f.svc
+        .shutdown_sandbox(
+            &ctx(),
+            ShutdownSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let calls = f.host.calls();
+    assert!(
+        calls.contains(&"unmount_shm".into()) && calls.contains(&"remove_files".into()),
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn containers_get_the_pod_files_and_the_pod_shm() {
+    let f = fixture();
+    f.create("pod1", pod_config("a", false)).unwrap();
+    let mut spec: serde_json::Value = serde_json::json!({
+        "root": {"path": "rootfs", "readonly": true},
+        "mounts": [
+            {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid"]},
+            {"destination": "/etc/resolv.conf", "type": "bind", "source": "/user/resolv", "options": ["rbind"]}
+        ]
+    });
+    assert!(f.sm.prepare_spec("c1", &mut spec).unwrap());
+    let mounts = spec["mounts"].as_array().unwrap();
+    let find = |d: &str| {
+        mounts
+            .iter()
+            .find(|m| m["destination"] == d)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(find("/dev/shm")["type"], "bind");
+    assert!(
+        find("/dev/shm")["source"]
+            .as_str()
+            .unwrap()
+            .ends_with("pod1/shm")
+    );
+    assert_eq!(
+        find("/etc/resolv.conf")["source"],
+        "/user/resolv",
+        "a user mount is kept"
+    );
+    assert!(
+        find("/etc/hosts")["source"]
+            .as_str()
+            .unwrap()
+            .ends_with("pod1/etc/hosts")
+    );
+    assert_eq!(
+        find("/etc/hostname")["options"][2],
+        "ro",
+        "read-only rootfs gives read-only pod files"
+    );
+    assert_eq!(mounts.len(), 4);
+}
