@@ -9,6 +9,8 @@
 #                      leftover runc containers and shims of this bench,
 #                      unmount leftovers under the prefix, undo net tweaks
 #   restart            stop + start
+#   reset              (running) kill every task, remove every container and
+#                      sandbox record in every namespace; images stay
 #   status             whether containerd runs, what it serves, the shim
 #   env                exports for ctr/crictl: eval "$(hack/containerd.sh env)"
 #   config             rewrite the containerd config + CNI conflist
@@ -32,6 +34,10 @@ restart)
 	need_root
 	stop
 	start
+	;;
+reset)
+	need_root
+	reset_objects
 	;;
 config)
 	need_root

@@ -512,7 +512,7 @@ kill_pid() { # pid [seconds]: TERM, wait, KILL
 bench_shim_pids() { # shims started by this bench's containerd (their -address is our socket)
 	local d cmd
 	for d in /proc/[0-9]*; do
-		cmd=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
+		cmd=$(tr '\0' ' ' 2>/dev/null <"$d/cmdline") || continue
 		[[ "$cmd" == *containerd-shim*" -address $SOCK "* ]] && echo "${d#/proc/}"
 	done
 	return 0
@@ -540,25 +540,45 @@ bench_runc_containers() { # "root id" of runc containers whose bundle is under o
 	return 0
 }
 
-stop() {
-	local pid ns id root
-	if pid=$(containerd_pid); then
-		# CRI pods first, through CRI: that also tears down their network and
-		# removes their netns (crictl only when Debian gave us one)
-		if [[ -x "$BIN/crictl" ]] && [[ -n "$(crictl_ pods -q 2>/dev/null)" ]]; then
-			log "removing CRI pods"
-			timeout 120 "$BIN/crictl" --runtime-endpoint "unix://$SOCK" --timeout 30s rmp -a -f >/dev/null 2>&1 ||
-				log "warning: crictl rmp -a -f failed"
-		fi
-		# then every task, so the shims exit on their own
-		for ns in $(ctr_ namespaces ls -q 2>/dev/null); do
-			for id in $(ctr_ -n "$ns" tasks ls -q 2>/dev/null); do
-				ctr_ -n "$ns" tasks kill -a -s SIGKILL "$id" >/dev/null 2>&1 || true
-			done
-			for id in $(ctr_ -n "$ns" tasks ls -q 2>/dev/null); do
-				ctr_ -n "$ns" tasks rm -f "$id" >/dev/null 2>&1 || true
-			done
+kill_all_tasks() { # every task in every namespace, so the shims exit on their own
+	local ns id
+	# CRI pods first, through CRI: that also tears down their network and
+	# removes their netns (crictl only when Debian or the user gave us one)
+	if [[ -x "$BIN/crictl" ]] && [[ -n "$(crictl_ pods -q 2>/dev/null)" ]]; then
+		log "removing CRI pods"
+		timeout 120 "$BIN/crictl" --runtime-endpoint "unix://$SOCK" --timeout 30s rmp -a -f >/dev/null 2>&1 ||
+			log "warning: crictl rmp -a -f failed"
+	fi
+	for ns in $(ctr_ namespaces ls -q 2>/dev/null); do
+		for id in $(ctr_ -n "$ns" tasks ls -q 2>/dev/null); do
+			ctr_ -n "$ns" tasks kill -a -s SIGKILL "$id" >/dev/null 2>&1 || true
 		done
+		for id in $(ctr_ -n "$ns" tasks ls -q 2>/dev/null); do
+			ctr_ -n "$ns" tasks rm -f "$id" >/dev/null 2>&1 || true
+		done
+	done
+}
+
+reset_objects() { # kill every task, remove every container and sandbox record; images stay
+	local ns id
+	containerd_pid >/dev/null || die "containerd is not running"
+	kill_all_tasks
+	for ns in $(ctr_ namespaces ls -q 2>/dev/null); do
+		for id in $(ctr_ -n "$ns" containers ls -q 2>/dev/null); do
+			log "removing container $ns/$id"
+			ctr_ -n "$ns" containers rm "$id" >/dev/null 2>&1 || log "warning: cannot remove container $ns/$id"
+		done
+		for id in $(ctr_ -n "$ns" sandboxes ls 2>/dev/null | awk 'NR > 1 { print $1 }'); do
+			log "removing sandbox $ns/$id"
+			ctr_ -n "$ns" sandboxes rm -f "$id" >/dev/null 2>&1 || log "warning: cannot remove sandbox $ns/$id"
+		done
+	done
+}
+
+stop() {
+	local pid id root
+	if pid=$(containerd_pid); then
+		kill_all_tasks
 		log "stopping containerd (pid $pid)"
 		kill_pid "$pid" 20
 	fi
@@ -569,15 +589,38 @@ stop() {
 		runc --root "$root" delete --force "$id" >/dev/null 2>&1 || true
 	done
 	for pid in $(bench_shim_pids); do
-		log "killing leftover shim pid $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)"
+		log "killing leftover shim pid $pid: $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | cut -c1-120)"
 		kill_pid "$pid" 5
 	done
 	umount_leftovers
+	# after a crash (shim or containerd killed), bundles and shim sockets stay;
+	# containerd is down and our shims are gone, so they are dead for sure
+	for d in "$STATE_DIR"/io.containerd.runtime.v2.task/*/*/; do
+		[[ -d "$d" ]] || continue
+		log "removing dead task bundle ${d%/}"
+		rm -rf "${d:?}"
+	done
+	for d in $(stale_shim_sockets); do
+		log "removing stale shim socket $d"
+		rm -f "$d"
+	done
 	# every pod is gone now: drop stale IP leases
 	rm -rf "${IPAM_DIR:?}/$CNI_NET"
 	net_guard_off
 	rm -f "$SOCK" "$SOCK.ttrpc"
 	log "containerd stopped"
+}
+
+stale_shim_sockets() { # sockets in /run/containerd/s that nobody listens on
+	local s listening
+	compgen -G '/run/containerd/s/*' >/dev/null || return 0
+	# bound unix sockets of this netns (shims live in the host's); path is field 8
+	listening=$(awk 'NR > 1 && $8 ~ "^/run/containerd/s/" { print $8 }' /proc/net/unix)
+	for s in /run/containerd/s/*; do
+		[[ -S "$s" ]] || continue
+		grep -qxF "$s" <<<"$listening" || echo "$s"
+	done
+	return 0
 }
 
 umount_leftovers() {
@@ -687,7 +730,7 @@ for d in /proc/[0-9]*; do
 	pid=${d#/proc/}
 	[ "$pid" = "$$" ] && continue
 	if [ $full = 1 ]; then
-		name=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
+		name=$(tr '\0' ' ' 2>/dev/null <"$d/cmdline") || continue
 	else
 		name=$(cat "$d/comm" 2>/dev/null) || continue
 	fi
