@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# hack/leftovers.sh - print what the shim (or a test) may have left on this
+# machine; exit 1 when anything is found.
+#
+# Meant to run after `hack/containerd.sh stop`: then every item below is a
+# leftover. While our containerd runs it also lists containerd's own objects
+# (containers, tasks, sandboxes) and counts everything a live pod holds, so a
+# run with live pods reports them too (hack/test.sh runs it once before the
+# stop, to catch tests that did not clean up, and once after).
+#
+# Checked: containerd objects (if running); shim processes (by name, or by
+# `-address <our socket>`); mounts under the prefix or with "rsandbox" in
+# their path; netns files under the prefix and CRI-style ones in /run/netns;
+# shim sockets in /run/containerd/s that are stale or served by our shims;
+# runc containers of this bench; /run/containerd/rsandbox; cgroups below
+# default/, k8s.io/ or *rsandbox* dirs; veths on our bridge; portmap chains;
+# host-local IP leases. Items that may belong to something else on the
+# machine (another containerd, `ip netns add`) are printed as notes only.
+set -euo pipefail
+# shellcheck source=hack/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_root
+
+found=0
+leftover() {
+	printf 'LEFTOVER %-10s %s\n' "[$1]" "$2"
+	found=$((found + 1))
+}
+note() { printf 'note     %-10s %s\n' "[$1]" "$2"; }
+
+cmdline_of() { tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | cut -c1-200; }
+
+is_our_shim() { # pid: rsandbox shim binary, or any shim talking to our socket
+	local cmd exe
+	cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 1
+	exe=$(readlink "/proc/$1/exe" 2>/dev/null) || exe=
+	[[ "${exe##*/}" == "$SHIM_NAME"* || "${cmd%% *}" == *"$SHIM_NAME" || "$cmd" == *containerd-shim*" -address $SOCK "* ]]
+}
+
+# --- containerd's objects ------------------------------------------------------
+if containerd_pid >/dev/null; then
+	note containerd "running (pid $(containerd_pid)); live objects count as leftovers"
+	for ns in $(ctr_ namespaces ls -q 2>/dev/null); do
+		for id in $(ctr_ -n "$ns" tasks ls -q 2>/dev/null); do leftover task "$ns/$id"; done
+		for id in $(ctr_ -n "$ns" containers ls -q 2>/dev/null); do leftover container "$ns/$id"; done
+		# (ctr sandboxes ls has no -q: skip its header line)
+		for id in $(ctr_ -n "$ns" sandboxes ls 2>/dev/null | awk 'NR > 1 { print $1 }'); do leftover sandbox "$ns/$id"; done
+	done
+fi
+
+# --- processes -------------------------------------------------------------------
+for d in /proc/[0-9]*; do
+	pid=${d#/proc/}
+	[[ "$pid" != "$$" ]] || continue
+	if is_our_shim "$pid"; then leftover process "pid $pid: $(cmdline_of "$pid")"; fi
+done
+
+# --- mounts ----------------------------------------------------------------------
+while read -r m; do
+	m=$(printf '%b' "$m") # findmnt -r escapes blanks as \x20
+	if [[ "$m" == "$P"/* || "$m" == *rsandbox* ]]; then leftover mount "$m"; fi
+done < <(findmnt -rn -o TARGET)
+
+# --- network namespaces ----------------------------------------------------------
+for f in "$STATE_DIR"/*/netns/* "$P"/run/netns/*; do
+	if [[ -e "$f" ]]; then leftover netns "$f"; fi
+done
+for f in /run/netns/*; do
+	[[ -e "$f" ]] || continue
+	# CRI names its netns cni-<uuid>; anything else may be someone's `ip netns add`
+	case "${f##*/}" in
+	cni-* | *rsandbox*) leftover netns "$f" ;;
+	*) note netns "$f (not ours by name)" ;;
+	esac
+done
+
+# --- shim sockets (/run/containerd/s is hard-coded in containerd's shim code) --------
+# A socket file nobody listens on is stale; one served by our shim is a
+# leftover; one served by another process belongs to another containerd.
+if compgen -G '/run/containerd/s/*' >/dev/null; then
+	declare -A inode_of=()
+	while read -r _ _ _ _ _ _ inode path; do
+		if [[ "$path" == /run/containerd/s/* ]]; then inode_of[$path]=$inode; fi
+	done < <(tail -n +2 /proc/net/unix)
+	for s in /run/containerd/s/*; do
+		inode=${inode_of[$s]:-}
+		if [[ -z "$inode" ]]; then
+			leftover socket "$s (stale: nobody listens)"
+			continue
+		fi
+		# (find fails on fds of processes that exit meanwhile: ignore that)
+		owners=$({ find /proc/[0-9]*/fd -lname "socket:\[$inode\]" 2>/dev/null || true; } | cut -d/ -f3 | sort -u | tr '\n' ' ')
+		ours=0
+		for pid in $owners; do if is_our_shim "$pid"; then ours=1; fi; done
+		if ((ours)); then
+			leftover socket "$s (served by our shim, pid $owners)"
+		else
+			note socket "$s (served by pid ${owners:-?}, not ours)"
+		fi
+	done
+fi
+
+# --- runtime state dirs ----------------------------------------------------------
+while read -r root id; do
+	leftover runc "$id in $root ($(runc --root "$root" state "$id" 2>/dev/null | sed -n 's/^ *"status": *"\(.*\)",$/\1/p'))"
+done < <(bench_runc_containers)
+for f in "$RUNC_ROOT"/*/* /run/containerd/rsandbox/* "$STATE_DIR"/io.containerd.runtime.v2.task/*/*; do
+	[[ -e "$f" ]] || continue
+	# runc containers were reported just above with their state
+	if [[ "$f" == "$RUNC_ROOT"/* ]] && runc --root "${f%/*}" state "${f##*/}" >/dev/null 2>&1; then continue; fi
+	leftover state "$f"
+done
+
+# --- cgroups ---------------------------------------------------------------------
+# ctr puts containers in /<namespace>/<id>, CRI uses the pod's parent; runc
+# removes the leaf on delete, so any child below these parents is left over.
+if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+	cg_roots=(/sys/fs/cgroup)
+else
+	cg_roots=()
+	for d in /sys/fs/cgroup/*/; do cg_roots+=("${d%/}"); done
+fi
+for r in "${cg_roots[@]}"; do
+	while read -r d; do
+		[[ -n "$d" ]] || continue
+		n=$(wc -l <"$d/cgroup.procs" 2>/dev/null || echo 0)
+		leftover cgroup "$d ($n processes)"
+	done < <(
+		find "$r"/default "$r"/k8s.io -mindepth 1 -maxdepth 1 -type d 2>/dev/null
+		find "$r" -maxdepth 3 -type d -name '*rsandbox*' 2>/dev/null | while read -r p; do
+			# the parent dir itself is fine when empty; report what is inside
+			find "$p" -mindepth 1 -maxdepth 1 -type d
+			if [[ -s "$p/cgroup.procs" ]]; then echo "$p"; fi
+		done
+	)
+done
+
+# --- network ---------------------------------------------------------------------
+if ip link show "$RSANDBOX_BRIDGE" >/dev/null 2>&1; then
+	while read -r _ ifname _; do
+		leftover veth "${ifname%:} on $RSANDBOX_BRIDGE"
+	done < <(ip -o link show master "$RSANDBOX_BRIDGE" 2>/dev/null)
+fi
+if command -v iptables >/dev/null; then
+	while read -r _ chain; do
+		leftover iptables "nat chain $chain (portmap)"
+	done < <(iptables -w -t nat -S 2>/dev/null | grep -E '^-N CNI-DN-' || true)
+	if ! containerd_pid >/dev/null && iptables -C "${GUARD_RULE[@]}" 2>/dev/null; then
+		note iptables "the FORWARD guard is still in place (hack/containerd.sh stop removes it)"
+	fi
+fi
+for f in "$IPAM_DIR/$CNI_NET"/*; do
+	[[ -e "$f" ]] || continue
+	case "${f##*/}" in last_reserved_ip.* | lock) continue ;; esac
+	leftover ipam "lease ${f##*/} ($(head -n1 "$f" 2>/dev/null | cut -c1-64))"
+done
+
+if ((found)); then
+	echo "leftovers: $found item(s)"
+	exit 1
+fi
+echo "leftovers: none"

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# hack/test.sh - run all tests (the README's test command; .ci/run calls it).
+#
+#   1. cargo fmt --check
+#   2. cargo clippy --all-targets -- -D warnings
+#   3. cargo test (unit tests)
+#   4. hack/build.sh: release shim, installed into the bench prefix
+#   5. hack/setup.sh: the bench set up (idempotent, ~1 s when done) and
+#      containerd running; every task/container left by an earlier run removed
+#   6. integration tests: cargo test --manifest-path integration/Cargo.toml
+#      -- --test-threads=1 (skipped while integration/ does not exist), with
+#      the bench's env exported (see hack/containerd.sh env, RSANDBOX_PREFIX)
+#   7. hack/leftovers.sh with containerd running (tests must clean up), then
+#      hack/containerd.sh stop and hack/leftovers.sh again (what stop and the
+#      shim leave behind)
+# Exits non-zero when any step fails; containerd is stopped on exit.
+# Needs root (containerd, runc, mounts). Environment: see hack/lib.sh.
+set -euo pipefail
+# shellcheck source=hack/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_root
+cd "$RSANDBOX_REPO"
+
+on_exit() {
+	local rc=$?
+	if containerd_pid >/dev/null; then
+		stop || rc=1
+	fi
+	if ((rc)); then
+		printf '\n=== hack/test.sh: FAILED (exit %s) ===\n' "$rc" >&2
+	fi
+	exit "$rc"
+}
+trap on_exit EXIT
+
+section "cargo fmt --check"
+cargo fmt --check
+if [[ -f integration/Cargo.toml ]]; then
+	cargo fmt --check --manifest-path integration/Cargo.toml
+fi
+
+section "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+
+section "cargo test (unit tests)"
+cargo test
+
+section "build + install the release shim"
+hack/build.sh
+
+section "bench: set up and start containerd"
+hack/setup.sh
+reset_objects
+
+failed=()
+section "integration tests"
+if [[ -f integration/Cargo.toml ]]; then
+	eval "$(print_env)"
+	export RSANDBOX_PREFIX
+	if ! cargo test --manifest-path integration/Cargo.toml -- --test-threads=1; then
+		failed+=("integration tests")
+		log "containerd log (last 40 lines of $LOGFILE):"
+		tail -n 40 "$LOGFILE" >&2 || true
+	fi
+else
+	log "SKIPPED: integration/Cargo.toml does not exist yet"
+fi
+
+section "leftovers while containerd runs (tests must clean up after themselves)"
+hack/leftovers.sh || failed+=("leftovers before stop")
+
+section "stop containerd, then leftovers"
+stop
+hack/leftovers.sh || failed+=("leftovers after stop")
+
+if ((${#failed[@]})); then
+	section "FAILED: ${failed[*]}"
+	exit 1
+fi
+section "all tests passed"
