@@ -27,6 +27,7 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
     let record: Option<TaskRecord> = std::fs::read(bundle.join(TASK_STATE_FILE))
         .ok()
         .and_then(|raw| serde_json::from_slice(&raw).ok());
+    let network = record.as_ref().and_then(|r| r.network.clone());
     let runc = record
         .map(|r| r.runc)
         .unwrap_or_else(|| RuncConfig::defaults(namespace));
@@ -40,6 +41,14 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
         }
     }
     if let Err(e) = crate::mount::unmount(&bundle.join("rootfs")) {
+        eprintln!("delete {id}: {e}");
+    }
+    if let Some(net) = network
+        && let Err(e) = crate::network::teardown_with(
+            &net,
+            std::sync::Arc::new(crate::network::SpawnerExec(Spawner::direct())),
+        )
+    {
         eprintln!("delete {id}: {e}");
     }
     kill_stale_shim(bundle);

@@ -137,6 +137,8 @@ fn grouping(bundle: &Path, id: &str) -> String {
 fn start(opts: &StartOpts, bundle: &Path, debug: bool) -> crate::error::Result<String> {
     use crate::error::Context;
     crate::validate::id("shim id", &opts.id)?;
+    // A broken config file fails here, where containerd shows the message to the user.
+    crate::config::ShimConfig::load()?;
     let address = opts.socket_address(&grouping(bundle, &opts.id));
     let path = PathBuf::from(address.trim_start_matches("unix://"));
     if path.exists() {

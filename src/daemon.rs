@@ -129,6 +129,20 @@ pub fn serve(flags: &Flags) -> Result<()> {
         events,
         Some(reaper.clone()),
     );
+    let config = crate::config::ShimConfig::load().unwrap_or_else(|e| {
+        log::error!("{e}; using the defaults");
+        Default::default()
+    });
+    let networker: Arc<dyn crate::network::NetworkProvider> =
+        Arc::new(crate::network::Networker::new(
+            config.network.clone(),
+            Arc::new(crate::network::SpawnerExec(Spawner::with_reaper(
+                reaper.clone(),
+            ))),
+        ));
+    if config.network.standalone_tasks {
+        tm.set_network(networker.clone());
+    }
     let sm = SandboxManager::new(
         Arc::new(LinuxPodHost {
             host_etc: PathBuf::from("/etc"),
@@ -137,6 +151,9 @@ pub fn serve(flags: &Flags) -> Result<()> {
         tm.clone(),
     );
     tm.set_pod_hooks(sm.clone());
+    if config.network.sandboxes {
+        sm.set_network(networker);
+    }
     let (wtm, wsm) = (Arc::downgrade(&tm), Arc::downgrade(&sm));
     reaper.set_handler(move |exit| {
         if let Some(tm) = wtm.upgrade() {

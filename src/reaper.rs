@@ -212,6 +212,8 @@ pub struct Output {
 pub struct Child {
     pub inner: StdChild,
     subscription: Option<Subscription>,
+    /// The child leads its own process group: kill the whole group.
+    group: bool,
 }
 
 impl Spawner {
@@ -234,6 +236,7 @@ impl Spawner {
         Ok(Child {
             inner,
             subscription,
+            group: false,
         })
     }
 
@@ -245,6 +248,29 @@ impl Spawner {
         input: Option<&[u8]>,
         timeout: Duration,
     ) -> io::Result<Output> {
+        self.output_inner(cmd, input, timeout, false)
+    }
+
+    /// Like [`Spawner::output`], but the helper leads a new process group and a timeout kills
+    /// the whole group (helpers such as CNI plugins may start children of their own).
+    pub fn output_in_group(
+        &self,
+        cmd: &mut Command,
+        input: Option<&[u8]>,
+        timeout: Duration,
+    ) -> io::Result<Output> {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        self.output_inner(cmd, input, timeout, true)
+    }
+
+    fn output_inner(
+        &self,
+        cmd: &mut Command,
+        input: Option<&[u8]>,
+        timeout: Duration,
+        group: bool,
+    ) -> io::Result<Output> {
         cmd.stdin(if input.is_some() {
             Stdio::piped()
         } else {
@@ -253,6 +279,7 @@ impl Spawner {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
         let mut child = self.spawn(cmd)?;
+        child.group = group;
         if let (Some(data), Some(mut stdin)) = (input, child.inner.stdin.take()) {
             // Inputs are small (JSON documents); a helper that does not read them fails on EPIPE.
             let _ = stdin.write_all(data);
@@ -319,9 +346,16 @@ impl Child {
         }
     }
 
-    /// Sends SIGKILL (errors ignored: it may be gone already).
+    /// Sends SIGKILL to the child, or to its whole group (errors ignored: it may be gone).
     pub fn kill(&mut self) {
-        let _ = self.inner.kill();
+        if self.group {
+            let _ = nix::sys::signal::killpg(
+                Pid::from_raw(self.pid()),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        } else {
+            let _ = self.inner.kill();
+        }
     }
 }
 
@@ -426,6 +460,34 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn group_timeout_kills_grandchildren_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let script = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
+        let err = Spawner::direct()
+            .output_in_group(
+                Command::new("/bin/sh").args(["-c", &script]),
+                None,
+                Duration::from_millis(300),
+            )
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // The grandchild got SIGKILL with its group (it may linger as a zombie of init).
+        std::thread::sleep(Duration::from_millis(100));
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.split(' ').nth(2).unwrap_or("").to_string());
+        assert!(
+            state.as_ref().map_or(true, |s| s == "Z"),
+            "grandchild still running: {state:?}"
+        );
     }
 
     #[test]

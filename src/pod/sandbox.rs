@@ -18,6 +18,7 @@ use super::cgroup::PodCgroup;
 use super::pause::PauseConfig;
 use super::spec::{CgroupParent, IpcMode, NetworkMode, PidMode, PodSpec};
 use crate::error::{Context, Error, Result};
+use crate::network::{NetworkProvider, NetworkRecord};
 use crate::reaper::Exit;
 use crate::task::{PodHooks, TaskManager};
 use crate::util::write_file_atomic;
@@ -49,6 +50,9 @@ pub struct SandboxRecord {
     pub shm: Option<PathBuf>,
     pub files_dir: PathBuf,
     pub cgroup: PodCgroup,
+    /// The network the shim set up itself (no netns_path was given).
+    #[serde(default)]
+    pub network: Option<NetworkRecord>,
 }
 
 /// Sandbox lifecycle states.
@@ -80,6 +84,14 @@ pub struct SandboxManager {
     sandbox: Mutex<Option<Sandbox>>,
     changed: Condvar,
     on_shutdown: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+    /// Shim-owned networking for pods created without a netns (None: disabled).
+    network: Mutex<Option<Arc<dyn NetworkProvider>>>,
+    /// Serializes lifecycle calls (create/start/stop/shutdown). The data lock above is only
+    /// ever held briefly: helpers (CNI plugins) are reaped by the reaper thread, which calls
+    /// `on_exit`, which needs the data lock.
+    op: Mutex<()>,
+    /// Exits of pids not known yet (a pause process that died before its pid was stored).
+    unclaimed: Mutex<Vec<Exit>>,
 }
 
 /// A CreateSandbox request, decoded.
@@ -102,7 +114,15 @@ impl SandboxManager {
             sandbox: Mutex::new(None),
             changed: Condvar::new(),
             on_shutdown: Mutex::new(None),
+            network: Mutex::new(None),
+            op: Mutex::new(()),
+            unclaimed: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Enables shim-owned networking for pods without a netns_path.
+    pub fn set_network(&self, provider: Arc<dyn NetworkProvider>) {
+        *self.network.lock().unwrap() = Some(provider);
     }
 
     pub fn set_on_shutdown(&self, f: impl Fn() + Send + Sync + 'static) {
@@ -142,13 +162,14 @@ impl SandboxManager {
                 )));
             }
         }
-        if req.spec.network == NetworkMode::Pod && req.netns.is_none() {
+        let provider = self.network.lock().unwrap().clone();
+        if req.spec.network == NetworkMode::Pod && req.netns.is_none() && provider.is_none() {
             return Err(Error::invalid(
-                "no netns_path for a pod that does not ask for the host network (shim-owned networking is not enabled)",
+                "no netns_path for a pod that does not ask for the host network, and shim-owned networking is disabled ([network] sandboxes = false)",
             ));
         }
-        let mut guard = self.lock();
-        if let Some(s) = guard.as_ref() {
+        let _op = self.op.lock().unwrap();
+        if let Some(s) = self.lock().as_ref() {
             return Err(if s.id == req.id {
                 Error::already_exists(format!("sandbox {} already exists", req.id))
             } else {
@@ -160,30 +181,42 @@ impl SandboxManager {
         let mut record = SandboxRecord {
             id: req.id.clone(),
             files_dir: files_dir.clone(),
-            shm: shm.clone(),
             ..Default::default()
         };
-        self.host
-            .write_files(&files_dir, &req.spec)
-            .context("write pod files")?;
-        if let Some(shm) = &shm
-            && let Err(e) = std::fs::create_dir_all(shm)
-                .with_context(|| format!("create {}", shm.display()))
-                .and_then(|_| self.host.mount_shm(shm))
-        {
-            let _ = self.host.remove_files(&files_dir);
-            return Err(e.context("mount the pod's /dev/shm"));
-        }
-        record.shm = shm;
-        if let Err(e) = save_record(&req.bundle, &record) {
-            self.undo_files(&record);
+        let mut netns = req.netns.clone();
+        // Each step records what it made, so `undo` takes down exactly that on failure.
+        let r = (|| -> Result<()> {
+            self.host
+                .write_files(&files_dir, &req.spec)
+                .context("write pod files")?;
+            if let Some(shm) = &shm {
+                std::fs::create_dir_all(shm)
+                    .with_context(|| format!("create {}", shm.display()))
+                    .and_then(|_| self.host.mount_shm(shm))
+                    .context("mount the pod's /dev/shm")?;
+                record.shm = Some(shm.clone());
+            }
+            if req.spec.network == NetworkMode::Pod
+                && netns.is_none()
+                && let Some(provider) = &provider
+            {
+                let net = provider
+                    .setup(self.tm.namespace(), &req.id, Some(&req.spec))
+                    .context("set up the pod network")?;
+                netns = Some(net.netns.clone());
+                record.network = Some(net);
+            }
+            save_record(&req.bundle, &record)
+        })();
+        if let Err(e) = r {
+            self.undo(&record);
             return Err(e);
         }
-        *guard = Some(Sandbox {
+        *self.lock() = Some(Sandbox {
             id: req.id,
             bundle: req.bundle,
             spec: req.spec,
-            netns: req.netns,
+            netns,
             state: State::Created,
             pid: 0,
             created_at: None,
@@ -191,6 +224,28 @@ impl SandboxManager {
             record,
         });
         Ok(())
+    }
+
+    /// Takes down what `record` says was made: the network, /dev/shm, the pod files.
+    fn undo(&self, record: &SandboxRecord) {
+        self.teardown_network(record);
+        self.undo_files(record);
+    }
+
+    /// CNI DEL and netns removal of a shim-owned network; idempotent.
+    fn teardown_network(&self, record: &SandboxRecord) {
+        let Some(net) = &record.network else { return };
+        let provider = self.network.lock().unwrap().clone();
+        let r = match provider {
+            Some(p) => p.teardown(net),
+            None => crate::network::teardown_with(
+                net,
+                Arc::new(crate::network::SpawnerExec(crate::reaper::Spawner::direct())),
+            ),
+        };
+        if let Err(e) = r {
+            log::warn!("sandbox {}: {e}", record.id);
+        }
     }
 
     fn undo_files(&self, record: &SandboxRecord) {
@@ -209,9 +264,9 @@ impl SandboxManager {
 
     fn start_inner(&self, id: &str) -> Result<(u32, SystemTime)> {
         validate::id("sandbox id", id)?;
-        let mut guard = self.lock();
-        let s = match guard.as_mut() {
-            Some(s) if s.id == id => s,
+        let _op = self.op.lock().unwrap();
+        let s = match self.lock().as_ref() {
+            Some(s) if s.id == id => s.clone(),
             _ => return Err(Error::precondition(format!("sandbox {id} was not created"))),
         };
         if s.state != State::Created {
@@ -232,25 +287,45 @@ impl SandboxManager {
             sysctls: s.spec.effective_sysctls(),
         };
         let pid = self.host.spawn_pause(&cfg)?;
-        if let Some(CgroupParent::Fs(parent)) = s.spec.cgroup_parent_kind() {
-            match self.host.join_cgroup(&parent, pid) {
-                Ok(cg) => s.record.cgroup = cg,
+        let mut cgroup = PodCgroup::default();
+        match s.spec.cgroup_parent_kind() {
+            Some(CgroupParent::Fs(parent)) => match self.host.join_cgroup(&parent, pid) {
+                Ok(cg) => cgroup = cg,
                 Err(e) => {
                     self.host.kill(pid);
                     return Err(e.context("put the pause process in the pod cgroup"));
                 }
-            }
-        } else if let Some(CgroupParent::Systemd(p)) = s.spec.cgroup_parent_kind() {
-            log::warn!(
+            },
+            Some(CgroupParent::Systemd(p)) => log::warn!(
                 "sandbox {id}: systemd cgroup parent {p:?} is not managed by rsandbox; the pause process stays in the shim's cgroup"
-            );
+            ),
+            None => {}
         }
         let now = SystemTime::now();
+        let mut guard = self.lock();
+        let Some(s) = guard.as_mut() else {
+            self.host.kill(pid);
+            return Err(Error::precondition(format!(
+                "sandbox {id} went away while starting"
+            )));
+        };
         s.pid = pid;
         s.created_at = Some(now);
         s.state = State::Ready;
+        s.record.cgroup = cgroup;
         s.record.pause_pid = pid;
         s.record.pause_start_ticks = crate::util::process_start_ticks(pid).unwrap_or(0);
+        // The pause process may have died before its pid was known here.
+        let early = {
+            let mut u = self.unclaimed.lock().unwrap();
+            u.iter()
+                .position(|e| e.pid == pid)
+                .map(|i| u.swap_remove(i))
+        };
+        if let Some(e) = early {
+            s.exit = Some((e.status as u32, e.at));
+            s.state = State::NotReady;
+        }
         if let Err(e) = save_record(&s.bundle, &s.record) {
             log::warn!("sandbox {id}: {e}");
         }
@@ -264,8 +339,17 @@ impl SandboxManager {
     /// Called for every reaped child; notes the pause process's exit.
     pub fn on_exit(&self, exit: Exit) {
         let mut guard = self.lock();
+        let ours = guard.as_ref().is_some_and(|s| s.pid == exit.pid);
+        if !ours {
+            // Possibly a pause process whose pid is not stored yet; keep a few recent ones.
+            let mut u = self.unclaimed.lock().unwrap();
+            if u.len() >= 64 {
+                u.remove(0);
+            }
+            u.push(exit);
+            return;
+        }
         if let Some(s) = guard.as_mut()
-            && s.pid == exit.pid
             && s.exit.is_none()
         {
             log::info!(
@@ -283,6 +367,11 @@ impl SandboxManager {
     /// StopSandbox: kill every container's processes and the pause process, and wait until
     /// they are gone. Idempotent.
     pub fn stop(&self, id: &str) -> Result<()> {
+        let _op = self.op.lock().unwrap();
+        self.stop_locked(id)
+    }
+
+    fn stop_locked(&self, id: &str) -> Result<()> {
         let s = self.get(id).context("stop sandbox")?;
         for c in self.tm.all() {
             let live = c.init.lock().exit.is_none();
@@ -296,26 +385,37 @@ impl SandboxManager {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        if s.pid != 0 {
+        {
             let mut guard = self.lock();
-            if guard.as_ref().is_some_and(|s| s.exit.is_none()) {
+            if s.pid != 0 && guard.as_ref().is_some_and(|s| s.exit.is_none()) {
                 self.host.kill(s.pid);
-                let (g, _) = self
+                guard = self
                     .changed
                     .wait_timeout_while(guard, STOP_WAIT, |s| {
                         s.as_ref().is_some_and(|s| s.exit.is_none())
                     })
-                    .unwrap();
-                guard = g;
+                    .unwrap()
+                    .0;
             }
             if let Some(s) = guard.as_mut() {
                 s.state = State::NotReady;
+                // Never started: nothing ran, but WaitSandbox must return too.
+                s.exit.get_or_insert((0, SystemTime::now()));
             }
-        } else if let Some(s) = self.lock().as_mut() {
-            // Never started: nothing runs, but the pod is not ready either.
-            s.state = State::NotReady;
-            s.exit.get_or_insert((0, SystemTime::now()));
             self.changed.notify_all();
+        }
+        // The pod's network goes with its pause process (CRI does the same for its own netns
+        // right after StopSandbox). Outside the data lock: CNI plugins are reaped meanwhile.
+        if let Some(record) = self.lock().as_ref().map(|s| s.record.clone())
+            && record.network.is_some()
+        {
+            self.teardown_network(&record);
+            if let Some(s) = self.lock().as_mut() {
+                s.record.network = None;
+                if let Err(e) = save_record(&s.bundle, &s.record) {
+                    log::warn!("sandbox {id}: {e}");
+                }
+            }
         }
         Ok(())
     }
@@ -341,8 +441,9 @@ impl SandboxManager {
     /// ShutdownSandbox: stop, remove the containers left, the pod files, /dev/shm, the pod
     /// cgroup; then let the shim exit.
     pub fn shutdown(&self, id: &str) -> Result<()> {
+        let _op = self.op.lock().unwrap();
         self.get(id).context("shutdown sandbox")?;
-        self.stop(id).context("shutdown sandbox")?;
+        self.stop_locked(id).context("shutdown sandbox")?;
         for c in self.tm.all() {
             if let Err(e) = self.tm.delete(&c.id, "") {
                 log::warn!("shutdown sandbox {id}: {e}");
@@ -350,7 +451,7 @@ impl SandboxManager {
         }
         let s = self.lock().take();
         if let Some(s) = s {
-            self.undo_files(&s.record);
+            self.undo(&s.record);
             self.host.remove_cgroup(&s.record.cgroup);
             let _ = std::fs::remove_file(s.bundle.join(SANDBOX_STATE_FILE));
         }
@@ -377,6 +478,8 @@ impl SandboxManager {
         serde_json::json!({
             "pid": s.pid,
             "netns": s.netns,
+            "ips": s.record.network.as_ref().map(|n| n.ips.clone()).unwrap_or_default(),
+            "networkOwner": if s.record.network.is_some() { "rsandbox (CNI run by the shim)" } else if s.netns.is_some() { "caller (CRI)" } else { "host" },
             "hostname": s.spec.hostname,
             "networkMode": format!("{:?}", s.spec.network),
             "ipcMode": format!("{:?}", s.spec.ipc),
@@ -579,6 +682,14 @@ pub fn cleanup_from_bundle(bundle: &Path) -> Option<u32> {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+    if let Some(net) = &record.network
+        && let Err(e) = crate::network::teardown_with(
+            net,
+            Arc::new(crate::network::SpawnerExec(crate::reaper::Spawner::direct())),
+        )
+    {
+        eprintln!("delete sandbox {}: {e}", record.id);
     }
     if let Some(shm) = &record.shm {
         let _ = host.unmount_shm(shm);

@@ -25,6 +25,7 @@ use crate::cgroups::CgroupPaths;
 use crate::error::{Context, Error, Result};
 use crate::events::{Event, EventSink};
 use crate::mount::MountSpec;
+use crate::network::{NetworkProvider, NetworkRecord};
 use crate::reaper::{Exit, Reaper};
 use crate::runtime::{ProcessIo, RuncConfig, Runtime};
 use crate::stdio::{self, StdioRequest, TtyCopier};
@@ -43,6 +44,9 @@ pub struct TaskRecord {
     pub id: String,
     pub runc: RuncConfig,
     pub rootfs_mounted: bool,
+    /// The network the shim set up for a standalone task (opt-in).
+    #[serde(default)]
+    pub network: Option<NetworkRecord>,
 }
 
 /// A task's creation request, already decoded from the wire.
@@ -79,6 +83,8 @@ pub struct Container {
     /// The container has no pid namespace of its own: when its init exits, the rest of its
     /// processes must be killed explicitly.
     pub shares_pid_ns: bool,
+    /// Shim-owned network of a standalone task.
+    pub network: Option<NetworkRecord>,
     /// Serializes lifecycle operations on this container.
     op: Mutex<()>,
 }
@@ -94,6 +100,8 @@ pub struct TaskManager {
     creating: Mutex<HashSet<String>>,
     by_pid: Mutex<HashMap<i32, Arc<Process>>>,
     pod: Mutex<Option<Arc<dyn PodHooks>>>,
+    /// Shim-owned networking for standalone tasks (None: off, the default).
+    network: Mutex<Option<Arc<dyn NetworkProvider>>>,
     /// Called when Shutdown decides the shim should exit.
     on_shutdown: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     me: Weak<TaskManager>,
@@ -117,6 +125,7 @@ impl TaskManager {
             creating: Mutex::default(),
             by_pid: Mutex::default(),
             pod: Mutex::new(None),
+            network: Mutex::new(None),
             on_shutdown: Mutex::new(None),
             me: me.clone(),
         })
@@ -129,6 +138,11 @@ impl TaskManager {
 
     pub fn set_pod_hooks(&self, hooks: Arc<dyn PodHooks>) {
         *self.pod.lock().unwrap() = Some(hooks);
+    }
+
+    /// Enables shim-owned networking for standalone tasks that ask for a network namespace.
+    pub fn set_network(&self, provider: Arc<dyn NetworkProvider>) {
+        *self.network.lock().unwrap() = Some(provider);
     }
 
     pub fn set_on_shutdown(&self, f: impl Fn() + Send + Sync + 'static) {
@@ -210,14 +224,33 @@ impl TaskManager {
         let mut spec: serde_json::Value = serde_json::from_slice(&raw)
             .map_err(|e| Error::invalid(format!("parse {}: {e}", config_path.display())))?;
         check_spec(&spec, req.stdio.terminal)?;
-        if let Some(pod) = self.pod()
-            && pod
+        let mut spec_changed = false;
+        let pod = self.pod().filter(|p| p.has_sandbox());
+        if let Some(pod) = &pod {
+            spec_changed |= pod
                 .prepare_spec(&req.id, &mut spec)
-                .context("add pod mounts")?
-        {
-            let data = serde_json::to_vec(&spec).map_err(|e| Error::internal(e.to_string()))?;
-            write_file_atomic(&config_path, &data, 0o600).context("write config.json")?;
+                .context("add pod mounts")?;
         }
+        let provider = self.network.lock().unwrap().clone();
+        let mut network = None;
+        if pod.is_none()
+            && let Some(provider) = &provider
+            && wants_new_netns(&spec)
+        {
+            let net = provider
+                .setup(&self.namespace, &req.id, None)
+                .context("set up the task network")?;
+            set_netns_path(&mut spec, &net.netns);
+            spec_changed = true;
+            network = Some(net);
+        }
+        let undo_network = |network: &Option<NetworkRecord>| {
+            if let (Some(net), Some(p)) = (network, &provider)
+                && let Err(e) = p.teardown(net)
+            {
+                log::warn!("task {}: {e}", req.id);
+            }
+        };
         let shares_pid_ns = shares_pid_namespace(&spec);
         let runc = req
             .runc
@@ -228,12 +261,24 @@ impl TaskManager {
             id: req.id.clone(),
             runc: runc.clone(),
             rootfs_mounted: !req.rootfs.is_empty(),
+            network: network.clone(),
         };
-        let data = serde_json::to_vec(&record).map_err(|e| Error::internal(e.to_string()))?;
-        write_file_atomic(&req.bundle.join(TASK_STATE_FILE), &data, 0o600)
-            .context("write task record")?;
-        if !req.rootfs.is_empty() {
-            self.host.mount_rootfs(&req.rootfs, &rootfs)?;
+        let prepared = (|| -> Result<()> {
+            if spec_changed {
+                let data = serde_json::to_vec(&spec).map_err(|e| Error::internal(e.to_string()))?;
+                write_file_atomic(&config_path, &data, 0o600).context("write config.json")?;
+            }
+            let data = serde_json::to_vec(&record).map_err(|e| Error::internal(e.to_string()))?;
+            write_file_atomic(&req.bundle.join(TASK_STATE_FILE), &data, 0o600)
+                .context("write task record")?;
+            if !req.rootfs.is_empty() {
+                self.host.mount_rootfs(&req.rootfs, &rootfs)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = prepared {
+            undo_network(&network);
+            return Err(e);
         }
         let runtime = self.host.runtime(&runc);
         let init = Arc::new(Process::new(&req.id, None, req.stdio.clone(), None));
@@ -244,6 +289,7 @@ impl TaskManager {
                 if !req.rootfs.is_empty() {
                     let _ = self.host.unmount_rootfs(&rootfs);
                 }
+                undo_network(&network);
                 return Err(e);
             }
         };
@@ -268,6 +314,7 @@ impl TaskManager {
             execs: Mutex::default(),
             cgroup,
             shares_pid_ns,
+            network,
             op: Mutex::new(()),
         });
         self.containers
@@ -607,6 +654,19 @@ impl TaskManager {
             self.host.unmount_rootfs(&c.bundle.join("rootfs"))?;
         }
         self.host.unwatch_oom(id);
+        if let Some(net) = &c.network {
+            let provider = self.network.lock().unwrap().clone();
+            let r = match provider {
+                Some(p) => p.teardown(net),
+                None => crate::network::teardown_with(
+                    net,
+                    Arc::new(crate::network::SpawnerExec(crate::reaper::Spawner::direct())),
+                ),
+            };
+            if let Err(e) = r {
+                log::warn!("delete task {id}: {e}");
+            }
+        }
         p.keepalive.lock().unwrap().release();
         self.containers.lock().unwrap().remove(id);
         {
@@ -935,6 +995,34 @@ fn check_spec(spec: &serde_json::Value, terminal: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// True when the spec asks for a new network namespace (an entry without a path).
+fn wants_new_netns(spec: &serde_json::Value) -> bool {
+    spec.pointer("/linux/namespaces")
+        .and_then(|n| n.as_array())
+        .is_some_and(|list| {
+            list.iter().any(|n| {
+                n.get("type").and_then(|t| t.as_str()) == Some("network")
+                    && n.get("path")
+                        .and_then(|p| p.as_str())
+                        .is_none_or(str::is_empty)
+            })
+        })
+}
+
+/// Points the spec's network namespace at `path`.
+fn set_netns_path(spec: &mut serde_json::Value, path: &Path) {
+    if let Some(list) = spec
+        .pointer_mut("/linux/namespaces")
+        .and_then(|n| n.as_array_mut())
+    {
+        for n in list {
+            if n.get("type").and_then(|t| t.as_str()) == Some("network") {
+                n["path"] = serde_json::json!(path);
+            }
+        }
+    }
 }
 
 /// True when the spec has no pid namespace of its own (host's, or joined by path).
