@@ -282,12 +282,19 @@ fn flush(conn: &Conn) {
     }
 }
 
+/// Whether a new worker must start: every idle worker takes one queued job, so more queued
+/// jobs than idle workers need another one. (A notified worker counts as idle until it
+/// wakes, so spawning only when `idle == 0` strands the second job of a quick burst.)
+fn needs_worker(queued: usize, idle: usize, threads: usize) -> bool {
+    queued > idle && threads < MAX_WORKERS
+}
+
 impl Pool {
     fn submit(self: &Arc<Self>, server: Arc<Server>, job: Job) {
         let mut st = self.state.lock().unwrap();
         st.jobs.push_back(job);
         st.in_flight += 1;
-        if st.idle == 0 && st.threads < MAX_WORKERS {
+        if needs_worker(st.jobs.len(), st.idle, st.threads) {
             st.threads += 1;
             let pool = self.clone();
             let spawned = std::thread::Builder::new()
@@ -358,6 +365,10 @@ mod tests {
     use containerd_shim_protos::api::{ConnectRequest, ConnectResponse};
     use containerd_shim_protos::shim_sync::{Task, TaskClient, create_task};
 
+    const RENDEZVOUS: usize = 8;
+    static ARRIVED: std::sync::LazyLock<(Mutex<usize>, Condvar)> =
+        std::sync::LazyLock::new(|| (Mutex::new(0), Condvar::new()));
+
     struct Echo;
     impl Task for Echo {
         fn connect(
@@ -367,6 +378,19 @@ mod tests {
         ) -> ttrpc::Result<ConnectResponse> {
             if req.id == "slow" {
                 std::thread::sleep(Duration::from_millis(300));
+            }
+            if req.id == "rendezvous" {
+                // Returns only once RENDEZVOUS calls are inside a handler at the same time.
+                let (lock, cond) = &*ARRIVED;
+                let mut n = lock.lock().unwrap();
+                *n += 1;
+                cond.notify_all();
+                let (n, timeout) = cond
+                    .wait_timeout_while(n, Duration::from_secs(5), |n| *n < RENDEZVOUS)
+                    .unwrap();
+                if timeout.timed_out() {
+                    return Err(ttrpc::Error::Others(format!("only {} calls ran at once", *n)));
+                }
             }
             Ok(ConnectResponse {
                 shim_pid: 7,
@@ -467,5 +491,34 @@ mod tests {
             start.elapsed()
         );
         assert_eq!(slow.join().unwrap().version, "slow");
+    }
+
+    #[test]
+    fn a_burst_gets_one_worker_per_job_beyond_the_idle_ones() {
+        // One idle worker, notified for the first job, has not woken when the second arrives.
+        assert!(needs_worker(2, 1, 1));
+        assert!(!needs_worker(1, 1, 1));
+        assert!(needs_worker(1, 0, 0));
+        assert!(!needs_worker(5, 0, MAX_WORKERS));
+    }
+
+    #[test]
+    fn a_burst_of_blocking_calls_each_gets_a_worker() {
+        // Calls that block until all of them run: with too few workers this never finishes.
+        let dir = tempfile::tempdir().unwrap();
+        let addr = serve(dir.path());
+        let task = TaskClient::new(ttrpc::Client::connect(&addr).unwrap());
+        let calls: Vec<_> = (0..RENDEZVOUS)
+            .map(|_| {
+                let t = task.clone();
+                std::thread::spawn(move || {
+                    let req = ConnectRequest { id: "rendezvous".into(), ..Default::default() };
+                    t.connect(ttrpc::context::with_timeout(0), &req)
+                })
+            })
+            .collect();
+        for c in calls {
+            c.join().unwrap().unwrap();
+        }
     }
 }
