@@ -253,6 +253,8 @@ fn child(p: &Prepared, status_fd: i32) -> ! {
             i += 1;
         }
         libc::chdir(c"/".as_ptr());
+        // Shows as "rsandbox-pause" in ps instead of the cloned thread's name.
+        libc::prctl(libc::PR_SET_NAME, c"rsandbox-pause".as_ptr() as libc::c_ulong, 0, 0, 0);
         let mut cap = 0;
         while cap <= p.cap_last {
             if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 {
@@ -313,6 +315,15 @@ fn child(p: &Prepared, status_fd: i32) -> ! {
 mod tests {
     use super::*;
 
+    /// Kills the pause process even when an assertion fails first.
+    struct KillOnDrop(i32);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.0), None);
+        }
+    }
+
     fn is_root() -> bool {
         nix::unistd::geteuid().is_root()
     }
@@ -352,6 +363,7 @@ mod tests {
             ..Default::default()
         };
         let pid = spawn(&cfg).unwrap();
+        let _kill = KillOnDrop(pid);
         let ns = |p: &str, k: &str| std::fs::read_link(format!("/proc/{p}/ns/{k}")).unwrap();
         for kind in ["ipc", "uts", "pid_for_children"] {
             let k = if kind == "pid_for_children" {
@@ -366,6 +378,7 @@ mod tests {
         assert_eq!(status_field(pid, "CapEff"), "0000000000000000");
         assert_eq!(status_field(pid, "CapBnd"), "0000000000000000");
         assert_eq!(status_field(pid, "NoNewPrivs"), "1");
+        assert_eq!(status_field(pid, "Name"), "rsandbox-pause");
         assert_eq!(
             status_field(pid, "NSpid").split_whitespace().last(),
             Some("1")
