@@ -23,6 +23,8 @@
 #   RSANDBOX_SNAPSHOTTER         overlayfs|native (default: overlayfs if it mounts here)
 #   RSANDBOX_SUBNET              pod subnet                        (10.88.0.0/16)
 #   RSANDBOX_BRIDGE              bridge name                       (rsandbox0)
+#   RSANDBOX_SHIM_SUBNET         subnet of shim-owned pod networks (10.90.0.0/16)
+#   RSANDBOX_SHIM_BRIDGE         bridge of shim-owned pod networks (rsandbox1)
 #   RSANDBOX_LOG_LEVEL           containerd log level (info; debug also makes
 #                                containerd start the shims with -debug)
 #   RSANDBOX_REFRESH=1           re-download the packages even when present
@@ -34,6 +36,8 @@ RSANDBOX_CONTAINERD_SUITE=${RSANDBOX_CONTAINERD_SUITE:-sid}
 RSANDBOX_CONTAINERD_VERSION=${RSANDBOX_CONTAINERD_VERSION:-}
 RSANDBOX_SUBNET=${RSANDBOX_SUBNET:-10.88.0.0/16}
 RSANDBOX_BRIDGE=${RSANDBOX_BRIDGE:-rsandbox0}
+RSANDBOX_SHIM_SUBNET=${RSANDBOX_SHIM_SUBNET:-10.90.0.0/16}
+RSANDBOX_SHIM_BRIDGE=${RSANDBOX_SHIM_BRIDGE:-rsandbox1}
 RSANDBOX_LOG_LEVEL=${RSANDBOX_LOG_LEVEL:-info}
 
 P=$RSANDBOX_PREFIX
@@ -42,6 +46,9 @@ CNI_BIN=$P/usr/lib/cni
 CONF_DIR=$P/conf
 CONFIG=$CONF_DIR/containerd.toml
 CNI_CONF_DIR=$CONF_DIR/cni/net.d
+SHIM_CONFIG=$CONF_DIR/rsandbox.toml
+SHIM_CNI_CONF_DIR=$CONF_DIR/cni/rsandbox.d
+SHIM_CNI_NET=rsandbox-shim
 SOCK=$P/run/containerd.sock
 PIDFILE=$P/run/containerd.pid
 LOGFILE=$P/log/containerd.log
@@ -59,6 +66,7 @@ CNI_NET=rsandbox
 NAMESPACES=(default k8s.io)
 # the FORWARD guard rule; its comment lets stop find exactly our rule
 GUARD_RULE=(FORWARD -s "$RSANDBOX_SUBNET" ! -d "$RSANDBOX_SUBNET" -m comment --comment rsandbox-bench -j DROP)
+SHIM_GUARD_RULE=(FORWARD -s "$RSANDBOX_SHIM_SUBNET" ! -d "$RSANDBOX_SHIM_SUBNET" -m comment --comment rsandbox-bench -j DROP)
 # host packages, from the host's own release (protobuf-compiler: the
 # integration tests build tonic/prost code; gcc + libc6-dev: the static pause)
 HOST_PACKAGES=(runc iptables iproute2 util-linux procps gcc libc6-dev protobuf-compiler pkg-config
@@ -390,8 +398,54 @@ temp = '$P/tmp'
 
   [plugins.'io.containerd.transfer.v1.local']
     config_path = '$CONF_DIR/certs.d'
+
+  # containerd passes this env to 'containerd-shim-rsandbox-v1 start'; the shim
+  # daemon inherits it and reads its own config file (shim-owned networking).
+  [plugins.'io.containerd.shim.v1.manager']
+    env = ['RSANDBOX_CONFIG=$SHIM_CONFIG']
 EOF
 	replace_if_changed "$CONFIG.tmp" "$CONFIG" && changed=0
+	# The shim's own config: pods created without a netns (containerd's sandbox
+	# controller API) get a netns and CNI from the shim, on their own bridge and
+	# subnet. standalone_tasks stays off (ctr run behaves as with runc); tests
+	# that need it rewrite this file for the shims they start.
+	cat >"$SHIM_CONFIG.tmp" <<EOF
+# Written by hack/lib.sh - containerd-shim-rsandbox-v1 configuration (see README).
+[network]
+sandboxes = true
+standalone_tasks = false
+cni_conf_dir = '$SHIM_CNI_CONF_DIR'
+cni_bin_dirs = ['$CNI_BIN']
+cni_cache_dir = '$P/var/lib/cni'
+netns_dir = '$P/run/netns'
+EOF
+	replace_if_changed "$SHIM_CONFIG.tmp" "$SHIM_CONFIG" && changed=0
+	mkdir -p "$SHIM_CNI_CONF_DIR"
+	cat >"$SHIM_CNI_CONF_DIR/.10-$SHIM_CNI_NET.conflist.tmp" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "$SHIM_CNI_NET",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$RSANDBOX_SHIM_BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{ "subnet": "$RSANDBOX_SHIM_SUBNET" }]],
+        "dataDir": "$IPAM_DIR"
+      }
+    },
+    {
+      "type": "portmap",
+      "capabilities": { "portMappings": true }
+    }
+  ]
+}
+EOF
+	replace_if_changed "$SHIM_CNI_CONF_DIR/.10-$SHIM_CNI_NET.conflist.tmp" "$SHIM_CNI_CONF_DIR/10-$SHIM_CNI_NET.conflist" && changed=0
 	# Pods reach each other and the host (the bridge address) only: ipMasq
 	# false and no default route, so nothing is routed off this machine.
 	# Written to a dot-file and renamed: containerd watches this dir and would
@@ -446,11 +500,14 @@ net_guard_on() { # keep pod traffic on this machine even when the bridge plugin 
 	[[ -f "$P/run/ip_forward.orig" ]] || cat /proc/sys/net/ipv4/ip_forward >"$P/run/ip_forward.orig"
 	iptables -C "${GUARD_RULE[@]}" 2>/dev/null || iptables -I "${GUARD_RULE[@]}" ||
 		log "warning: could not add the iptables FORWARD guard"
+	iptables -C "${SHIM_GUARD_RULE[@]}" 2>/dev/null || iptables -I "${SHIM_GUARD_RULE[@]}" ||
+		log "warning: could not add the iptables FORWARD guard for the shim-owned subnet"
 }
 
 net_guard_off() {
 	if command -v iptables >/dev/null; then
 		while iptables -C "${GUARD_RULE[@]}" 2>/dev/null; do iptables -D "${GUARD_RULE[@]}"; done
+		while iptables -C "${SHIM_GUARD_RULE[@]}" 2>/dev/null; do iptables -D "${SHIM_GUARD_RULE[@]}"; done
 	fi
 	if [[ -f "$P/run/ip_forward.orig" ]]; then
 		cat "$P/run/ip_forward.orig" >/proc/sys/net/ipv4/ip_forward 2>/dev/null || true
@@ -638,6 +695,7 @@ clean() { # stop + remove containerd's state (metadata, snapshots, leases) and t
 	log "removing state under $P (var, run, tmp)"
 	rm -rf "${P:?}/var" "${P:?}/run" "${P:?}/tmp"
 	ip link del "$RSANDBOX_BRIDGE" 2>/dev/null || true
+	ip link del "$RSANDBOX_SHIM_BRIDGE" 2>/dev/null || true
 }
 
 status() {

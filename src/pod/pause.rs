@@ -254,7 +254,13 @@ fn child(p: &Prepared, status_fd: i32) -> ! {
         }
         libc::chdir(c"/".as_ptr());
         // Shows as "rsandbox-pause" in ps instead of the cloned thread's name.
-        libc::prctl(libc::PR_SET_NAME, c"rsandbox-pause".as_ptr() as libc::c_ulong, 0, 0, 0);
+        libc::prctl(
+            libc::PR_SET_NAME,
+            c"rsandbox-pause".as_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
         let mut cap = 0;
         while cap <= p.cap_last {
             if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 {
@@ -319,7 +325,10 @@ mod tests {
     struct KillOnDrop(i32);
     impl Drop for KillOnDrop {
         fn drop(&mut self) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.0),
+                nix::sys::signal::Signal::SIGKILL,
+            );
             let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.0), None);
         }
     }

@@ -406,7 +406,10 @@ impl SandboxManager {
         }
         // The pod's network goes with its pause process (CRI does the same for its own netns
         // right after StopSandbox). Outside the data lock: CNI plugins are reaped meanwhile.
-        if let Some(record) = self.lock().as_ref().map(|s| s.record.clone())
+        // Bound first: a guard in the `if let` scrutinee would live through the body and block
+        // the reaper thread (it takes this lock in `on_exit`) while CNI plugins run.
+        let record = self.lock().as_ref().map(|s| s.record.clone());
+        if let Some(record) = record
             && record.network.is_some()
         {
             self.teardown_network(&record);
@@ -524,6 +527,42 @@ fn check_abs_dir(what: &str, p: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Makes a container that asks for new network, IPC or UTS namespaces (and a new PID namespace
+/// when the pod shares one) join the pause process's instead: a container of a pod lives in
+/// the pod. CRI already sends these paths; other clients (containerd's API, `ctr run
+/// --sandbox`) do not. Returns whether the spec changed.
+fn join_pod_namespaces(s: &Sandbox, spec: &mut serde_json::Value) -> bool {
+    if s.pid == 0 || s.exit.is_some() {
+        return false;
+    }
+    let Some(list) = spec
+        .pointer_mut("/linux/namespaces")
+        .and_then(|n| n.as_array_mut())
+    else {
+        return false;
+    };
+    let mut changed = false;
+    for ns in list {
+        let kind = ns.get("type").and_then(|t| t.as_str()).unwrap_or("");
+        let proc_name = match kind {
+            "network" => "net",
+            "ipc" => "ipc",
+            "uts" => "uts",
+            "pid" if s.spec.pid == PidMode::Pod => "pid",
+            _ => continue,
+        };
+        let has_path = ns
+            .get("path")
+            .and_then(|p| p.as_str())
+            .is_some_and(|p| !p.is_empty());
+        if !has_path {
+            ns["path"] = serde_json::json!(format!("/proc/{}/ns/{proc_name}", s.pid));
+            changed = true;
+        }
+    }
+    changed
+}
+
 /// Paths that the pod provides to each container, and where they come from.
 fn pod_mounts(s: &Sandbox) -> Vec<(&'static str, PathBuf)> {
     let mut v = vec![
@@ -550,6 +589,7 @@ impl PodHooks for SandboxManager {
         let Some(s) = self.lock().clone() else {
             return Ok(false);
         };
+        let mut changed = join_pod_namespaces(&s, spec);
         let readonly = spec
             .pointer("/root/readonly")
             .and_then(|v| v.as_bool())
@@ -561,7 +601,6 @@ impl PodHooks for SandboxManager {
         let Some(list) = mounts.as_array_mut() else {
             return Err(Error::invalid("config.json mounts is not a list"));
         };
-        let mut changed = false;
         for (dest, src) in pod_mounts(&s) {
             let existing = list
                 .iter()

@@ -557,3 +557,47 @@ fn containers_get_the_pod_files_and_the_pod_shm() {
     );
     assert_eq!(mounts.len(), 4);
 }
+
+#[test]
+fn containers_without_namespace_paths_join_the_pod() {
+    let f = fixture();
+    f.create("pod1", pod_config("a", true)).unwrap();
+    f.svc
+        .start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let mut spec = serde_json::json!({
+        "root": {"path": "rootfs"},
+        "linux": {"namespaces": [
+            {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "pid"}, {"type": "mount"},
+            {"type": "cgroup", "path": ""}
+        ]}
+    });
+    assert!(f.sm.prepare_spec("c1", &mut spec).unwrap());
+    let ns = spec["linux"]["namespaces"].as_array().unwrap();
+    let path = |t: &str| {
+        ns.iter()
+            .find(|n| n["type"] == t)
+            .unwrap()
+            .get("path")
+            .cloned()
+    };
+    assert_eq!(
+        path("network"),
+        Some(serde_json::json!(format!("/proc/{PAUSE_PID}/ns/net")))
+    );
+    assert_eq!(
+        path("pid"),
+        Some(serde_json::json!(format!("/proc/{PAUSE_PID}/ns/pid")))
+    );
+    assert_eq!(path("mount"), None);
+    // A path already set (CRI) is kept.
+    let mut cri = serde_json::json!({"linux": {"namespaces": [{"type": "network", "path": "/proc/1/ns/net"}]}});
+    f.sm.prepare_spec("c2", &mut cri).unwrap();
+    assert_eq!(cri["linux"]["namespaces"][0]["path"], "/proc/1/ns/net");
+}

@@ -389,7 +389,10 @@ mod tests {
                     .wait_timeout_while(n, Duration::from_secs(5), |n| *n < RENDEZVOUS)
                     .unwrap();
                 if timeout.timed_out() {
-                    return Err(ttrpc::Error::Others(format!("only {} calls ran at once", *n)));
+                    return Err(ttrpc::Error::Others(format!(
+                        "only {} calls ran at once",
+                        *n
+                    )));
                 }
             }
             Ok(ConnectResponse {
@@ -512,7 +515,10 @@ mod tests {
             .map(|_| {
                 let t = task.clone();
                 std::thread::spawn(move || {
-                    let req = ConnectRequest { id: "rendezvous".into(), ..Default::default() };
+                    let req = ConnectRequest {
+                        id: "rendezvous".into(),
+                        ..Default::default()
+                    };
                     t.connect(ttrpc::context::with_timeout(0), &req)
                 })
             })
