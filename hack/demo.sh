@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# hack/demo.sh - the README's "main job" command: run a real container through
-# the rsandbox shim.
+# hack/demo.sh - the README's "main job" command: a real pod through
+# containerd's CRI on the rsandbox shim, and plain containers through ctr.
 #
 # Sets the bench up if needed (hack/setup.sh), builds and installs the shim
-# (hack/build.sh), starts containerd and runs busybox with
-# `ctr run --runtime io.containerd.rsandbox.v1`, then shows that a container's
-# exit status comes back through the shim. containerd is stopped at the end
-# unless --keep is given (then: eval "$(hack/containerd.sh env)"; ctr ...).
+# (hack/build.sh), starts containerd, runs busybox with
+# `ctr run --runtime io.containerd.rsandbox.v1` (hello, exit status 3), then
+# runs the CRI demo (integration/src/bin/rsandbox-demo.rs): RunPodSandbox with
+# the `rsandbox` handler, two containers, the pod IP and what they share, and
+# the pod's teardown. containerd is stopped at the end unless --keep is given
+# (then: eval "$(hack/containerd.sh env)"; ctr ...).
 set -euo pipefail
 # shellcheck source=hack/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -71,6 +73,10 @@ run_ "$id" sh -c 'exit 3' || rc=$?
 cleanup_container "$id"
 echo "exit status: $rc"
 [[ "$rc" == 3 ]] || die "expected exit status 3, got $rc"
+
+section "a pod through CRI: RunPodSandbox (handler rsandbox) + two containers"
+eval "$(print_env)"
+cargo run --quiet --manifest-path integration/Cargo.toml --bin rsandbox-demo
 
 section "demo OK"
 if ((keep)); then
