@@ -287,7 +287,11 @@ impl Pool {
         let mut st = self.state.lock().unwrap();
         st.jobs.push_back(job);
         st.in_flight += 1;
-        if st.idle == 0 && st.threads < MAX_WORKERS {
+        // `idle` still counts a worker that was notified but has not woken yet: two calls
+        // submitted back to back would both see idle == 1, the one worker would take the
+        // first (e.g. a WaitSandbox that blocks until the pod exits) and the second would
+        // wait for it forever. Spawn whenever the queue outgrows the idle workers.
+        if st.jobs.len() > st.idle && st.threads < MAX_WORKERS {
             st.threads += 1;
             let pool = self.clone();
             let spawned = std::thread::Builder::new()
