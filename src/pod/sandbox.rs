@@ -227,7 +227,11 @@ impl SandboxManager {
             },
             new_ipc: s.spec.ipc == IpcMode::Pod,
             new_uts: !s.spec.host_uts(),
-            new_pid: s.spec.pid == PidMode::Pod,
+            // As containerd's podsandbox: the pause process gets a PID namespace of its own
+            // unless the pod asks for the node's. CRI puts a container whose own
+            // namespace_options say pid=POD into /proc/<pause>/ns/pid whatever the pod's mode;
+            // a pause left in the host's PID namespace would hand it the node's processes.
+            new_pid: s.spec.pid != PidMode::Host,
             hostname: Some(s.spec.hostname.clone()).filter(|h| !h.is_empty()),
             sysctls: s.spec.effective_sysctls(),
         };

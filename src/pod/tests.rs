@@ -412,8 +412,8 @@ fn create_twice_start_before_create_and_unknown_ids() {
         )
         .unwrap();
     assert!(
-        !f.host.pause.lock().unwrap().as_ref().unwrap().new_pid,
-        "pid sharing was not asked for"
+        f.host.pause.lock().unwrap().as_ref().unwrap().new_pid,
+        "the pause process must not stay in the host's pid namespace without hostPID"
     );
     assert_eq!(cfg_pid.pid, PAUSE_PID as u32);
     let again = f.svc.start_sandbox(
