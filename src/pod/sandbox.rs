@@ -345,7 +345,22 @@ impl SandboxManager {
     /// ShutdownSandbox: stop, remove the containers left, the pod files, /dev/shm, the pod
     /// cgroup; then let the shim exit.
     pub fn shutdown(&self, id: &str) -> Result<()> {
-        self.get(id).context("shutdown sandbox")?;
+        if let Err(e) = self.get(id) {
+            // containerd answers a failed CreateSandbox with ShutdownSandbox "to let the shim
+            // exit" and then deletes the bundle: a shim that holds nothing must go, or it is
+            // killed by `delete` and its socket file stays in /run/containerd/s.
+            if e.kind() == crate::error::Kind::NotFound
+                && self.lock().is_none()
+                && self.tm.all().is_empty()
+            {
+                log::info!("shutdown sandbox {id}: no sandbox was created; exiting");
+                if let Some(f) = self.on_shutdown.lock().unwrap().as_ref() {
+                    f();
+                }
+                return Ok(());
+            }
+            return Err(e.context("shutdown sandbox"));
+        }
         self.stop(id).context("shutdown sandbox")?;
         for c in self.tm.all() {
             if let Err(e) = self.tm.delete(&c.id, "") {

@@ -557,3 +557,32 @@ fn containers_get_the_pod_files_and_the_pod_shm() {
     );
     assert_eq!(mounts.len(), 4);
 }
+
+#[test]
+fn shutdown_after_a_failed_create_lets_the_shim_exit() {
+    let f = fixture();
+    // an unknown ID while the shim holds a sandbox: NotFound, no exit
+    f.create("pod1", pod_config("a", false)).unwrap();
+    let r = f.svc.shutdown_sandbox(
+        &ctx(),
+        ShutdownSandboxRequest {
+            sandbox_id: "other".into(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(code(r), Code::NOT_FOUND);
+    assert!(!*f.shut.lock().unwrap());
+
+    // containerd's cleanup after a CreateSandbox that failed: the shim holds nothing
+    let f = fixture();
+    f.svc
+        .shutdown_sandbox(
+            &ctx(),
+            ShutdownSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(*f.shut.lock().unwrap(), "the shim was not told to exit");
+}
