@@ -427,7 +427,7 @@ async fn containers_share_the_pod() {
         ensure!(m.contains("tmpfs"), "/dev/shm mount: {m:?}");
         // separate pid namespaces (pid: CONTAINER)
         let c1 = p.out(&cli, &["cat", "/proc/1/cmdline"]).await?;
-        ensure!(c1 == "sleep\0300\0", "client pid 1: {c1:?}");
+        ensure!(c1 == "sleep\x00300\x00", "client pid 1: {c1:?}");
         Ok(())
     })
     .await;

@@ -330,7 +330,7 @@ fn exec_plain_and_tty() {
             "/proc/1/cmdline",
         ],
     );
-    assert_eq!(o.stdout, "sleep\0300\0", "{o:?}");
+    assert_eq!(o.stdout, "sleep\x00300\x00", "{o:?}");
 
     let mut p = PtyChild::spawn(
         &[
