@@ -73,14 +73,53 @@ fn kill_stale_shim(bundle: &Path) {
     if exe.is_none() || exe != me || cwd.as_deref() != Some(bundle) {
         return;
     }
+    // The daemon removes its socket file on a clean exit; killed, it cannot.
+    let socket = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .ok()
+        .and_then(|raw| socket_of(&raw));
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
     );
+    let mut gone = false;
     for _ in 0..100 {
         if !Path::new(&format!("/proc/{pid}")).exists() {
+            gone = true;
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+    if gone && let Some(path) = socket {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// The `-socket unix://PATH` of a daemon's command line, if PATH is in the shim socket dir.
+fn socket_of(cmdline: &[u8]) -> Option<std::path::PathBuf> {
+    let mut args = cmdline.split(|b| *b == 0);
+    while let Some(a) = args.next() {
+        if a == b"-socket" {
+            let v = std::str::from_utf8(args.next()?).ok()?;
+            let p = Path::new(v.trim_start_matches("unix://"));
+            let in_dir = p.parent() == Some(Path::new(crate::daemon::SOCKET_DIR));
+            return in_dir.then(|| p.to_path_buf());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::socket_of;
+
+    #[test]
+    fn socket_of_reads_the_daemon_flag() {
+        let c = b"/x/shim\0-id\0a\0-socket\0unix:///run/containerd/s/abc\0-debug\0";
+        assert_eq!(
+            socket_of(c).as_deref(),
+            Some(std::path::Path::new("/run/containerd/s/abc"))
+        );
+        assert_eq!(socket_of(b"/x/shim\0-socket\0unix:///etc/passwd\0"), None);
+        assert_eq!(socket_of(b"/x/shim\0-socket"), None);
     }
 }

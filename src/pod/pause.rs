@@ -253,10 +253,11 @@ fn child(p: &Prepared, status_fd: i32) -> ! {
             i += 1;
         }
         libc::chdir(c"/".as_ptr());
-        // Shows as "rsandbox-pause" in ps instead of the cloned thread's name.
+        // The clone copies the name of the thread that forked us (e.g. "rpc"): `ps` in a pod
+        // sharing its PID namespace should show PID 1 as the pause process.
         libc::prctl(
             libc::PR_SET_NAME,
-            c"rsandbox-pause".as_ptr() as libc::c_ulong,
+            c"pause".as_ptr() as libc::c_ulong,
             0,
             0,
             0,
@@ -384,10 +385,10 @@ mod tests {
         }
         assert_eq!(ns(&pid.to_string(), "net"), ns("self", "net"));
         assert_eq!(status_field(pid, "Uid"), "65535\t65535\t65535\t65535");
+        assert_eq!(status_field(pid, "Name"), "pause");
         assert_eq!(status_field(pid, "CapEff"), "0000000000000000");
         assert_eq!(status_field(pid, "CapBnd"), "0000000000000000");
         assert_eq!(status_field(pid, "NoNewPrivs"), "1");
-        assert_eq!(status_field(pid, "Name"), "rsandbox-pause");
         assert_eq!(
             status_field(pid, "NSpid").split_whitespace().last(),
             Some("1")

@@ -282,7 +282,11 @@ impl SandboxManager {
             },
             new_ipc: s.spec.ipc == IpcMode::Pod,
             new_uts: !s.spec.host_uts(),
-            new_pid: s.spec.pid == PidMode::Pod,
+            // As containerd's podsandbox: the pause process gets a PID namespace of its own
+            // unless the pod asks for the node's. CRI puts a container whose own
+            // namespace_options say pid=POD into /proc/<pause>/ns/pid whatever the pod's mode;
+            // a pause left in the host's PID namespace would hand it the node's processes.
+            new_pid: s.spec.pid != PidMode::Host,
             hostname: Some(s.spec.hostname.clone()).filter(|h| !h.is_empty()),
             sysctls: s.spec.effective_sysctls(),
         };
@@ -445,7 +449,22 @@ impl SandboxManager {
     /// cgroup; then let the shim exit.
     pub fn shutdown(&self, id: &str) -> Result<()> {
         let _op = self.op.lock().unwrap();
-        self.get(id).context("shutdown sandbox")?;
+        if let Err(e) = self.get(id) {
+            // containerd answers a failed CreateSandbox with ShutdownSandbox "to let the shim
+            // exit" and then deletes the bundle: a shim that holds nothing must go, or it is
+            // killed by `delete` and its socket file stays in /run/containerd/s.
+            if e.kind() == crate::error::Kind::NotFound
+                && self.lock().is_none()
+                && self.tm.all().is_empty()
+            {
+                log::info!("shutdown sandbox {id}: no sandbox was created; exiting");
+                if let Some(f) = self.on_shutdown.lock().unwrap().as_ref() {
+                    f();
+                }
+                return Ok(());
+            }
+            return Err(e.context("shutdown sandbox"));
+        }
         self.stop_locked(id).context("shutdown sandbox")?;
         for c in self.tm.all() {
             if let Err(e) = self.tm.delete(&c.id, "") {

@@ -412,8 +412,8 @@ fn create_twice_start_before_create_and_unknown_ids() {
         )
         .unwrap();
     assert!(
-        !f.host.pause.lock().unwrap().as_ref().unwrap().new_pid,
-        "pid sharing was not asked for"
+        f.host.pause.lock().unwrap().as_ref().unwrap().new_pid,
+        "the pause process must not stay in the host's pid namespace without hostPID"
     );
     assert_eq!(cfg_pid.pid, PAUSE_PID as u32);
     let again = f.svc.start_sandbox(
@@ -600,4 +600,33 @@ fn containers_without_namespace_paths_join_the_pod() {
     let mut cri = serde_json::json!({"linux": {"namespaces": [{"type": "network", "path": "/proc/1/ns/net"}]}});
     f.sm.prepare_spec("c2", &mut cri).unwrap();
     assert_eq!(cri["linux"]["namespaces"][0]["path"], "/proc/1/ns/net");
+}
+
+#[test]
+fn shutdown_after_a_failed_create_lets_the_shim_exit() {
+    let f = fixture();
+    // an unknown ID while the shim holds a sandbox: NotFound, no exit
+    f.create("pod1", pod_config("a", false)).unwrap();
+    let r = f.svc.shutdown_sandbox(
+        &ctx(),
+        ShutdownSandboxRequest {
+            sandbox_id: "other".into(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(code(r), Code::NOT_FOUND);
+    assert!(!*f.shut.lock().unwrap());
+
+    // containerd's cleanup after a CreateSandbox that failed: the shim holds nothing
+    let f = fixture();
+    f.svc
+        .shutdown_sandbox(
+            &ctx(),
+            ShutdownSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(*f.shut.lock().unwrap(), "the shim was not told to exit");
 }

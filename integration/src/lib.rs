@@ -1,0 +1,478 @@
+//! Harness of the rsandbox integration tests: the hack/ bench's real containerd 2.1.9, driven
+//! through `ctr` and through CRI (`runtime.v1` over containerd's gRPC socket).
+//!
+//! Environment (exported by `hack/test.sh`, or `eval "$(hack/containerd.sh env)"`):
+//! `CONTAINERD_ADDRESS` (default `$RSANDBOX_PREFIX/run/containerd.sock`), `RSANDBOX_PREFIX`
+//! (default `/opt/rsandbox`), `PATH` holding `ctr` (else `$RSANDBOX_PREFIX/usr/bin/ctr`).
+//!
+//! Every test takes a [`Guard`] first (its baseline of shim processes and sockets) and calls
+//! [`Guard::assert_clean`] at the end with every ID it used: no shim process, mount, runc
+//! state, cgroup or extra socket may be left.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub use k8s_cri::v1 as cri;
+
+/// Name of our shim binary (and of the pause process, a forked copy of it).
+pub const SHIM: &str = "containerd-shim-rsandbox-v1";
+/// Runtime type for `ctr run --runtime`.
+pub const RUNTIME: &str = "io.containerd.rsandbox.v1";
+/// CRI runtime handler of the shim sandboxer.
+pub const HANDLER: &str = "rsandbox";
+/// The bench's busybox image (namespaces `default` and `k8s.io`).
+pub const BUSYBOX: &str = "localhost/busybox:latest";
+/// Where containerd's shim code puts shim sockets (hard-coded).
+pub const SOCKET_DIR: &str = "/run/containerd/s";
+
+pub fn prefix() -> PathBuf {
+    PathBuf::from(std::env::var("RSANDBOX_PREFIX").unwrap_or_else(|_| "/opt/rsandbox".into()))
+}
+
+pub fn address() -> PathBuf {
+    match std::env::var("CONTAINERD_ADDRESS") {
+        Ok(a) if !a.is_empty() => PathBuf::from(a.trim_start_matches("unix://")),
+        _ => prefix().join("run/containerd.sock"),
+    }
+}
+
+/// The `ctr` binary: from PATH if it is there, else the bench's.
+pub fn ctr_bin() -> PathBuf {
+    let bench = prefix().join("usr/bin/ctr");
+    if bench.exists() {
+        return bench;
+    }
+    PathBuf::from("ctr")
+}
+
+pub fn containerd_log() -> PathBuf {
+    prefix().join("log/containerd.log")
+}
+
+/// The last `n` lines of containerd's log that mention `needle` (for failure messages).
+pub fn log_lines(needle: &str, n: usize) -> String {
+    let text = fs::read_to_string(containerd_log()).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(needle)).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A unique ID for this test: `it-<name>-<pid>`, lower case.
+pub fn unique_id(name: &str) -> String {
+    format!("it-{}-{}", name.replace('_', "-"), std::process::id())
+}
+
+/// Output of a command, as strings.
+#[derive(Debug, Clone)]
+pub struct Out {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+    #[track_caller]
+    pub fn expect_ok(&self, what: &str) -> &Self {
+        assert!(self.ok(), "{what}: {self:?}");
+        self
+    }
+}
+
+impl From<Output> for Out {
+    fn from(o: Output) -> Self {
+        Out {
+            code: o.status.code(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+/// A `ctr` command for namespace `ns`, talking to the bench's containerd.
+pub fn ctr_cmd(ns: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(ctr_bin());
+    c.arg("--address").arg(address()).arg("--namespace").arg(ns);
+    c.args(args);
+    c.stdin(Stdio::null());
+    c
+}
+
+/// Runs `ctr` in `ns` with a timeout; stdin is empty.
+pub fn ctr(ns: &str, args: &[&str]) -> Out {
+    run_timeout(ctr_cmd(ns, args), None, Duration::from_secs(60))
+}
+
+/// Runs `ctr` in `ns` with `input` on its stdin.
+pub fn ctr_input(ns: &str, args: &[&str], input: &[u8]) -> Out {
+    run_timeout(ctr_cmd(ns, args), Some(input), Duration::from_secs(60))
+}
+
+/// Runs a command to completion, killing it after `timeout` (then the test fails).
+#[track_caller]
+pub fn run_timeout(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Out {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    if input.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let desc = format!("{cmd:?}");
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {desc}: {e}"));
+    if let Some(input) = input {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+    }
+    let out = read_child(child, timeout);
+    match out {
+        Some(o) => o,
+        None => panic!("{desc}: still running after {timeout:?} (killed)"),
+    }
+}
+
+fn read_child(mut child: Child, timeout: Duration) -> Option<Out> {
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let t1 = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = so.read_to_end(&mut v);
+        v
+    });
+    let t2 = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = se.read_to_end(&mut v);
+        v
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let status = status?;
+    Some(Out {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&t1.join().unwrap()).into_owned(),
+        stderr: String::from_utf8_lossy(&t2.join().unwrap()).into_owned(),
+    })
+}
+
+/// Polls `f` until it returns `Some` or `timeout` passes.
+pub fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Removes `ctr` objects of its IDs when dropped, so a failing test cleans up too.
+pub struct CtrObjects {
+    pub ns: &'static str,
+    pub ids: Vec<String>,
+}
+
+impl Drop for CtrObjects {
+    fn drop(&mut self) {
+        ctr_force_remove(self.ns, &self.ids);
+    }
+}
+
+/// Removes `ctr` objects of `ids` in `ns` whatever their state (test clean-up; errors ignored).
+pub fn ctr_force_remove(ns: &str, ids: &[String]) {
+    for id in ids {
+        let _ = ctr(ns, &["task", "kill", "-s", "SIGKILL", id]);
+    }
+    for id in ids {
+        let _ = poll(Duration::from_secs(5), || {
+            let o = ctr(ns, &["task", "delete", "-f", id]);
+            (o.ok() || o.stderr.contains("not found")).then_some(())
+        });
+        let _ = ctr(ns, &["container", "delete", id]);
+        let _ = ctr(ns, &["snapshot", "rm", id]);
+    }
+}
+
+// --- processes ------------------------------------------------------------------------------
+
+/// A process seen in /proc.
+#[derive(Debug, Clone)]
+pub struct Proc {
+    pub pid: i32,
+    pub ppid: i32,
+    pub cmdline: String,
+    pub cwd: String,
+    pub exe: String,
+}
+
+/// All processes whose executable is our shim (shims and pause processes alike) and that
+/// serve the bench's containerd (`-address <its socket>`: another containerd on the machine
+/// may run shims of its own).
+pub fn shim_procs() -> Vec<Proc> {
+    let addr = format!(" -address {} ", address().display());
+    all_shim_procs()
+        .into_iter()
+        .filter(|p| format!("{} ", p.cmdline).contains(&addr))
+        .collect()
+}
+
+/// All processes whose executable is our shim, whoever started them.
+pub fn all_shim_procs() -> Vec<Proc> {
+    let mut v = Vec::new();
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return v;
+    };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let d = e.path();
+        let exe = fs::read_link(d.join("exe"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let cmdline = fs::read(d.join("cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        let first = cmdline.split(' ').next().unwrap_or("");
+        let is_shim = exe.trim_end_matches(" (deleted)").ends_with(SHIM) || first.ends_with(SHIM);
+        if !is_shim {
+            continue;
+        }
+        let cwd = fs::read_link(d.join("cwd"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold blanks
+        let stat = fs::read_to_string(d.join("stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        v.push(Proc {
+            pid,
+            ppid,
+            cmdline,
+            cwd,
+            exe,
+        });
+    }
+    v
+}
+
+/// Shim processes that belong to `id` (their cwd is its bundle, or their command line names it).
+pub fn shim_procs_of(id: &str) -> Vec<Proc> {
+    shim_procs()
+        .into_iter()
+        .filter(|p| p.cwd.ends_with(&format!("/{id}")) || p.cmdline.split(' ').any(|w| w == id))
+        .collect()
+}
+
+fn sockets() -> BTreeSet<String> {
+    list_dir(Path::new(SOCKET_DIR))
+}
+
+fn list_dir(d: &Path) -> BTreeSet<String> {
+    fs::read_dir(d)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// CRI's netns files (the bench mounts them under containerd's state dir) and /run/netns.
+fn netns_files() -> BTreeSet<String> {
+    let mut s = list_dir(&prefix().join("run/containerd/io.containerd.grpc.v1.cri/netns"));
+    s.extend(list_dir(Path::new("/run/netns")));
+    s
+}
+
+/// host-local IP leases of the bench's CNI network.
+fn ip_leases() -> BTreeSet<String> {
+    list_dir(&prefix().join("var/lib/cni/networks/rsandbox"))
+        .into_iter()
+        .filter(|f| !f.contains("last_reserved_ip") && !f.ends_with("/lock"))
+        .collect()
+}
+
+/// Shim daemons (not their pause processes, which are forked copies) started with `-id <id>`.
+pub fn shim_daemons_for(id: &str) -> Vec<Proc> {
+    let procs = shim_procs();
+    let pids: BTreeSet<i32> = procs.iter().map(|p| p.pid).collect();
+    procs
+        .into_iter()
+        .filter(|p| {
+            !pids.contains(&p.ppid) && format!("{} ", p.cmdline).contains(&format!(" -id {id} "))
+        })
+        .collect()
+}
+
+// --- leftover checks ------------------------------------------------------------------------
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// A test's baseline, taken at its start; tests in one binary are serialised through it (the
+/// leftover checks count machine-wide objects).
+pub struct Guard {
+    _serial: MutexGuard<'static, ()>,
+    shims: usize,
+    sockets: BTreeSet<String>,
+    netns: BTreeSet<String>,
+    leases: BTreeSet<String>,
+}
+
+impl Guard {
+    pub fn new() -> Guard {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        Guard {
+            _serial: serial,
+            shims: shim_procs().len(),
+            sockets: sockets(),
+            netns: netns_files(),
+            leases: ip_leases(),
+        }
+    }
+
+    /// What is left of `ids` (and beyond the baseline); empty when clean.
+    pub fn leftovers(&self, ids: &[String]) -> Vec<String> {
+        let mut found = Vec::new();
+        for id in ids {
+            for p in shim_procs_of(id) {
+                found.push(format!("shim process of {id}: {p:?}"));
+            }
+        }
+        let procs = shim_procs();
+        if procs.len() > self.shims {
+            found.push(format!(
+                "{} shim processes, {} before the test: {procs:?}",
+                procs.len(),
+                self.shims
+            ));
+        }
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        for l in mountinfo.lines() {
+            if ids.iter().any(|id| l.contains(id.as_str())) {
+                found.push(format!("mount: {l}"));
+            }
+        }
+        for ns in ["default", "k8s.io"] {
+            for id in ids {
+                let d = Path::new("/run/containerd/runc").join(ns).join(id);
+                if d.exists() {
+                    found.push(format!("runc state {}", d.display()));
+                }
+                for kind in [
+                    "io.containerd.runtime.v2.task",
+                    "io.containerd.sandbox.controller.v1.shim",
+                ] {
+                    let b = prefix().join("run/containerd").join(kind).join(ns).join(id);
+                    if b.exists() {
+                        found.push(format!("bundle {}", b.display()));
+                    }
+                }
+            }
+        }
+        let now = sockets();
+        let extra: Vec<_> = now.difference(&self.sockets).collect();
+        if !extra.is_empty() {
+            found.push(format!("new sockets in {SOCKET_DIR}: {extra:?}"));
+        }
+        let now = netns_files();
+        let extra: Vec<_> = now.difference(&self.netns).collect();
+        if !extra.is_empty() {
+            found.push(format!("new netns files: {extra:?}"));
+        }
+        let now = ip_leases();
+        let extra: Vec<_> = now.difference(&self.leases).collect();
+        if !extra.is_empty() {
+            found.push(format!("new IP leases: {extra:?}"));
+        }
+        for c in cgroups_named(ids) {
+            found.push(format!("cgroup {}", c.display()));
+        }
+        found
+    }
+
+    /// Asserts, polling up to 15 s (containerd deletes shims asynchronously), that nothing of
+    /// `ids` is left.
+    #[track_caller]
+    pub fn assert_clean(&self, ids: &[String]) {
+        let mut last = Vec::new();
+        let ok = poll(Duration::from_secs(15), || {
+            last = self.leftovers(ids);
+            last.is_empty().then_some(())
+        });
+        assert!(ok.is_some(), "leftovers of {ids:?}:\n{}", last.join("\n"));
+    }
+}
+
+impl Default for Guard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// cgroup directories (cgroup v2 or any v1 hierarchy, 6 levels deep) whose name contains one
+/// of `ids`.
+pub fn cgroups_named(ids: &[String]) -> Vec<PathBuf> {
+    fn walk(d: &Path, depth: usize, ids: &[String], out: &mut Vec<PathBuf>) {
+        if depth == 0 {
+            return;
+        }
+        let Ok(rd) = fs::read_dir(d) else { return };
+        for e in rd.flatten() {
+            if !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            if ids.iter().any(|id| name.contains(id.as_str())) {
+                out.push(e.path());
+            }
+            walk(&e.path(), depth - 1, ids, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(Path::new("/sys/fs/cgroup"), 6, ids, &mut out);
+    out
+}
+
+// --- CRI ------------------------------------------------------------------------------------
+
+pub type Runtime = cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>;
+pub type Images = cri::image_service_client::ImageServiceClient<tonic::transport::Channel>;
+
+/// CRI clients on the bench's containerd socket.
+pub async fn cri_clients() -> (Runtime, Images) {
+    let ch = containerd_client::connect(address())
+        .await
+        .unwrap_or_else(|e| panic!("connect {}: {e}", address().display()));
+    (Runtime::new(ch.clone()), Images::new(ch))
+}
+
+/// Directory for CRI logs etc. of one test, emptied.
+pub fn scratch_dir(id: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rsandbox-{id}"));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).unwrap();
+    d
+}

@@ -1,0 +1,738 @@
+//! Pods through CRI with the `rsandbox` runtime handler (containerd's `shim` sandboxer).
+//!
+//! Not tested: hostNetwork pods (namespace_options.network = NODE). containerd 2.1.9 crashes
+//! on them with the shim sandboxer (a containerd bug, not ours).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rsandbox_integration::cri::*;
+use rsandbox_integration::*;
+
+type R = Result<(), String>;
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)+)));
+        }
+    };
+}
+
+fn e<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
+    move |err| format!("{what}: {err}")
+}
+
+fn pod_config(name: &str, log_dir: &Path) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: "rsandbox-it".into(),
+            attempt: 0,
+        }),
+        hostname: name.into(),
+        log_directory: log_dir.to_string_lossy().into_owned(),
+        dns_config: Some(DnsConfig {
+            servers: vec!["10.88.0.53".into(), "10.88.0.54".into()],
+            searches: vec!["svc.rsandbox.test".into(), "rsandbox.test".into()],
+            options: vec!["ndots:5".into(), "timeout:1".into()],
+        }),
+        linux: Some(LinuxPodSandboxConfig {
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    network: NamespaceMode::Pod as i32,
+                    pid: NamespaceMode::Container as i32,
+                    ipc: NamespaceMode::Pod as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn container_config(name: &str, cmd: &[&str]) -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: BUSYBOX.into(),
+            ..Default::default()
+        }),
+        command: cmd.iter().map(|s| s.to_string()).collect(),
+        log_path: format!("{name}.log"),
+        // as the kubelet: the container's namespace options repeat the pod's
+        linux: Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    network: NamespaceMode::Pod as i32,
+                    pid: NamespaceMode::Container as i32,
+                    ipc: NamespaceMode::Pod as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn set_container_pid(c: &mut ContainerConfig, mode: NamespaceMode) {
+    let l = c.linux.get_or_insert_default();
+    let sc = l.security_context.get_or_insert_default();
+    sc.namespace_options.get_or_insert_default().pid = mode as i32;
+}
+
+/// A test's pods, removed at the end whatever happened.
+struct Pods {
+    rt: Runtime,
+    ids: Vec<String>,
+    containers: Vec<String>,
+}
+
+impl Pods {
+    async fn new() -> Pods {
+        let (rt, _img) = cri_clients().await;
+        Pods {
+            rt,
+            ids: Vec::new(),
+            containers: Vec::new(),
+        }
+    }
+
+    async fn run(&mut self, config: PodSandboxConfig) -> Result<String, String> {
+        let r = self
+            .rt
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: HANDLER.into(),
+            })
+            .await
+            .map_err(|s| format!("RunPodSandbox: {}", s.message()))?;
+        let id = r.into_inner().pod_sandbox_id;
+        self.ids.push(id.clone());
+        Ok(id)
+    }
+
+    async fn status(&mut self, id: &str) -> Result<PodSandboxStatus, String> {
+        let r = self
+            .rt
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: false,
+            })
+            .await
+            .map_err(|s| format!("PodSandboxStatus: {}", s.message()))?;
+        r.into_inner().status.ok_or("no status".into())
+    }
+
+    /// Creates and starts a container.
+    async fn start(
+        &mut self,
+        pod: &str,
+        pod_config: &PodSandboxConfig,
+        config: ContainerConfig,
+    ) -> Result<String, String> {
+        let name = config.metadata.as_ref().unwrap().name.clone();
+        let r = self
+            .rt
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.into(),
+                config: Some(config),
+                sandbox_config: Some(pod_config.clone()),
+            })
+            .await
+            .map_err(|s| format!("CreateContainer {name}: {}", s.message()))?;
+        let id = r.into_inner().container_id;
+        self.containers.push(id.clone());
+        self.rt
+            .start_container(StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .map_err(|s| format!("StartContainer {name}: {}", s.message()))?;
+        Ok(id)
+    }
+
+    async fn exec(&mut self, cid: &str, cmd: &[&str]) -> Result<ExecSyncResponse, String> {
+        let r = self
+            .rt
+            .exec_sync(ExecSyncRequest {
+                container_id: cid.into(),
+                cmd: cmd.iter().map(|s| s.to_string()).collect(),
+                timeout: 20,
+            })
+            .await
+            .map_err(|s| format!("ExecSync {cmd:?}: {}", s.message()))?;
+        Ok(r.into_inner())
+    }
+
+    /// stdout of a successful exec.
+    async fn out(&mut self, cid: &str, cmd: &[&str]) -> Result<String, String> {
+        let r = self.exec(cid, cmd).await?;
+        ensure!(
+            r.exit_code == 0,
+            "{cmd:?}: exit {} stderr {:?}",
+            r.exit_code,
+            String::from_utf8_lossy(&r.stderr)
+        );
+        Ok(String::from_utf8_lossy(&r.stdout).into_owned())
+    }
+
+    async fn container_status(&mut self, cid: &str) -> Result<ContainerStatus, String> {
+        let r = self
+            .rt
+            .container_status(ContainerStatusRequest {
+                container_id: cid.into(),
+                verbose: false,
+            })
+            .await
+            .map_err(|s| format!("ContainerStatus: {}", s.message()))?;
+        r.into_inner().status.ok_or("no status".into())
+    }
+
+    /// Waits until the container has exited.
+    async fn wait_exited(&mut self, cid: &str) -> Result<ContainerStatus, String> {
+        for _ in 0..200 {
+            let s = self.container_status(cid).await?;
+            if s.state == ContainerState::ContainerExited as i32 {
+                return Ok(s);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(format!("container {cid} did not exit"))
+    }
+
+    async fn stop(&mut self, id: &str) -> R {
+        self.rt
+            .stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            })
+            .await
+            .map_err(|s| format!("StopPodSandbox: {}", s.message()))?;
+        Ok(())
+    }
+
+    async fn remove(&mut self, id: &str) -> R {
+        self.rt
+            .remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            })
+            .await
+            .map_err(|s| format!("RemovePodSandbox: {}", s.message()))?;
+        Ok(())
+    }
+
+    /// Every ID this test made (for the leftover check).
+    fn all_ids(&self) -> Vec<String> {
+        self.ids.iter().chain(&self.containers).cloned().collect()
+    }
+
+    /// Stops and removes every pod (errors collected).
+    async fn cleanup(&mut self) -> Vec<String> {
+        let mut errs = Vec::new();
+        for id in self.ids.clone() {
+            if let Err(e) = self.stop(&id).await {
+                errs.push(format!("{id}: {e}"));
+            }
+            if let Err(e) = self.remove(&id).await {
+                errs.push(format!("{id}: {e}"));
+            }
+        }
+        errs
+    }
+}
+
+/// Runs `body`, then removes the pods and checks leftovers; fails on the first error.
+async fn with_pods<F>(name: &str, body: F)
+where
+    F: AsyncFnOnce(&mut Pods, &Path) -> R,
+{
+    let g = Guard::new();
+    let id = unique_id(name);
+    let dir = scratch_dir(&id);
+    let mut pods = Pods::new().await;
+    let res = body(&mut pods, &dir).await;
+    let errs = pods.cleanup().await;
+    let mut ids = pods.all_ids();
+    ids.push(id.clone());
+    if let Err(e) = res {
+        let log = pods
+            .ids
+            .first()
+            .map(|p| log_lines(p, 20))
+            .unwrap_or_default();
+        panic!("{e}\n--- containerd log ---\n{log}");
+    }
+    assert!(errs.is_empty(), "cleanup: {errs:?}");
+    g.assert_clean(&ids);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn shims_for(id: &str) -> usize {
+    shim_daemons_for(id).len()
+}
+
+#[tokio::test]
+async fn pod_lifecycle() {
+    with_pods("lifecycle", async |p: &mut Pods, dir: &Path| {
+        let name = unique_id("lifecycle");
+        let cfg = pod_config(&name, dir);
+        let id = p.run(cfg.clone()).await?;
+        let s = p.status(&id).await?;
+        ensure!(
+            s.state == PodSandboxState::SandboxReady as i32,
+            "state {:?}",
+            s.state
+        );
+        let ip = s.network.as_ref().map(|n| n.ip.clone()).unwrap_or_default();
+        ensure!(ip.starts_with("10.88."), "pod IP {ip:?}");
+        ensure!(
+            s.metadata.as_ref().map(|m| m.name.as_str()) == Some(name.as_str()),
+            "{s:?}"
+        );
+
+        let list =
+            p.rt.list_pod_sandbox(ListPodSandboxRequest {
+                filter: Some(PodSandboxFilter {
+                    id: id.clone(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(e("ListPodSandbox"))?
+            .into_inner()
+            .items;
+        ensure!(
+            list.len() == 1 && list[0].runtime_handler == HANDLER,
+            "{list:?}"
+        );
+
+        // one shim for the pod, however many containers
+        ensure!(shims_for(&id) == 1, "shims for {id}: {:?}", shim_procs());
+        let before = shim_procs().len();
+        let c1 = p
+            .start(&id, &cfg, container_config("c1", &["sleep", "300"]))
+            .await?;
+        let c2 = p
+            .start(&id, &cfg, container_config("c2", &["sleep", "300"]))
+            .await?;
+        ensure!(
+            shim_procs().len() == before,
+            "containers started shims: {:?}",
+            shim_procs()
+        );
+        ensure!(
+            shims_for(&c1) == 0 && shims_for(&c2) == 0,
+            "{:?}",
+            shim_procs()
+        );
+        // the container's IP is the pod's
+        let addr = p
+            .out(&c1, &["ip", "-4", "-o", "addr", "show", "eth0"])
+            .await?;
+        ensure!(
+            addr.contains(&format!("{ip}/")),
+            "eth0 {addr:?}, pod IP {ip}"
+        );
+
+        p.stop(&id).await?;
+        let s = p.status(&id).await?;
+        ensure!(
+            s.state == PodSandboxState::SandboxNotready as i32,
+            "after stop: {:?}",
+            s.state
+        );
+        let c = p.container_status(&c1).await?;
+        ensure!(
+            c.state == ContainerState::ContainerExited as i32,
+            "c1 after stop: {c:?}"
+        );
+        p.remove(&id).await?;
+        let r = p.status(&id).await;
+        ensure!(r.is_err(), "removed pod still has a status: {r:?}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn containers_share_the_pod() {
+    with_pods("share", async |p: &mut Pods, dir: &Path| {
+        let name = unique_id("share");
+        let cfg = pod_config(&name, dir);
+        let id = p.run(cfg.clone()).await?;
+        let srv = p
+            .start(
+                &id,
+                &cfg,
+                container_config(
+                    "server",
+                    &[
+                        "sh",
+                        "-c",
+                        "mkdir -p /www && echo hello-from-server > /www/index.html && exec httpd -f -p 127.0.0.1:8080 -h /www",
+                    ],
+                ),
+            )
+            .await?;
+        let cli = p.start(&id, &cfg, container_config("client", &["sleep", "300"])).await?;
+
+        // localhost is shared
+        let mut got = String::new();
+        for _ in 0..50 {
+            let r = p.exec(&cli, &["wget", "-qO-", "http://127.0.0.1:8080/"]).await?;
+            got = String::from_utf8_lossy(&r.stdout).into_owned();
+            if r.exit_code == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ensure!(got == "hello-from-server\n", "wget from the client: {got:?}");
+
+        // hostname, hosts, resolv.conf
+        for c in [&srv, &cli] {
+            let h = p.out(c, &["hostname"]).await?;
+            ensure!(h.trim() == name, "hostname in {c}: {h:?}");
+        }
+        let h1 = p.out(&srv, &["cat", "/etc/hosts"]).await?;
+        let h2 = p.out(&cli, &["cat", "/etc/hosts"]).await?;
+        ensure!(h1 == h2 && !h1.is_empty(), "/etc/hosts differ: {h1:?} {h2:?}");
+        for c in [&srv, &cli] {
+            let r = p.out(c, &["cat", "/etc/resolv.conf"]).await?;
+            for want in [
+                "nameserver 10.88.0.53",
+                "nameserver 10.88.0.54",
+                "search svc.rsandbox.test rsandbox.test",
+                "options ndots:5 timeout:1",
+            ] {
+                ensure!(r.lines().any(|l| l.trim() == want), "resolv.conf in {c} lacks {want:?}: {r:?}");
+            }
+        }
+        // /dev/shm is the pod's (and IPC: same ipc namespace)
+        p.out(&srv, &["sh", "-c", "echo shared-shm > /dev/shm/it"]).await?;
+        let s = p.out(&cli, &["cat", "/dev/shm/it"]).await?;
+        ensure!(s == "shared-shm\n", "/dev/shm not shared: {s:?}");
+        let i1 = p.out(&srv, &["readlink", "/proc/self/ns/ipc"]).await?;
+        let i2 = p.out(&cli, &["readlink", "/proc/self/ns/ipc"]).await?;
+        ensure!(i1 == i2, "ipc ns differ: {i1} {i2}");
+        let m = p.out(&cli, &["grep", " /dev/shm ", "/proc/self/mountinfo"]).await?;
+        ensure!(m.contains("tmpfs"), "/dev/shm mount: {m:?}");
+        // separate pid namespaces (pid: CONTAINER)
+        let c1 = p.out(&cli, &["cat", "/proc/1/cmdline"]).await?;
+        ensure!(c1 == "sleep\x00300\x00", "client pid 1: {c1:?}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn shared_pid_namespace() {
+    with_pods("sharepid", async |p: &mut Pods, dir: &Path| {
+        let name = unique_id("sharepid");
+        let mut cfg = pod_config(&name, dir);
+        cfg.linux
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap()
+            .namespace_options
+            .as_mut()
+            .unwrap()
+            .pid = NamespaceMode::Pod as i32;
+        let id = p.run(cfg.clone()).await?;
+        let mut ca = container_config("a", &["sleep", "1234"]);
+        set_container_pid(&mut ca, NamespaceMode::Pod);
+        let mut cb = container_config("b", &["sleep", "4321"]);
+        set_container_pid(&mut cb, NamespaceMode::Pod);
+        let a = p.start(&id, &cfg, ca).await?;
+        let b = p.start(&id, &cfg, cb).await?;
+        let status = p.out(&b, &["cat", "/proc/1/status"]).await?;
+        let field = |k: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(k))
+                .map(|l| {
+                    l[k.len()..]
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default()
+        };
+        let comm = field("Name:");
+        ensure!(comm == "pause", "pid 1 is not named pause: {status}");
+        let cmdline = p.out(&b, &["cat", "/proc/1/cmdline"]).await?;
+        ensure!(
+            cmdline
+                .split('\0')
+                .next()
+                .is_some_and(|a| a.ends_with(SHIM)),
+            "pid 1 is not our pause process (a copy of the shim): {cmdline:?}"
+        );
+        ensure!(field("Uid:").starts_with("65535"), "pause uid: {status}");
+        for (c, other) in [(&a, "4321"), (&b, "1234")] {
+            let ps = p
+                .out(
+                    c,
+                    &["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '; echo"],
+                )
+                .await?;
+            ensure!(
+                ps.contains(&format!("sleep {other}")),
+                "{c} does not see sleep {other}: {ps:?}"
+            );
+        }
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sysctls_inside() {
+    with_pods("sysctl", async |p: &mut Pods, dir: &Path| {
+        let name = unique_id("sysctl");
+        let mut cfg = pod_config(&name, dir);
+        cfg.linux.as_mut().unwrap().sysctls = HashMap::from([
+            (
+                "net.ipv4.ip_unprivileged_port_start".to_string(),
+                "1024".to_string(),
+            ),
+            ("kernel.shm_rmid_forced".to_string(), "1".to_string()),
+            ("net.ipv4.ping_group_range".to_string(), "0 0".to_string()),
+        ]);
+        let id = p.run(cfg.clone()).await?;
+        let c = p
+            .start(&id, &cfg, container_config("c", &["sleep", "300"]))
+            .await?;
+        for (path, want) in [
+            ("/proc/sys/net/ipv4/ip_unprivileged_port_start", "1024"),
+            ("/proc/sys/kernel/shm_rmid_forced", "1"),
+        ] {
+            let v = p.out(&c, &["cat", path]).await?;
+            ensure!(v.trim() == want, "{path} = {v:?}, want {want}");
+        }
+        let v = p
+            .out(&c, &["cat", "/proc/sys/net/ipv4/ping_group_range"])
+            .await?;
+        ensure!(
+            v.split_whitespace().collect::<Vec<_>>() == ["0", "0"],
+            "ping_group_range {v:?}"
+        );
+        Ok(())
+    })
+    .await;
+}
+
+/// CRI puts a container whose own namespace options say pid=POD (the CRI default, e.g.
+/// crictl's container configs) into the pause process's PID namespace, whatever the pod's
+/// mode: it must not be the node's.
+#[tokio::test]
+async fn container_never_gets_the_host_pid_namespace() {
+    with_pods("hostpid", async |p: &mut Pods, dir: &Path| {
+        let name = unique_id("hostpid");
+        let cfg = pod_config(&name, dir);
+        let id = p.run(cfg.clone()).await?;
+        let mut cc = container_config("c", &["sleep", "300"]);
+        cc.linux = None; // no namespace options: pid = POD
+        let c = p.start(&id, &cfg, cc).await?;
+        let host = std::fs::read_link("/proc/self/ns/pid").map_err(e("readlink"))?;
+        let inside = p.out(&c, &["readlink", "/proc/self/ns/pid"]).await?;
+        ensure!(
+            inside.trim() != host.to_string_lossy(),
+            "the container is in the host's pid namespace ({inside:?})"
+        );
+        let one = p.out(&c, &["cat", "/proc/1/cmdline"]).await?;
+        let host_one = std::fs::read("/proc/1/cmdline").map_err(e("read"))?;
+        ensure!(
+            one.as_bytes() != host_one,
+            "the container sees the host's pid 1: {one:?}"
+        );
+        Ok(())
+    })
+    .await;
+}
+
+fn read_log(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(PathBuf::from(dir).join(format!("{name}.log"))).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn exec_logs_and_exit_codes() {
+    with_pods("logs", async |p: &mut Pods, dir: &Path| {
+        let name = unique_id("logs");
+        let cfg = pod_config(&name, dir);
+        let id = p.run(cfg.clone()).await?;
+        let c = p
+            .start(
+                &id,
+                &cfg,
+                container_config(
+                    "talker",
+                    &["sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 7"],
+                ),
+            )
+            .await?;
+        let s = p.wait_exited(&c).await?;
+        ensure!(s.exit_code == 7, "exit code {} ({s:?})", s.exit_code);
+        ensure!(s.reason == "Error", "reason {:?}", s.reason);
+        let ok = p
+            .start(&id, &cfg, container_config("quiet", &["true"]))
+            .await?;
+        let s = p.wait_exited(&ok).await?;
+        ensure!(s.exit_code == 0 && s.reason == "Completed", "{s:?}");
+
+        let mut log = String::new();
+        for _ in 0..50 {
+            log = read_log(dir, "talker");
+            if log.contains("to-stderr") && log.contains("to-stdout") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ensure!(
+            log.lines().any(|l| l.contains(" stdout F to-stdout")),
+            "CRI log lacks stdout: {log:?}"
+        );
+        ensure!(
+            log.lines().any(|l| l.contains(" stderr F to-stderr")),
+            "CRI log lacks stderr: {log:?}"
+        );
+
+        let sl = p
+            .start(&id, &cfg, container_config("sleeper", &["sleep", "300"]))
+            .await?;
+        let r = p
+            .exec(&sl, &["sh", "-c", "echo out; echo err >&2; exit 4"])
+            .await?;
+        ensure!(r.exit_code == 4, "exec exit {}", r.exit_code);
+        ensure!(
+            r.stdout == b"out\n" && r.stderr == b"err\n",
+            "exec output {r:?}"
+        );
+        // an exec that outlives its timeout
+        let r =
+            p.rt.exec_sync(ExecSyncRequest {
+                container_id: sl.clone(),
+                cmd: vec!["sleep".into(), "30".into()],
+                timeout: 1,
+            })
+            .await;
+        ensure!(r.is_err(), "exec past its timeout succeeded: {r:?}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn oom_killed_container() {
+    with_pods("oom", async |p: &mut Pods, dir: &Path| {
+        let name = unique_id("oom");
+        let cfg = pod_config(&name, dir);
+        let id = p.run(cfg.clone()).await?;
+        let mut cc = container_config(
+            "hog",
+            &[
+                "sh",
+                "-c",
+                "x=$(head -c 100000000 /dev/zero | tr '\\0' a); echo survived",
+            ],
+        );
+        cc.linux = Some(LinuxContainerConfig {
+            resources: Some(LinuxContainerResources {
+                memory_limit_in_bytes: 20 << 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let c = p.start(&id, &cfg, cc).await?;
+        let s = p.wait_exited(&c).await?;
+        ensure!(s.exit_code == 137 && s.reason == "OOMKilled", "{s:?}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn ten_pods_in_parallel() {
+    with_pods("ten", async |p: &mut Pods, dir: &Path| {
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..10 {
+            let mut rt = p.rt.clone();
+            let cfg = pod_config(&unique_id(&format!("ten{i}")), dir);
+            set.spawn(async move {
+                rt.run_pod_sandbox(RunPodSandboxRequest {
+                    config: Some(cfg),
+                    runtime_handler: HANDLER.into(),
+                })
+                .await
+                .map(|r| r.into_inner().pod_sandbox_id)
+                .map_err(|s| s.message().to_string())
+            });
+        }
+        let mut errs = Vec::new();
+        while let Some(r) = set.join_next().await {
+            match r.unwrap() {
+                Ok(id) => p.ids.push(id),
+                Err(e) => errs.push(e),
+            }
+        }
+        ensure!(errs.is_empty(), "RunPodSandbox failures: {errs:?}");
+        let mut ips = std::collections::BTreeSet::new();
+        for id in p.ids.clone() {
+            let s = p.status(&id).await?;
+            ensure!(
+                s.state == PodSandboxState::SandboxReady as i32,
+                "{id}: {s:?}"
+            );
+            ips.insert(s.network.map(|n| n.ip).unwrap_or_default());
+        }
+        ensure!(ips.len() == 10, "pod IPs not distinct: {ips:?}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_pod_configs_fail_cleanly() {
+    with_pods("badpod", async |p: &mut Pods, dir: &Path| {
+        let name = unique_id("badpod");
+        let mut cfg = pod_config(&name, dir);
+        cfg.linux.as_mut().unwrap().sysctls =
+            HashMap::from([("kernel.panic".to_string(), "1".to_string())]);
+        let r = p.run(cfg).await;
+        ensure!(
+            matches!(&r, Err(e) if e.contains("kernel.panic")),
+            "non-namespaced sysctl: {r:?}"
+        );
+        let mut cfg = pod_config(&name, dir);
+        cfg.hostname = "Bad_Host!".into();
+        let r = p.run(cfg).await;
+        ensure!(
+            matches!(&r, Err(e) if e.contains("hostname")),
+            "invalid hostname: {r:?}"
+        );
+        // the failed pods left no sandbox behind in CRI
+        let list =
+            p.rt.list_pod_sandbox(ListPodSandboxRequest { filter: None })
+                .await
+                .map_err(e("ListPodSandbox"))?
+                .into_inner()
+                .items;
+        let mine: Vec<_> = list
+            .iter()
+            .filter(|s| s.metadata.as_ref().is_some_and(|m| m.name == name))
+            .collect();
+        ensure!(mine.is_empty(), "failed pods listed: {mine:?}");
+        Ok(())
+    })
+    .await;
+}
