@@ -30,11 +30,12 @@ note() { printf 'note     %-10s %s\n' "[$1]" "$2"; }
 
 cmdline_of() { tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | cut -c1-200; }
 
-is_our_shim() { # pid: rsandbox shim binary, or any shim talking to our socket
-	local cmd exe
+is_our_shim() { # pid: a shim (or pause process) of this bench's containerd
+	local cmd
 	cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 1
-	exe=$(readlink "/proc/$1/exe" 2>/dev/null) || exe=
-	[[ "${exe##*/}" == "$SHIM_NAME"* || "${cmd%% *}" == *"$SHIM_NAME" || "$cmd" == *containerd-shim*" -address $SOCK "* ]]
+	# Only shims of this bench's containerd (another containerd on this machine may run
+	# rsandbox shims too). Pause processes are forked copies: same command line.
+	[[ "$cmd" == *containerd-shim*" -address $SOCK "* ]]
 }
 
 # --- containerd's objects ------------------------------------------------------

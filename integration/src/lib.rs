@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 pub use k8s_cri::v1 as cri;
 
+pub mod controller;
+
 /// Name of our shim binary (and of the pause process, a forked copy of it).
 pub const SHIM: &str = "containerd-shim-rsandbox-v1";
 /// Runtime type for `ctr run --runtime`.
@@ -304,13 +306,40 @@ fn list_dir(d: &Path) -> BTreeSet<String> {
 fn netns_files() -> BTreeSet<String> {
     let mut s = list_dir(&prefix().join("run/containerd/io.containerd.grpc.v1.cri/netns"));
     s.extend(list_dir(Path::new("/run/netns")));
+    // Shim-owned network namespaces (netns_dir of the shim's config).
+    s.extend(list_dir(&prefix().join("run/netns")));
     s
+}
+
+/// libcni-style result cache entries of the shim-owned networks.
+pub fn cni_cache_entries() -> BTreeSet<String> {
+    list_dir(&prefix().join("var/lib/cni/results"))
+}
+
+/// Network interfaces attached to the bridges of the bench (pod veths).
+pub fn bridge_ports() -> BTreeSet<String> {
+    let out = Command::new("ip").args(["-o", "link", "show"]).output();
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains(" master rsandbox"))
+        .filter_map(|l| {
+            l.split(": ")
+                .nth(1)
+                .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        })
+        .collect()
 }
 
 /// host-local IP leases of the bench's CNI network.
 fn ip_leases() -> BTreeSet<String> {
-    list_dir(&prefix().join("var/lib/cni/networks/rsandbox"))
-        .into_iter()
+    let mut s = list_dir(&prefix().join("var/lib/cni/networks/rsandbox"));
+    // The network of shim-owned pods (hack/lib.sh: rsandbox-shim).
+    s.extend(list_dir(
+        &prefix().join("var/lib/cni/networks/rsandbox-shim"),
+    ));
+    s.into_iter()
         .filter(|f| !f.contains("last_reserved_ip") && !f.ends_with("/lock"))
         .collect()
 }
@@ -339,6 +368,8 @@ pub struct Guard {
     sockets: BTreeSet<String>,
     netns: BTreeSet<String>,
     leases: BTreeSet<String>,
+    cni_cache: BTreeSet<String>,
+    ports: BTreeSet<String>,
 }
 
 impl Guard {
@@ -350,6 +381,8 @@ impl Guard {
             sockets: sockets(),
             netns: netns_files(),
             leases: ip_leases(),
+            cni_cache: cni_cache_entries(),
+            ports: bridge_ports(),
         }
     }
 
@@ -406,6 +439,16 @@ impl Guard {
         let extra: Vec<_> = now.difference(&self.leases).collect();
         if !extra.is_empty() {
             found.push(format!("new IP leases: {extra:?}"));
+        }
+        let now = cni_cache_entries();
+        let extra: Vec<_> = now.difference(&self.cni_cache).collect();
+        if !extra.is_empty() {
+            found.push(format!("new CNI cache entries: {extra:?}"));
+        }
+        let now = bridge_ports();
+        let extra: Vec<_> = now.difference(&self.ports).collect();
+        if !extra.is_empty() {
+            found.push(format!("new bridge ports (veths): {extra:?}"));
         }
         for c in cgroups_named(ids) {
             found.push(format!("cgroup {}", c.display()));

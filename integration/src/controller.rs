@@ -1,0 +1,88 @@
+//! containerd's sandbox controller API (`containerd.services.sandbox.v1.Controller`) with the
+//! `shim` sandboxer and our runtime, for the tests that create sandboxes without CRI.
+
+use containerd_client::services::v1::sandbox::controller_client::ControllerClient;
+pub use containerd_client::services::v1::sandbox::*;
+use containerd_client::types::Sandbox;
+use containerd_client::types::sandbox::Runtime as SandboxRuntime;
+
+use crate::{RUNTIME, address};
+
+pub const NS: &str = "default";
+
+pub fn req<T>(msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("containerd-namespace", NS.parse().unwrap());
+    r
+}
+
+pub type Ctl = ControllerClient<tonic::transport::Channel>;
+
+pub async fn controller() -> Ctl {
+    let ch = containerd_client::connect(address()).await.unwrap();
+    ControllerClient::new(ch)
+}
+
+pub async fn create_and_start(c: &mut Ctl, id: &str, netns: &str) -> Result<u32, String> {
+    c.create(req(ControllerCreateRequest {
+        sandbox_id: id.into(),
+        netns_path: netns.into(),
+        sandbox: Some(Sandbox {
+            sandbox_id: id.into(),
+            runtime: Some(SandboxRuntime {
+                name: RUNTIME.into(),
+                options: None,
+            }),
+            sandboxer: "shim".into(),
+            ..Default::default()
+        }),
+        sandboxer: "shim".into(),
+        ..Default::default()
+    }))
+    .await
+    .map_err(|s| format!("Controller.Create: {}", s.message()))?;
+    let r = c
+        .start(req(ControllerStartRequest {
+            sandbox_id: id.into(),
+            sandboxer: "shim".into(),
+        }))
+        .await
+        .map_err(|s| format!("Controller.Start: {}", s.message()))?;
+    Ok(r.into_inner().pid)
+}
+
+pub async fn stop_and_shutdown(c: &mut Ctl, id: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if let Err(s) = c
+        .stop(req(ControllerStopRequest {
+            sandbox_id: id.into(),
+            timeout_secs: 10,
+            sandboxer: "shim".into(),
+        }))
+        .await
+    {
+        errs.push(format!("Controller.Stop: {}", s.message()));
+    }
+    if let Err(s) = c
+        .shutdown(req(ControllerShutdownRequest {
+            sandbox_id: id.into(),
+            sandboxer: "shim".into(),
+        }))
+        .await
+    {
+        errs.push(format!("Controller.Shutdown: {}", s.message()));
+    }
+    errs
+}
+
+pub async fn status(c: &mut Ctl, id: &str) -> Result<ControllerStatusResponse, String> {
+    c.status(req(ControllerStatusRequest {
+        sandbox_id: id.into(),
+        verbose: false,
+        sandboxer: "shim".into(),
+    }))
+    .await
+    .map(|r| r.into_inner())
+    .map_err(|s| format!("Controller.Status: {}", s.message()))
+}

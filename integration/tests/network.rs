@@ -1,0 +1,300 @@
+//! Shim-owned networking against the real containerd and the Debian CNI plugins (bridge +
+//! host-local + portmap, the bench's `rsandbox-shim` network on its own bridge and subnet):
+//! - a sandbox created through containerd's sandbox controller API without a netns gets a netns
+//!   and an IP from the shim; a container created in it (`ctr run --sandbox`) has eth0 with that
+//!   IP and reaches the bridge; after teardown the netns, veth, lease and cache entry are gone;
+//! - two `ctr run` containers with shim networking turned on reach each other;
+//! - a broken conflist fails the create with the plugin's message and leaks nothing.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use containerd_client::services::v1::sandbox::store_client::StoreClient;
+use containerd_client::types::Sandbox;
+use containerd_client::types::sandbox::Runtime as SandboxRuntime;
+use rsandbox_integration::controller::*;
+use rsandbox_integration::*;
+
+/// The shim's config file written by hack/lib.sh (RSANDBOX_CONFIG in containerd's config).
+fn shim_config() -> PathBuf {
+    prefix().join("conf/rsandbox.toml")
+}
+
+/// The CNI config dir of shim-owned networks (hack/lib.sh).
+fn shim_cni_dir() -> PathBuf {
+    prefix().join("conf/cni/rsandbox.d")
+}
+
+/// Restores a file's content on drop (tests that change the shim's configuration).
+struct Restore(PathBuf, Option<Vec<u8>>);
+
+impl Restore {
+    fn new(p: PathBuf) -> Restore {
+        let old = std::fs::read(&p).ok();
+        Restore(p, old)
+    }
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        match &self.1 {
+            Some(data) => std::fs::write(&self.0, data).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+    }
+}
+
+async fn store_record(id: &str) {
+    let ch = containerd_client::connect(address()).await.unwrap();
+    let mut store = StoreClient::new(ch);
+    store
+        .create(req(StoreCreateRequest {
+            sandbox: Some(Sandbox {
+                sandbox_id: id.into(),
+                runtime: Some(SandboxRuntime {
+                    name: RUNTIME.into(),
+                    options: None,
+                }),
+                sandboxer: "shim".into(),
+                ..Default::default()
+            }),
+        }))
+        .await
+        .unwrap();
+}
+
+async fn drop_store_record(id: &str) {
+    let ch = containerd_client::connect(address()).await.unwrap();
+    let _ = StoreClient::new(ch)
+        .delete(req(StoreDeleteRequest {
+            sandbox_id: id.into(),
+        }))
+        .await;
+}
+
+/// The IPv4 address of eth0 in the netns of `pid` (via nsenter, from the host).
+fn eth0_of(pid: u32) -> Option<String> {
+    let mut cmd = std::process::Command::new("nsenter");
+    cmd.args([
+        "-t",
+        &pid.to_string(),
+        "-n",
+        "ip",
+        "-4",
+        "-o",
+        "addr",
+        "show",
+        "eth0",
+    ]);
+    let o = run_timeout(cmd, None, Duration::from_secs(10));
+    o.stdout
+        .split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .map(|a| a.split('/').next().unwrap_or(a).to_string())
+}
+
+#[tokio::test]
+async fn sandbox_without_netns_gets_a_shim_owned_network() {
+    let g = Guard::new();
+    let id = unique_id("netpod");
+    let cid = unique_id("netctr");
+    let _objs = CtrObjects {
+        ns: NS,
+        ids: vec![cid.clone()],
+    };
+    store_record(&id).await;
+    let mut c = controller().await;
+    let res: Result<(), String> = async {
+        let pid = create_and_start(&mut c, &id, "").await?;
+        let host = std::fs::read_link("/proc/self/ns/net").map_err(|e| e.to_string())?;
+        let pod = std::fs::read_link(format!("/proc/{pid}/ns/net")).map_err(|e| e.to_string())?;
+        if pod == host {
+            return Err(format!("the pause process {pid} is in the host's netns"));
+        }
+        let ip = eth0_of(pid).ok_or("the pod netns has no IPv4 address on eth0")?;
+        if !ip.starts_with("10.90.") {
+            return Err(format!(
+                "pod IP {ip} is not on the shim-owned network 10.90.0.0/16"
+            ));
+        }
+        // The IP is reported where a user looks: the verbose status.
+        let s = c
+            .status(req(ControllerStatusRequest {
+                sandbox_id: id.clone(),
+                verbose: true,
+                sandboxer: "shim".into(),
+            }))
+            .await
+            .map_err(|e| e.message().to_string())?
+            .into_inner();
+        let info = s.info.get("info").cloned().unwrap_or_default();
+        if !info.contains(&format!("{ip}/16")) {
+            return Err(format!("status info does not report {ip}: {info}"));
+        }
+        // A container in the sandbox lives in the pod's network.
+        let out = ctr(
+            NS,
+            &[
+                "run",
+                "--rm",
+                "--sandbox",
+                &id,
+                "--runtime",
+                RUNTIME,
+                BUSYBOX,
+                &cid,
+                "sh",
+                "-c",
+                "ip -4 -o addr show eth0; ping -c1 -W2 10.90.0.1",
+            ],
+        );
+        if !out.ok()
+            || !out.stdout.contains(&format!("inet {ip}/"))
+            || !out.stdout.contains("1 packets received")
+        {
+            return Err(format!("container in the pod: {out:?}"));
+        }
+        Ok(())
+    }
+    .await;
+    let errs = stop_and_shutdown(&mut c, &id).await;
+    drop_store_record(&id).await;
+    if let Err(e) = res {
+        panic!("{e}\n--- containerd log ---\n{}", log_lines(&id, 20));
+    }
+    assert!(errs.is_empty(), "{errs:?}");
+    // netns, veth, lease, cache entry: all gone.
+    g.assert_clean(&[id, cid]);
+}
+
+#[tokio::test]
+async fn a_broken_conflist_fails_the_create_and_leaks_nothing() {
+    let g = Guard::new();
+    let id = unique_id("netbad");
+    // Sorts before the bench's 10-rsandbox-shim.conflist, so it is the one loaded.
+    let broken = shim_cni_dir().join("05-broken.conflist");
+    let _restore = Restore::new(broken.clone());
+    std::fs::write(
+        &broken,
+        r#"{"cniVersion":"1.0.0","name":"broken","plugins":[{"type":"bridge","bridge":"rsandbox9","ipam":{"type":"host-local","ranges":[[{"subnet":"10.99.0.0/16"}]]}},{"type":"no-such-plugin"}]}"#,
+    )
+    .unwrap();
+    let mut c = controller().await;
+    let r = create_and_start(&mut c, &id, "").await;
+    let errs = stop_and_shutdown(&mut c, &id).await;
+    let err = r.expect_err("create with a broken conflist succeeded");
+    assert!(
+        err.contains("set up the pod network") && err.contains("no-such-plugin"),
+        "error does not name the cause: {err}"
+    );
+    // A NotFound after a failed create is expected; nothing else.
+    assert!(errs.iter().all(|e| e.contains("not found")), "{errs:?}");
+    g.assert_clean(&[id]);
+    // The plugin chain never ran (lookup failed first): no bridge was made either.
+    assert!(!bridge_ports().iter().any(|p| p.contains("rsandbox9")));
+}
+
+#[test]
+fn standalone_tasks_with_shim_networking_reach_each_other() {
+    let g = Guard::new();
+    let (a, b) = (unique_id("neta"), unique_id("netb"));
+    let _objs = CtrObjects {
+        ns: NS,
+        ids: vec![a.clone(), b.clone()],
+    };
+    let _restore = Restore::new(shim_config());
+    let cfg = std::fs::read_to_string(shim_config()).unwrap();
+    assert!(
+        cfg.contains("standalone_tasks = false"),
+        "unexpected bench config: {cfg}"
+    );
+    std::fs::write(
+        shim_config(),
+        cfg.replace("standalone_tasks = false", "standalone_tasks = true"),
+    )
+    .unwrap();
+
+    ctr(
+        NS,
+        &[
+            "run",
+            "-d",
+            "--runtime",
+            RUNTIME,
+            BUSYBOX,
+            &a,
+            "sh",
+            "-c",
+            "while true; do nc -l -p 9000 -e echo pong; done",
+        ],
+    )
+    .expect_ok("ctr run a");
+    ctr(
+        NS,
+        &[
+            "run",
+            "-d",
+            "--runtime",
+            RUNTIME,
+            BUSYBOX,
+            &b,
+            "sleep",
+            "600",
+        ],
+    )
+    .expect_ok("ctr run b");
+    let ip_out = ctr(
+        NS,
+        &[
+            "task",
+            "exec",
+            "--exec-id",
+            "ip",
+            &a,
+            "ip",
+            "-4",
+            "-o",
+            "addr",
+            "show",
+            "eth0",
+        ],
+    );
+    let ip = ip_out
+        .stdout
+        .split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .map(|a| a.split('/').next().unwrap_or(a).to_string())
+        .unwrap_or_else(|| panic!("no eth0 address in {a}: {ip_out:?}"));
+    assert!(ip.starts_with("10.90."), "{ip}");
+    let reply = poll(Duration::from_secs(10), || {
+        let o = ctr(
+            NS,
+            &[
+                "task",
+                "exec",
+                "--exec-id",
+                "nc",
+                &b,
+                "sh",
+                "-c",
+                &format!("echo ping | nc -w 2 {ip} 9000"),
+            ],
+        );
+        o.stdout.contains("pong").then_some(o)
+    });
+    assert!(reply.is_some(), "{b} could not reach {a} at {ip}:9000");
+    for id in [&a, &b] {
+        ctr(NS, &["task", "kill", "-s", "SIGKILL", id]);
+    }
+    for id in [&a, &b] {
+        poll(Duration::from_secs(10), || {
+            ctr(NS, &["task", "rm", id]).ok().then_some(())
+        });
+        ctr(NS, &["container", "rm", id]);
+    }
+    g.assert_clean(&[a, b]);
+}
