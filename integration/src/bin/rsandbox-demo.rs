@@ -85,7 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         (
             "server",
             "echo 'hello from the server container' > /dev/shm/greeting; \
-             while true; do nc -l -p 8080 -s 127.0.0.1 < /dev/shm/greeting; done",
+             while true; do nc -l -p 8080 -e cat /dev/shm/greeting; done",
         ),
         ("client", "sleep 3600"),
     ] {
