@@ -44,10 +44,7 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
         eprintln!("delete {id}: {e}");
     }
     if let Some(net) = network
-        && let Err(e) = crate::network::teardown_with(
-            &net,
-            std::sync::Arc::new(crate::network::SpawnerExec(Spawner::direct())),
-        )
+        && let Err(e) = crate::network::teardown(None, &net)
     {
         eprintln!("delete {id}: {e}");
     }

@@ -140,9 +140,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
                 reaper.clone(),
             ))),
         ));
-    if config.network.standalone_tasks {
-        tm.set_network(networker.clone());
-    }
+    tm.set_network(networker.clone(), config.network.standalone_tasks);
     let sm = SandboxManager::new(
         Arc::new(LinuxPodHost {
             host_etc: PathBuf::from("/etc"),
@@ -151,9 +149,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
         tm.clone(),
     );
     tm.set_pod_hooks(sm.clone());
-    if config.network.sandboxes {
-        sm.set_network(networker);
-    }
+    sm.set_network(networker, config.network.sandboxes);
     let (wtm, wsm) = (Arc::downgrade(&tm), Arc::downgrade(&sm));
     reaper.set_handler(move |exit| {
         if let Some(tm) = wtm.upgrade() {

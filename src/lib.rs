@@ -24,3 +24,6 @@ pub mod stdio;
 pub mod task;
 pub mod util;
 pub mod validate;
+
+#[cfg(test)]
+mod testutil;

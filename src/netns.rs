@@ -207,6 +207,10 @@ fn new_ns_on_thread(file: &OwnedFd) -> Result<(), StepError> {
 
 /// Sets `IFF_UP` on interface `name` in the calling thread's network namespace.
 fn set_link_up(name: &str) -> Result<(), Errno> {
+    let flags = link_flags(name)?;
+    if flags & libc::IFF_UP as libc::c_short != 0 {
+        return Ok(());
+    }
     let sock = socket(
         AddressFamily::Inet,
         SockType::Datagram,
@@ -214,21 +218,14 @@ fn set_link_up(name: &str) -> Result<(), Errno> {
         None,
     )?;
     let mut ifr = ifreq_for(name)?;
-    // SAFETY: `ifr` is a valid, NUL-terminated ifreq; SIOCGIFFLAGS fills `ifru_flags`.
-    Errno::result(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut ifr) })?;
-    // SAFETY: the kernel just initialised `ifru_flags`.
-    let flags = unsafe { ifr.ifr_ifru.ifru_flags };
-    if flags & libc::IFF_UP as libc::c_short != 0 {
-        return Ok(());
-    }
     ifr.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
-    // SAFETY: as above; SIOCSIFFLAGS reads `ifr_name` and `ifru_flags`.
+    // SAFETY: `ifr` is a valid, NUL-terminated ifreq; SIOCSIFFLAGS reads `ifr_name` and
+    // `ifru_flags`.
     Errno::result(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &ifr) })?;
     Ok(())
 }
 
 /// Reads the flags of interface `name` in the calling thread's network namespace.
-#[cfg(test)]
 fn link_flags(name: &str) -> Result<libc::c_short, Errno> {
     let sock = socket(
         AddressFamily::Inet,
@@ -237,7 +234,7 @@ fn link_flags(name: &str) -> Result<libc::c_short, Errno> {
         None,
     )?;
     let mut ifr = ifreq_for(name)?;
-    // SAFETY: see `set_link_up`.
+    // SAFETY: `ifr` is a valid, NUL-terminated ifreq; SIOCGIFFLAGS fills `ifru_flags`.
     Errno::result(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut ifr) })?;
     // SAFETY: initialised by the kernel.
     Ok(unsafe { ifr.ifr_ifru.ifru_flags })

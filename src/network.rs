@@ -181,6 +181,15 @@ impl Networker {
     }
 }
 
+/// Tears down `record` through `provider` (the daemon: plugins reaped by its reaper), or with a
+/// direct spawner where there is none (the `delete` action, which has no reaper).
+pub fn teardown(provider: Option<&Arc<dyn NetworkProvider>>, record: &NetworkRecord) -> Result<()> {
+    match provider {
+        Some(p) => p.teardown(record),
+        None => teardown_with(record, Arc::new(SpawnerExec(Spawner::direct()))),
+    }
+}
+
 /// Tears down `record` with `exec` (the `delete` action uses a direct spawner).
 pub fn teardown_with(record: &NetworkRecord, exec: Arc<dyn PluginExec>) -> Result<()> {
     let cni = cni_for(record, exec);

@@ -19,6 +19,19 @@ pub fn req<T>(msg: T) -> tonic::Request<T> {
 
 pub type Ctl = ControllerClient<tonic::transport::Channel>;
 
+/// The sandbox record for `id`: our runtime, the `shim` sandboxer.
+pub fn sandbox_info(id: &str) -> Sandbox {
+    Sandbox {
+        sandbox_id: id.into(),
+        runtime: Some(SandboxRuntime {
+            name: RUNTIME.into(),
+            options: None,
+        }),
+        sandboxer: "shim".into(),
+        ..Default::default()
+    }
+}
+
 pub async fn controller() -> Ctl {
     let ch = containerd_client::connect(address()).await.unwrap();
     ControllerClient::new(ch)
@@ -28,15 +41,7 @@ pub async fn create_and_start(c: &mut Ctl, id: &str, netns: &str) -> Result<u32,
     c.create(req(ControllerCreateRequest {
         sandbox_id: id.into(),
         netns_path: netns.into(),
-        sandbox: Some(Sandbox {
-            sandbox_id: id.into(),
-            runtime: Some(SandboxRuntime {
-                name: RUNTIME.into(),
-                options: None,
-            }),
-            sandboxer: "shim".into(),
-            ..Default::default()
-        }),
+        sandbox: Some(sandbox_info(id)),
         sandboxer: "shim".into(),
         ..Default::default()
     }))

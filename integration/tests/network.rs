@@ -10,8 +10,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use containerd_client::services::v1::sandbox::store_client::StoreClient;
-use containerd_client::types::Sandbox;
-use containerd_client::types::sandbox::Runtime as SandboxRuntime;
 use rsandbox_integration::controller::*;
 use rsandbox_integration::*;
 
@@ -51,15 +49,7 @@ async fn store_record(id: &str) {
     let mut store = StoreClient::new(ch);
     store
         .create(req(StoreCreateRequest {
-            sandbox: Some(Sandbox {
-                sandbox_id: id.into(),
-                runtime: Some(SandboxRuntime {
-                    name: RUNTIME.into(),
-                    options: None,
-                }),
-                sandboxer: "shim".into(),
-                ..Default::default()
-            }),
+            sandbox: Some(sandbox_info(id)),
         }))
         .await
         .unwrap();

@@ -84,8 +84,9 @@ pub struct SandboxManager {
     sandbox: Mutex<Option<Sandbox>>,
     changed: Condvar,
     on_shutdown: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
-    /// Shim-owned networking for pods created without a netns (None: disabled).
-    network: Mutex<Option<Arc<dyn NetworkProvider>>>,
+    /// Shim-owned networking: the provider (also used to tear down), and whether pods created
+    /// without a netns get one.
+    network: Mutex<(Option<Arc<dyn NetworkProvider>>, bool)>,
     /// Serializes lifecycle calls (create/start/stop/shutdown). The data lock above is only
     /// ever held briefly: helpers (CNI plugins) are reaped by the reaper thread, which calls
     /// `on_exit`, which needs the data lock.
@@ -114,15 +115,16 @@ impl SandboxManager {
             sandbox: Mutex::new(None),
             changed: Condvar::new(),
             on_shutdown: Mutex::new(None),
-            network: Mutex::new(None),
+            network: Mutex::new((None, false)),
             op: Mutex::new(()),
             unclaimed: Mutex::new(Vec::new()),
         })
     }
 
-    /// Enables shim-owned networking for pods without a netns_path.
-    pub fn set_network(&self, provider: Arc<dyn NetworkProvider>) {
-        *self.network.lock().unwrap() = Some(provider);
+    /// Sets the network provider; `setup` enables shim-owned networking for pods without a
+    /// netns_path (teardown of existing ones always uses the provider).
+    pub fn set_network(&self, provider: Arc<dyn NetworkProvider>, setup: bool) {
+        *self.network.lock().unwrap() = (Some(provider), setup);
     }
 
     pub fn set_on_shutdown(&self, f: impl Fn() + Send + Sync + 'static) {
@@ -162,7 +164,10 @@ impl SandboxManager {
                 )));
             }
         }
-        let provider = self.network.lock().unwrap().clone();
+        let provider = match self.network.lock().unwrap().clone() {
+            (Some(p), true) => Some(p),
+            _ => None,
+        };
         if req.spec.network == NetworkMode::Pod && req.netns.is_none() && provider.is_none() {
             return Err(Error::invalid(
                 "no netns_path for a pod that does not ask for the host network, and shim-owned networking is disabled ([network] sandboxes = false)",
@@ -235,15 +240,8 @@ impl SandboxManager {
     /// CNI DEL and netns removal of a shim-owned network; idempotent.
     fn teardown_network(&self, record: &SandboxRecord) {
         let Some(net) = &record.network else { return };
-        let provider = self.network.lock().unwrap().clone();
-        let r = match provider {
-            Some(p) => p.teardown(net),
-            None => crate::network::teardown_with(
-                net,
-                Arc::new(crate::network::SpawnerExec(crate::reaper::Spawner::direct())),
-            ),
-        };
-        if let Err(e) = r {
+        let provider = self.network.lock().unwrap().0.clone();
+        if let Err(e) = crate::network::teardown(provider.as_ref(), net) {
             log::warn!("sandbox {}: {e}", record.id);
         }
     }
@@ -742,10 +740,7 @@ pub fn cleanup_from_bundle(bundle: &Path) -> Option<u32> {
         }
     }
     if let Some(net) = &record.network
-        && let Err(e) = crate::network::teardown_with(
-            net,
-            Arc::new(crate::network::SpawnerExec(crate::reaper::Spawner::direct())),
-        )
+        && let Err(e) = crate::network::teardown(None, net)
     {
         eprintln!("delete sandbox {}: {e}", record.id);
     }

@@ -8,7 +8,9 @@ use containerd_shim_protos::sandbox_api::*;
 use containerd_shim_protos::sandbox_sync::Sandbox as _;
 use protobuf::well_known_types::any::Any;
 use protobuf::{Message, MessageField};
-use ttrpc::{Code, TtrpcContext};
+use ttrpc::Code;
+
+use crate::testutil::*;
 
 use super::cgroup::PodCgroup;
 use super::pause::PauseConfig;
@@ -100,18 +102,6 @@ struct Fixture {
     host: Arc<FakePodHost>,
     dir: tempfile::TempDir,
     shut: Arc<Mutex<bool>>,
-}
-
-fn ctx() -> TtrpcContext {
-    TtrpcContext {
-        fd: -1,
-        cancel_rx: crossbeam_channel::never(),
-        mh: Default::default(),
-        res_tx: std::sync::mpsc::channel().0,
-        metadata: Default::default(),
-        timeout_nano: 0,
-        conn_ctx: Arc::new(Default::default()),
-    }
 }
 
 fn fixture() -> Fixture {
@@ -226,13 +216,6 @@ impl Fixture {
                 ..Default::default()
             },
         )
-    }
-}
-
-fn code<T: std::fmt::Debug>(r: ttrpc::Result<T>) -> Code {
-    match r {
-        Err(ttrpc::Error::RpcStatus(s)) => s.code(),
-        other => panic!("expected a status error, got {other:?}"),
     }
 }
 

@@ -100,8 +100,9 @@ pub struct TaskManager {
     creating: Mutex<HashSet<String>>,
     by_pid: Mutex<HashMap<i32, Arc<Process>>>,
     pod: Mutex<Option<Arc<dyn PodHooks>>>,
-    /// Shim-owned networking for standalone tasks (None: off, the default).
-    network: Mutex<Option<Arc<dyn NetworkProvider>>>,
+    /// Shim-owned networking for standalone tasks: the provider (also used to tear down), and
+    /// whether new tasks get a network (off by default).
+    network: Mutex<(Option<Arc<dyn NetworkProvider>>, bool)>,
     /// Called when Shutdown decides the shim should exit.
     on_shutdown: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     me: Weak<TaskManager>,
@@ -125,7 +126,7 @@ impl TaskManager {
             creating: Mutex::default(),
             by_pid: Mutex::default(),
             pod: Mutex::new(None),
-            network: Mutex::new(None),
+            network: Mutex::new((None, false)),
             on_shutdown: Mutex::new(None),
             me: me.clone(),
         })
@@ -140,9 +141,10 @@ impl TaskManager {
         *self.pod.lock().unwrap() = Some(hooks);
     }
 
-    /// Enables shim-owned networking for standalone tasks that ask for a network namespace.
-    pub fn set_network(&self, provider: Arc<dyn NetworkProvider>) {
-        *self.network.lock().unwrap() = Some(provider);
+    /// Sets the network provider; `setup` enables shim-owned networking for standalone tasks
+    /// that ask for a network namespace.
+    pub fn set_network(&self, provider: Arc<dyn NetworkProvider>, setup: bool) {
+        *self.network.lock().unwrap() = (Some(provider), setup);
     }
 
     pub fn set_on_shutdown(&self, f: impl Fn() + Send + Sync + 'static) {
@@ -231,9 +233,10 @@ impl TaskManager {
                 .prepare_spec(&req.id, &mut spec)
                 .context("add pod mounts")?;
         }
-        let provider = self.network.lock().unwrap().clone();
+        let (provider, setup) = self.network.lock().unwrap().clone();
         let mut network = None;
         if pod.is_none()
+            && setup
             && let Some(provider) = &provider
             && wants_new_netns(&spec)
         {
@@ -655,15 +658,8 @@ impl TaskManager {
         }
         self.host.unwatch_oom(id);
         if let Some(net) = &c.network {
-            let provider = self.network.lock().unwrap().clone();
-            let r = match provider {
-                Some(p) => p.teardown(net),
-                None => crate::network::teardown_with(
-                    net,
-                    Arc::new(crate::network::SpawnerExec(crate::reaper::Spawner::direct())),
-                ),
-            };
-            if let Err(e) = r {
+            let provider = self.network.lock().unwrap().0.clone();
+            if let Err(e) = crate::network::teardown(provider.as_ref(), net) {
                 log::warn!("delete task {id}: {e}");
             }
         }
@@ -804,44 +800,50 @@ impl TaskManager {
     }
 
     pub fn pause(&self, id: &str) -> Result<()> {
-        let c = self.container(id).with_context(|| format!("pause {id}"))?;
-        let _op = c.op.lock().unwrap();
-        if c.init.lock().status != Status::Running {
-            return Err(Error::precondition(format!(
-                "pause {id}: task is not running"
-            )));
-        }
-        c.runtime.pause(id).with_context(|| format!("pause {id}"))?;
-        let mut st = c.init.lock();
-        if st.exit.is_none() {
-            st.status = Status::Paused;
-        }
-        self.events.publish(Event::Paused(TaskPaused {
-            container_id: id.into(),
-            ..Default::default()
-        }));
-        Ok(())
+        self.freeze(id, true)
     }
 
     pub fn resume(&self, id: &str) -> Result<()> {
-        let c = self.container(id).with_context(|| format!("resume {id}"))?;
+        self.freeze(id, false)
+    }
+
+    /// Pause (`freeze`) or resume a running task, with its event.
+    fn freeze(&self, id: &str, freeze: bool) -> Result<()> {
+        let (verb, from, to) = if freeze {
+            ("pause", Status::Running, Status::Paused)
+        } else {
+            ("resume", Status::Paused, Status::Running)
+        };
+        let c = self.container(id).with_context(|| format!("{verb} {id}"))?;
         let _op = c.op.lock().unwrap();
-        if c.init.lock().status != Status::Paused {
+        if c.init.lock().status != from {
             return Err(Error::precondition(format!(
-                "resume {id}: task is not paused"
+                "{verb} {id}: task is not {}",
+                if freeze { "running" } else { "paused" }
             )));
         }
-        c.runtime
-            .resume(id)
-            .with_context(|| format!("resume {id}"))?;
+        let r = if freeze {
+            c.runtime.pause(id)
+        } else {
+            c.runtime.resume(id)
+        };
+        r.with_context(|| format!("{verb} {id}"))?;
         let mut st = c.init.lock();
         if st.exit.is_none() {
-            st.status = Status::Running;
+            st.status = to;
         }
-        self.events.publish(Event::Resumed(TaskResumed {
-            container_id: id.into(),
-            ..Default::default()
-        }));
+        let container_id = id.to_string();
+        self.events.publish(if freeze {
+            Event::Paused(TaskPaused {
+                container_id,
+                ..Default::default()
+            })
+        } else {
+            Event::Resumed(TaskResumed {
+                container_id,
+                ..Default::default()
+            })
+        });
         Ok(())
     }
 

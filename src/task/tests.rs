@@ -10,7 +10,9 @@ use containerd_shim_protos::api::*;
 use containerd_shim_protos::shim_sync::Task;
 use protobuf::MessageField;
 use protobuf::well_known_types::any::Any;
-use ttrpc::{Code, TtrpcContext};
+use ttrpc::Code;
+
+use crate::testutil::*;
 
 use super::*;
 use crate::events::RecordingSink;
@@ -164,18 +166,6 @@ struct Fixture {
     dir: tempfile::TempDir,
 }
 
-fn ctx() -> TtrpcContext {
-    TtrpcContext {
-        fd: -1,
-        cancel_rx: crossbeam_channel::never(),
-        mh: Default::default(),
-        res_tx: std::sync::mpsc::channel().0,
-        metadata: Default::default(),
-        timeout_nano: 0,
-        conn_ctx: Arc::new(Default::default()),
-    }
-}
-
 fn fixture() -> Fixture {
     let host = Arc::new(FakeHost::default());
     let events = Arc::new(RecordingSink::default());
@@ -262,20 +252,6 @@ impl Fixture {
                 ..Default::default()
             },
         )
-    }
-}
-
-fn code<T: std::fmt::Debug>(r: ttrpc::Result<T>) -> Code {
-    match r {
-        Err(ttrpc::Error::RpcStatus(s)) => s.code(),
-        other => panic!("expected a status error, got {other:?}"),
-    }
-}
-
-fn message<T: std::fmt::Debug>(r: ttrpc::Result<T>) -> String {
-    match r {
-        Err(ttrpc::Error::RpcStatus(s)) => s.message().to_string(),
-        other => panic!("expected a status error, got {other:?}"),
     }
 }
 
