@@ -198,11 +198,19 @@ fn start(opts: &StartOpts, bundle: &Path, debug: bool) -> crate::error::Result<S
         cmd.arg("-debug");
     }
     let fd = listener.as_raw_fd();
-    // SAFETY: between fork and exec the closure only calls dup2, which is async-signal-safe.
+    // SAFETY: between fork and exec the closure only calls dup2 and fcntl, which are
+    // async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
-            // dup2 clears FD_CLOEXEC on the copy, so the daemon inherits exactly fd 3.
-            if libc::dup2(fd, crate::daemon::LISTENER_FD) < 0 {
+            let target = crate::daemon::LISTENER_FD;
+            // dup2 clears FD_CLOEXEC on the copy, so the daemon inherits exactly fd 3; when the
+            // listener already is fd 3, dup2 does nothing and the flag is cleared by hand.
+            let r = if fd == target {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, target)
+            };
+            if r < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
