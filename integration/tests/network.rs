@@ -78,9 +78,12 @@ fn eth0_of(pid: u32) -> Option<String> {
         "show",
         "eth0",
     ]);
-    let o = run_timeout(cmd, None, Duration::from_secs(10));
-    o.stdout
-        .split_whitespace()
+    inet_of(&run_timeout(cmd, None, Duration::from_secs(10)).stdout)
+}
+
+/// The first IPv4 address in `ip -4 -o addr` output, without its prefix length.
+fn inet_of(text: &str) -> Option<String> {
+    text.split_whitespace()
         .skip_while(|w| *w != "inet")
         .nth(1)
         .map(|a| a.split('/').next().unwrap_or(a).to_string())
@@ -252,13 +255,8 @@ fn standalone_tasks_with_shim_networking_reach_each_other() {
             "eth0",
         ],
     );
-    let ip = ip_out
-        .stdout
-        .split_whitespace()
-        .skip_while(|w| *w != "inet")
-        .nth(1)
-        .map(|a| a.split('/').next().unwrap_or(a).to_string())
-        .unwrap_or_else(|| panic!("no eth0 address in {a}: {ip_out:?}"));
+    let ip =
+        inet_of(&ip_out.stdout).unwrap_or_else(|| panic!("no eth0 address in {a}: {ip_out:?}"));
     assert!(ip.starts_with("10.90."), "{ip}");
     let reply = poll(Duration::from_secs(10), || {
         let o = ctr(
