@@ -67,7 +67,10 @@ fn listener(flags: &Flags) -> Result<UnixListener> {
         return Ok(l);
     }
     // Started by hand: bind -socket ourselves.
-    log::warn!("no listening socket on fd {LISTENER_FD}: binding -socket {}", flags.socket);
+    log::warn!(
+        "no listening socket on fd {LISTENER_FD}: binding -socket {}",
+        flags.socket
+    );
     let path = flags.socket.trim_start_matches("unix://");
     if path.is_empty() {
         return Err(Error::invalid(
