@@ -98,6 +98,7 @@ impl PodHost for FakePodHost {
 
 struct Fixture {
     svc: SandboxService,
+    tasks: crate::rpc::task::TaskService,
     sm: Arc<SandboxManager>,
     host: Arc<FakePodHost>,
     dir: tempfile::TempDir,
@@ -120,6 +121,7 @@ fn fixture() -> Fixture {
     sm.set_on_shutdown(move || *s2.lock().unwrap() = true);
     Fixture {
         svc: SandboxService::new(sm.clone()),
+        tasks: crate::rpc::task::TaskService::new(tm),
         sm,
         host,
         dir: tempfile::tempdir().unwrap(),
@@ -612,4 +614,57 @@ fn shutdown_after_a_failed_create_lets_the_shim_exit() {
         )
         .unwrap();
     assert!(*f.shut.lock().unwrap(), "the shim was not told to exit");
+}
+
+#[test]
+fn task_connect_and_pids_answer_for_the_sandbox_id() {
+    // containerd probes a sandbox shim after a restart with Task.Connect and Task.Pids on the
+    // sandbox ID; an error makes it drop the pod.
+    use containerd_shim_protos::api::{ConnectRequest, PidsRequest};
+    use containerd_shim_protos::shim_sync::Task as _;
+    let f = fixture();
+    f.create("pod1", pod_config("a", false)).unwrap();
+    f.svc
+        .start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let c = f
+        .tasks
+        .connect(
+            &ctx(),
+            ConnectRequest {
+                id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (c.shim_pid, c.task_pid),
+        (std::process::id(), PAUSE_PID as u32)
+    );
+    let p = f
+        .tasks
+        .pids(
+            &ctx(),
+            PidsRequest {
+                id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(p.processes.len(), 1);
+    assert_eq!(p.processes[0].pid, PAUSE_PID as u32);
+    let other = f.tasks.connect(
+        &ctx(),
+        ConnectRequest {
+            id: "pod2".into(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(code(other), Code::NOT_FOUND);
 }
