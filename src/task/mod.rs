@@ -361,7 +361,7 @@ impl TaskManager {
         init: &Arc<Process>,
     ) -> Result<i32> {
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
-        let (io, mut keepalive, stdin) = if req.stdio.terminal {
+        let (io, keepalive, stdin) = if req.stdio.terminal {
             (ProcessIo::default(), Default::default(), None)
         } else {
             let o = stdio::open(&req.stdio)?;
@@ -369,18 +369,10 @@ impl TaskManager {
         };
         let spawned = runtime.create(&req.id, &req.bundle, req.stdio.terminal, io)?;
         let pid = spawned.pid;
-        if let Some(copy) = stdin {
-            keepalive.start_stdin(copy)?;
-        }
-        *init.keepalive.lock().unwrap() = keepalive;
-        if let Some(master) = spawned.console {
-            let copier = self.start_tty(master, init)?;
-            *init.tty.lock().unwrap() = Some(copier);
-        } else if req.stdio.terminal {
+        if let Err(e) = self.attach_io(init, spawned.console, keepalive, stdin) {
+            // The container exists but cannot be served: take it down again.
             let _ = runtime.delete(&req.id, true);
-            return Err(Error::internal(
-                "runc did not send a console for the terminal",
-            ));
+            return Err(e);
         }
         init.lock().pid = pid;
         self.by_pid.lock().unwrap().insert(pid, init.clone());
@@ -388,6 +380,31 @@ impl TaskManager {
             self.on_exit(exit);
         }
         Ok(pid)
+    }
+
+    /// Starts the stdin copier or the terminal copier of a freshly spawned process and keeps
+    /// its descriptors.
+    fn attach_io(
+        &self,
+        p: &Arc<Process>,
+        console: Option<std::fs::File>,
+        mut keepalive: stdio::Keepalive,
+        stdin: Option<stdio::StdinCopy>,
+    ) -> Result<()> {
+        if let Some(copy) = stdin {
+            keepalive.start_stdin(copy)?;
+        }
+        *p.keepalive.lock().unwrap() = keepalive;
+        match console {
+            Some(master) => *p.tty.lock().unwrap() = Some(self.start_tty(master, p)?),
+            None if p.stdio.terminal => {
+                return Err(Error::internal(
+                    "runc did not send a console for the terminal",
+                ));
+            }
+            None => {}
+        }
+        Ok(())
     }
 
     fn start_tty(&self, master: std::fs::File, process: &Arc<Process>) -> Result<TtyCopier> {
@@ -470,7 +487,7 @@ impl TaskManager {
     fn spawn_exec(&self, c: &Arc<Container>, p: &Arc<Process>) -> Result<i32> {
         let exec_id = p.exec_id.as_deref().unwrap_or_default();
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
-        let (io, mut keepalive, stdin) = if p.stdio.terminal {
+        let (io, keepalive, stdin) = if p.stdio.terminal {
             (ProcessIo::default(), Default::default(), None)
         } else {
             let o = stdio::open(&p.stdio)?;
@@ -480,12 +497,10 @@ impl TaskManager {
         let spawned = c
             .runtime
             .exec(&c.id, &c.bundle, exec_id, spec, p.stdio.terminal, io)?;
-        if let Some(copy) = stdin {
-            keepalive.start_stdin(copy)?;
-        }
-        *p.keepalive.lock().unwrap() = keepalive;
-        if let Some(master) = spawned.console {
-            *p.tty.lock().unwrap() = Some(self.start_tty(master, p)?);
+        if let Err(e) = self.attach_io(p, spawned.console, keepalive, stdin) {
+            // The process runs but cannot be served: kill it (the reaper collects it).
+            let _ = self.host.signal(spawned.pid, 9);
+            return Err(e);
         }
         p.lock().pid = spawned.pid;
         self.by_pid.lock().unwrap().insert(spawned.pid, p.clone());

@@ -904,3 +904,22 @@ fn checkpoint_restore_on_create_is_unimplemented() {
     );
     assert_eq!(code(r), Code::UNIMPLEMENTED);
 }
+
+#[test]
+fn a_terminal_without_a_console_takes_the_container_down_again() {
+    let f = fixture();
+    let spec = SPEC.replace("\"terminal\":false", "\"terminal\":true");
+    let bundle = f.bundle("t1", &spec);
+    let r = f.svc.create(
+        &ctx(),
+        CreateTaskRequest {
+            id: "t1".into(),
+            bundle,
+            terminal: true,
+            ..Default::default()
+        },
+    );
+    assert!(message(r).contains("runc did not send a console"));
+    assert_eq!(f.host.runtime.calls(), ["create t1", "delete t1 true"]);
+    assert!(f.tm.is_empty());
+}
