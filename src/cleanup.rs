@@ -80,7 +80,11 @@ fn kill_stale_shim(bundle: &Path) {
     );
     let mut gone = false;
     for _ in 0..100 {
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        // Dead is enough: a zombie waits for its new parent (init) to reap it.
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.chars().next()));
+        if matches!(state, None | Some(Some('Z')) | Some(Some('X'))) {
             gone = true;
             break;
         }

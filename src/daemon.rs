@@ -187,9 +187,12 @@ pub fn serve(flags: &Flags) -> Result<()> {
     );
 
     exit.wait();
-    // Let the call that asked for the exit (and any other short one) send its reply.
-    handle.wait_idle(0, Duration::from_secs(2));
+    // The socket file goes first: containerd runs `delete` as soon as its connection closes
+    // and may kill us while the last replies are still being written (open connections keep
+    // working without the file).
     let _ = std::fs::remove_file(flags.socket.trim_start_matches("unix://"));
     log::info!("shim {} exiting", flags.id);
+    // Let the call that asked for the exit (and any other short one) send its reply.
+    handle.wait_idle(0, Duration::from_secs(2));
     Ok(())
 }
