@@ -26,6 +26,51 @@ pub fn is_unified(root: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// A cgroup hierarchy mounted on this host, from `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupMount {
+    /// cgroup2 (the unified hierarchy) rather than a v1 hierarchy.
+    pub unified: bool,
+    /// v1 controllers of the hierarchy (`name=` prefixes stripped); empty for cgroup2.
+    pub controllers: Vec<String>,
+    pub mountpoint: PathBuf,
+}
+
+/// The cgroup and cgroup2 mounts listed in a mountinfo document, in order.
+pub fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
+    let mut out = Vec::new();
+    for line in mountinfo.lines() {
+        // id parent maj:min root mountpoint opts [optional...] - fstype source superopts
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let fields: Vec<&str> = left.split(' ').collect();
+        let rfields: Vec<&str> = right.split(' ').collect();
+        if fields.len() < 5 || rfields.len() < 3 {
+            continue;
+        }
+        let unified = match rfields[0] {
+            "cgroup2" => true,
+            "cgroup" => false,
+            _ => continue,
+        };
+        let controllers = if unified {
+            Vec::new()
+        } else {
+            rfields[2]
+                .split(',')
+                .map(|s| s.strip_prefix("name=").unwrap_or(s).to_string())
+                .collect()
+        };
+        out.push(CgroupMount {
+            unified,
+            controllers,
+            mountpoint: PathBuf::from(fields[4]),
+        });
+    }
+    out
+}
+
 /// The cgroup directories of one process.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CgroupPaths {
@@ -47,33 +92,16 @@ impl CgroupPaths {
 
     /// Pure part of [`of_pid`]: joins `/proc/<pid>/cgroup` lines with cgroup mount points.
     pub fn parse(cgroup: &str, mountinfo: &str, unified: bool) -> CgroupPaths {
-        let mut v1_mounts: Vec<(Vec<String>, PathBuf)> = Vec::new();
-        let mut v2_mount: Option<PathBuf> = None;
-        for line in mountinfo.lines() {
-            // id parent maj:min root mountpoint opts [optional...] - fstype source superopts
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let fields: Vec<&str> = left.split(' ').collect();
-            let rfields: Vec<&str> = right.split(' ').collect();
-            if fields.len() < 5 || rfields.len() < 3 {
-                continue;
-            }
-            let mountpoint = PathBuf::from(fields[4]);
-            match rfields[0] {
-                "cgroup2" => {
-                    v2_mount.get_or_insert(mountpoint);
-                }
-                "cgroup" => {
-                    let ctrls = rfields[2]
-                        .split(',')
-                        .map(|s| s.strip_prefix("name=").unwrap_or(s).to_string())
-                        .collect();
-                    v1_mounts.push((ctrls, mountpoint));
-                }
-                _ => {}
-            }
-        }
+        let mounts = cgroup_mounts(mountinfo);
+        let v2_mount = mounts
+            .iter()
+            .find(|m| m.unified)
+            .map(|m| m.mountpoint.clone());
+        let v1_mounts: Vec<(Vec<String>, PathBuf)> = mounts
+            .into_iter()
+            .filter(|m| !m.unified)
+            .map(|m| (m.controllers, m.mountpoint))
+            .collect();
         let mut paths = CgroupPaths::default();
         for line in cgroup.lines() {
             let mut parts = line.splitn(3, ':');

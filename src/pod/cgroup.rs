@@ -20,26 +20,11 @@ pub struct PodCgroup {
 /// Mount points of the cgroup hierarchies to use: the unified one on v2-only hosts, else
 /// every v1 hierarchy.
 pub fn hierarchies(mountinfo: &str, unified: bool) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let fields: Vec<&str> = left.split(' ').collect();
-        let fstype = right.split(' ').next().unwrap_or("");
-        if fields.len() < 5 {
-            continue;
-        }
-        let wanted = if unified {
-            fstype == "cgroup2"
-        } else {
-            fstype == "cgroup"
-        };
-        if wanted {
-            out.push(PathBuf::from(fields[4]));
-        }
-    }
-    out
+    crate::cgroups::cgroup_mounts(mountinfo)
+        .into_iter()
+        .filter(|m| m.unified == unified)
+        .map(|m| m.mountpoint)
+        .collect()
 }
 
 /// Creates `parent` (a cgroupfs path such as `/kubepods/pod1`) in every hierarchy and moves

@@ -454,25 +454,23 @@ fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
         m.enum_value()
             .map_err(|v| invalid(format!("{nso_field}.{field}"), format!("unknown mode {v}")))
     };
-    let network = match nso.map(|n| mode_of("network", &n.network)).transpose()? {
-        None | Some(cri::NamespaceMode::POD) => NetworkMode::Pod,
-        Some(cri::NamespaceMode::NODE) => NetworkMode::Host,
-        Some(m) => {
-            return Err(invalid(
-                format!("{nso_field}.network"),
+    // Network and IPC: the pod's own namespace or the node's, nothing else. true = node.
+    let on_node =
+        |field: &str, m: &protobuf::EnumOrUnknown<cri::NamespaceMode>| match mode_of(field, m)? {
+            cri::NamespaceMode::POD => Ok(false),
+            cri::NamespaceMode::NODE => Ok(true),
+            m => Err(invalid(
+                format!("{nso_field}.{field}"),
                 format!("mode {m:?} is not valid for a pod sandbox (want POD or NODE)"),
-            ));
-        }
+            )),
+        };
+    let network = match nso.map(|n| on_node("network", &n.network)).transpose()? {
+        Some(true) => NetworkMode::Host,
+        None | Some(false) => NetworkMode::Pod,
     };
-    let ipc = match nso.map(|n| mode_of("ipc", &n.ipc)).transpose()? {
-        None | Some(cri::NamespaceMode::POD) => IpcMode::Pod,
-        Some(cri::NamespaceMode::NODE) => IpcMode::Host,
-        Some(m) => {
-            return Err(invalid(
-                format!("{nso_field}.ipc"),
-                format!("mode {m:?} is not valid for a pod sandbox (want POD or NODE)"),
-            ));
-        }
+    let ipc = match nso.map(|n| on_node("ipc", &n.ipc)).transpose()? {
+        Some(true) => IpcMode::Host,
+        None | Some(false) => IpcMode::Pod,
     };
     let pid = match nso.map(|n| mode_of("pid", &n.pid)).transpose()? {
         None | Some(cri::NamespaceMode::POD) => PidMode::Pod,
