@@ -16,14 +16,17 @@ pub mod logger;
 pub mod mount;
 pub mod netns;
 pub mod network;
+pub mod oci;
 pub mod pod;
 pub mod reaper;
 pub mod rpc;
 pub mod runtime;
 pub mod stdio;
+pub mod sync;
 pub mod task;
 pub mod util;
 pub mod validate;
+pub mod waiters;
 
 #[cfg(test)]
 mod testutil;

@@ -18,10 +18,11 @@ use super::sandbox::*;
 use super::spec::PodSpec;
 use crate::error::Result;
 use crate::events::RecordingSink;
+use crate::pod::sandbox::SandboxDeps;
 use crate::reaper::Exit;
 use crate::rpc::sandbox::SandboxService;
 use crate::runtime::RuncConfig;
-use crate::task::{PodHooks, TaskManager};
+use crate::task::{PodHooks, TaskDeps, TaskManager};
 
 #[derive(Default)]
 struct FakePodHost {
@@ -107,18 +108,32 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let host = Arc::new(FakePodHost::default());
-    let tm = TaskManager::new(
-        "k8s.io",
-        RuncConfig::defaults("k8s.io"),
-        Arc::new(NoHost),
-        Arc::new(RecordingSink::default()),
-        None,
-    );
-    let sm = SandboxManager::new(host.clone(), tm.clone());
-    tm.set_pod_hooks(sm.clone());
     let shut = Arc::new(Mutex::new(false));
     let s2 = shut.clone();
-    sm.set_on_shutdown(move || *s2.lock().unwrap() = true);
+    let on_shutdown: Arc<dyn Fn() + Send + Sync> = Arc::new(move || *s2.lock().unwrap() = true);
+    let sm = SandboxManager::new(
+        SandboxDeps {
+            host: host.clone(),
+            reaper: None,
+            network: None,
+            network_for_pods: false,
+            on_shutdown: on_shutdown.clone(),
+        },
+        |pod| {
+            TaskManager::new(TaskDeps {
+                namespace: "k8s.io".into(),
+                default_runc: RuncConfig::defaults("k8s.io"),
+                host: Arc::new(NoHost),
+                events: Arc::new(RecordingSink::default()),
+                reaper: None,
+                network: None,
+                network_for_tasks: false,
+                pod,
+                on_shutdown,
+            })
+        },
+    );
+    let tm = sm.tasks().clone();
     Fixture {
         svc: SandboxService::new(sm.clone()),
         tasks: crate::rpc::task::TaskService::new(tm),
@@ -294,7 +309,7 @@ fn create_start_status_stop_shutdown() {
 
     // WaitSandbox blocks until the pause process is reaped.
     let sm = f.sm.clone();
-    let waiter = std::thread::spawn(move || sm.wait("pod1").unwrap());
+    let waiter = std::thread::spawn(move || sm.wait_blocking("pod1").unwrap());
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert!(!waiter.is_finished());
     let sm = f.sm.clone();
@@ -316,7 +331,7 @@ fn create_start_status_stop_shutdown() {
         )
         .unwrap();
     reaper.join().unwrap();
-    assert_eq!(waiter.join().unwrap().0, 137);
+    assert_eq!(waiter.join().unwrap().status, 137);
     assert!(f.host.calls().contains(&format!("kill {PAUSE_PID}")));
     let st = f.status("pod1").unwrap();
     assert_eq!(st.state, "SANDBOX_NOTREADY");

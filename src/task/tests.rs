@@ -16,8 +16,9 @@ use crate::testutil::*;
 
 use super::*;
 use crate::events::RecordingSink;
+use crate::reaper::Exit;
 use crate::rpc::task::TaskService;
-use crate::runtime::Spawned;
+use crate::runtime::{ProcessIo, Spawned};
 
 /// Fake pids start above the kernel's pid_max, so they can never be real processes.
 const FAKE_PID_BASE: i32 = 1 << 23;
@@ -164,18 +165,28 @@ struct Fixture {
     host: Arc<FakeHost>,
     events: Arc<RecordingSink>,
     dir: tempfile::TempDir,
+    /// How often Shutdown let the shim exit.
+    shutdowns: Arc<AtomicI32>,
 }
 
 fn fixture() -> Fixture {
     let host = Arc::new(FakeHost::default());
     let events = Arc::new(RecordingSink::default());
-    let tm = TaskManager::new(
-        "default",
-        RuncConfig::defaults("default"),
-        host.clone(),
-        events.clone(),
-        None,
-    );
+    let shutdowns = Arc::new(AtomicI32::new(0));
+    let s2 = shutdowns.clone();
+    let tm = TaskManager::new(TaskDeps {
+        namespace: "default".into(),
+        default_runc: RuncConfig::defaults("default"),
+        host: host.clone(),
+        events: events.clone(),
+        reaper: None,
+        network: None,
+        network_for_tasks: false,
+        pod: Weak::<NoPod>::new(),
+        on_shutdown: Arc::new(move || {
+            s2.fetch_add(1, Ordering::SeqCst);
+        }),
+    });
     let svc = TaskService::new(tm.clone());
     Fixture {
         tm,
@@ -183,6 +194,7 @@ fn fixture() -> Fixture {
         host,
         events,
         dir: tempfile::tempdir().unwrap(),
+        shutdowns,
     }
 }
 
@@ -278,7 +290,7 @@ fn lifecycle_publishes_events_in_order_and_cleans_up() {
     assert_eq!(f.start("t1", "").unwrap().pid, pid);
 
     let tm = f.tm.clone();
-    let waiter = std::thread::spawn(move || tm.wait("t1", "").unwrap());
+    let waiter = std::thread::spawn(move || tm.wait_blocking("t1", "").unwrap());
     f.exit(pid, 3);
     assert_eq!(waiter.join().unwrap().status, 3);
     let st = f
@@ -355,7 +367,7 @@ fn an_exit_during_start_is_published_after_start() {
         f.events.topics(),
         ["/tasks/create", "/tasks/start", "/tasks/exit"]
     );
-    assert_eq!(f.tm.wait("t1", "").unwrap().status, 0);
+    assert_eq!(f.tm.wait_blocking("t1", "").unwrap().status, 0);
 }
 
 #[test]
@@ -681,12 +693,10 @@ fn exec_lifecycle_and_init_exit_waits_for_execs() {
 
     // The init dies first; its exit must still come after the exec's.
     f.exit(init, 137);
-    assert!(
-        f.tm.process("t1", "")
-            .unwrap()
-            .1
-            .exit_if_published()
-            .is_none()
+    assert_eq!(
+        f.tm.process("t1", "").unwrap().1.state().visible_exit(),
+        None,
+        "the init's exit waits for its exec's"
     );
     f.exit(epid, 143);
     assert_eq!(
@@ -835,9 +845,6 @@ fn pause_resume_update_stats_and_checkpoint() {
 #[test]
 fn shutdown_exits_only_without_tasks() {
     let f = fixture();
-    let fired = Arc::new(Mutex::new(0));
-    let fc = fired.clone();
-    f.tm.set_on_shutdown(move || *fc.lock().unwrap() += 1);
     let pid = f.create("t1").unwrap().pid;
     f.svc
         .shutdown(
@@ -848,7 +855,7 @@ fn shutdown_exits_only_without_tasks() {
             },
         )
         .unwrap();
-    assert_eq!(*fired.lock().unwrap(), 0);
+    assert_eq!(f.shutdowns.load(Ordering::SeqCst), 0);
     f.start("t1", "").unwrap();
     f.exit(pid, 0);
     f.svc
@@ -869,7 +876,7 @@ fn shutdown_exits_only_without_tasks() {
             },
         )
         .unwrap();
-    assert_eq!(*fired.lock().unwrap(), 1);
+    assert_eq!(f.shutdowns.load(Ordering::SeqCst), 1);
 }
 
 #[test]
