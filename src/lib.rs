@@ -17,6 +17,7 @@ pub mod mount;
 pub mod netns;
 pub mod network;
 pub mod oci;
+pub mod panic_hook;
 pub mod pod;
 pub mod reaper;
 pub mod rpc;

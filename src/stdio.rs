@@ -252,7 +252,10 @@ impl TtyCopier {
             .name("tty".into())
             .stack_size(128 * 1024)
             .spawn(move || {
-                copy_loop(&m, stdin, stdout, File::from(rx));
+                // Whatever happens to the copy, the exit must not stay held behind it.
+                crate::panic_hook::survive("tty copier", || {
+                    copy_loop(&m, stdin, stdout, File::from(rx))
+                });
                 on_drained();
             })
             .context("start tty copier")?;
