@@ -25,6 +25,7 @@ pub mod runtime;
 pub mod stdio;
 pub mod sync;
 pub mod task;
+pub mod timing;
 pub mod util;
 pub mod validate;
 pub mod waiters;

@@ -18,6 +18,7 @@ use crate::runtime::{ProcessIo, Runtime};
 use crate::stdio;
 use crate::sync::Lock;
 use crate::task::process::Process;
+use crate::timing::Steps;
 use crate::util::write_file_atomic;
 use crate::validate;
 
@@ -74,6 +75,7 @@ impl TaskManager {
         crate::mount::validate(&req.rootfs)?;
         let reservation = self.reserve(&req.id)?;
         let mut undo = Undo::new();
+        let mut steps = Steps::new(|| format!("create task {}", req.id));
 
         let config_path = req.bundle.join("config.json");
         let raw = std::fs::read(&config_path)
@@ -81,6 +83,7 @@ impl TaskManager {
         let mut spec: serde_json::Value = serde_json::from_slice(&raw)
             .map_err(|e| Error::invalid(format!("parse {}: {e}", config_path.display())))?;
         oci::check_container_spec(&spec, req.stdio.terminal)?;
+        steps.step("read spec");
         let mut spec_changed = false;
         let pod = self.pod().filter(|p| p.has_sandbox());
         if let Some(pod) = &pod {
@@ -107,6 +110,7 @@ impl TaskManager {
             });
             network = Some(net);
         }
+        steps.step("pod edits and network");
         let shares_pid_ns = oci::shares_pid_namespace(&spec);
         let runc = req
             .runc
@@ -128,6 +132,7 @@ impl TaskManager {
         undo.push("remove the task record", move || {
             let _ = std::fs::remove_file(&record_path);
         });
+        steps.step("write spec and record");
         let rootfs = req.bundle.join("rootfs");
         if !req.rootfs.is_empty() {
             self.host.mount_rootfs(&req.rootfs, &rootfs)?;
@@ -137,9 +142,11 @@ impl TaskManager {
             });
         }
 
+        steps.step("mount rootfs");
         let runtime = self.host.runtime(&runc);
         let init = Arc::new(Process::new(&req.id, None, req.stdio.clone(), None));
         let spawned = self.spawn_init(&req, &runtime, &init)?;
+        steps.step("runc create");
         {
             let (runtime, id) = (runtime.clone(), req.id.clone());
             undo.push("delete the runc container", move || {
@@ -158,6 +165,7 @@ impl TaskManager {
         {
             log::warn!("task {}: OOM events unavailable: {e}", req.id);
         }
+        steps.step("cgroup and OOM watch");
         let container = Arc::new(Container {
             id: req.id.clone(),
             bundle: req.bundle.clone(),

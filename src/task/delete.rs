@@ -11,6 +11,7 @@ use crate::error::{Context, Error, Kind, Result};
 use crate::events::Event;
 use crate::sync::Lock;
 use crate::task::process::{ExitInfo, Process};
+use crate::timing::Steps;
 use crate::util::timestamp;
 
 impl TaskManager {
@@ -26,6 +27,7 @@ impl TaskManager {
 
     fn delete_inner(&self, id: &str, exec_id: &str) -> Result<(u32, ExitInfo)> {
         let (c, p) = self.process(id, exec_id)?;
+        let mut steps = Steps::new(|| format!("delete {id} {exec_id}"));
         let _op = c.op.locked();
         refuse_if_running(&p)?;
         let pid = p.state().pid();
@@ -39,15 +41,18 @@ impl TaskManager {
             Err(e) if e.kind() == Kind::NotFound => {}
             Err(e) => return Err(e),
         }
+        steps.step("runc delete");
         if c.rootfs_mounted {
             self.host.unmount_rootfs(&c.bundle.join("rootfs"))?;
         }
+        steps.step("unmount rootfs");
         self.host.unwatch_oom(id);
         if let Some(net) = &c.network
             && let Err(e) = crate::network::teardown(self.network.as_ref(), net)
         {
             log::warn!("delete task {id}: {e}");
         }
+        steps.step("network");
         self.containers.locked().remove(id);
         let execs: Vec<_> = c.execs.locked().drain().map(|(_, e)| e).collect();
         for e in &execs {

@@ -11,6 +11,7 @@ use super::TaskManager;
 use crate::error::{Context, Error, Result};
 use crate::events::Event;
 use crate::sync::Lock;
+use crate::timing::Steps;
 
 impl TaskManager {
     /// Start the init (`exec_id` empty) or an exec. Returns the pid.
@@ -25,7 +26,9 @@ impl TaskManager {
 
     fn start_inner(&self, id: &str, exec_id: &str) -> Result<u32> {
         let (c, p) = self.process(id, exec_id)?;
+        let mut steps = Steps::new(|| format!("start {id} {exec_id}"));
         let _op = c.op.locked();
+        steps.step("lifecycle lock");
         if !p.is_init() && c.init.state().has_ended() {
             return Err(Error::precondition(format!("task {id} is not running")));
         }
@@ -37,6 +40,11 @@ impl TaskManager {
         } else {
             self.spawn_exec(&c, &p)
         };
+        steps.step(if p.is_init() {
+            "runc start"
+        } else {
+            "runc exec"
+        });
         let pid = match result {
             Ok(pid) => pid,
             Err(e) => {
