@@ -12,6 +12,8 @@ pub mod cri;
 pub mod daemon;
 pub mod error;
 pub mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod logger;
 pub mod mount;
 pub mod netns;

@@ -29,6 +29,8 @@ struct FakePodHost {
     calls: Mutex<Vec<String>>,
     pause: Mutex<Option<PauseConfig>>,
     fail_pause: Mutex<bool>,
+    /// Runs in spawn_pause with the new pid, before it returns (a pause that dies at once).
+    on_spawn: Mutex<Option<Box<dyn Fn(i32) + Send>>>,
 }
 
 impl FakePodHost {
@@ -74,6 +76,9 @@ impl PodHost for FakePodHost {
         }
         *self.pause.lock().unwrap() = Some(cfg.clone());
         self.log("spawn_pause".into());
+        if let Some(f) = self.on_spawn.lock().unwrap().as_ref() {
+            f(PAUSE_PID);
+        }
         Ok(PAUSE_PID)
     }
     fn join_cgroup(&self, parent: &Path, pid: i32) -> Result<PodCgroup> {
@@ -107,6 +112,11 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_with(None)
+}
+
+/// A fixture whose sandbox subscribes to `reaper` before forking the pause, as the daemon's.
+fn fixture_with(reaper: Option<Arc<crate::reaper::Reaper>>) -> Fixture {
     let host = Arc::new(FakePodHost::default());
     let shut = Arc::new(Mutex::new(false));
     let s2 = shut.clone();
@@ -114,7 +124,7 @@ fn fixture() -> Fixture {
     let sm = SandboxManager::new(
         SandboxDeps {
             host: host.clone(),
-            reaper: None,
+            reaper,
             network: None,
             network_for_pods: false,
             on_shutdown: on_shutdown.clone(),
@@ -682,4 +692,83 @@ fn task_connect_and_pids_answer_for_the_sandbox_id() {
         },
     );
     assert_eq!(code(other), Code::NOT_FOUND);
+}
+
+#[test]
+fn a_pause_that_dies_before_its_pid_is_stored_makes_the_pod_notready() {
+    let reaper = crate::reaper::Reaper::new_for_test();
+    let f = fixture_with(Some(reaper.clone()));
+    let r = reaper.clone();
+    *f.host.on_spawn.lock().unwrap() = Some(Box::new(move |pid| {
+        r.inject(Exit {
+            pid,
+            status: 2,
+            at: SystemTime::now(),
+        })
+    }));
+    f.create("pod1", pod_config("web-0", true)).unwrap();
+    f.svc
+        .start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let st = f.status("pod1").unwrap();
+    assert_eq!(st.state, "SANDBOX_NOTREADY");
+    assert_eq!(f.sm.wait_blocking("pod1").unwrap().status, 2);
+}
+
+#[test]
+fn an_old_exit_of_a_recycled_pid_does_not_touch_a_new_pause() {
+    let reaper = crate::reaper::Reaper::new_for_test();
+    let f = fixture_with(Some(reaper.clone()));
+    // Some helper with the pid the pause process will get exited long before.
+    reaper.inject(Exit {
+        pid: PAUSE_PID,
+        status: 1,
+        at: SystemTime::now(),
+    });
+    f.create("pod1", pod_config("web-0", true)).unwrap();
+    f.svc
+        .start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(f.status("pod1").unwrap().state, "SANDBOX_READY");
+}
+
+#[test]
+fn wait_sandbox_is_parked_until_the_pod_ends_and_unknown_ids_are_refused() {
+    let f = fixture();
+    f.create("pod1", pod_config("web-0", true)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    f.sm.wait("pod1", Box::new(crate::waiters::ChannelWaiter(tx)))
+        .unwrap();
+    assert!(rx.try_recv().is_err(), "nothing ended yet");
+    f.svc
+        .stop_sandbox(
+            &ctx(),
+            StopSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        rx.try_recv().unwrap().status,
+        crate::waiters::UNKNOWN_EXIT_STATUS,
+        "a pod stopped before it started still answers its Waits"
+    );
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let e =
+        f.sm.wait("nope", Box::new(crate::waiters::ChannelWaiter(tx)))
+            .unwrap_err();
+    assert_eq!(e.kind(), crate::error::Kind::NotFound);
 }
