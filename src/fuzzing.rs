@@ -13,8 +13,11 @@ use containerd_shim_protos::sandbox_api::{CreateSandboxRequest, WaitSandboxReque
 use protobuf::Message;
 use protobuf::well_known_types::any::Any;
 
+/// A fuzz target: raw bytes in, no panic out.
+pub type Target = fn(&[u8]);
+
 /// Every target, by name (the names of `fuzz/fuzz_targets/*.rs` and `fuzz/corpus/*`).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("pod_config", pod_config),
     ("oci_spec", oci_spec),
     ("runtime_options", runtime_options),

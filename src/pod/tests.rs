@@ -24,13 +24,15 @@ use crate::rpc::sandbox::SandboxService;
 use crate::runtime::RuncConfig;
 use crate::task::{PodHooks, TaskDeps, TaskManager};
 
+type SpawnHook = Box<dyn Fn(i32) + Send>;
+
 #[derive(Default)]
 struct FakePodHost {
     calls: Mutex<Vec<String>>,
     pause: Mutex<Option<PauseConfig>>,
     fail_pause: Mutex<bool>,
     /// Runs in spawn_pause with the new pid, before it returns (a pause that dies at once).
-    on_spawn: Mutex<Option<Box<dyn Fn(i32) + Send>>>,
+    on_spawn: Mutex<Option<SpawnHook>>,
 }
 
 impl FakePodHost {
