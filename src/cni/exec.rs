@@ -12,6 +12,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::util::truncate;
+
 /// Runs one CNI plugin binary.
 pub trait PluginExec: Send + Sync {
     /// Run `path` with exactly `env` (no inherited environment), write `stdin`, return stdout.
@@ -84,18 +86,6 @@ fn output_suffix(label: &str, data: &[u8]) -> String {
     } else {
         format!("; {label}: {}", truncate(text, 1024))
     }
-}
-
-/// Shortens `s` to at most `max` bytes (on a char boundary), marking the cut.
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 /// [`PluginExec`] on top of `std::process`: spawn, feed stdin and drain stdout/stderr on

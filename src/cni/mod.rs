@@ -32,6 +32,7 @@ mod config;
 mod error;
 mod exec;
 mod result;
+mod util;
 
 #[cfg(test)]
 mod tests;
@@ -45,11 +46,12 @@ use serde_json::{Map, Value};
 pub use cache::{CACHE_KIND, CacheEntry, ResultCache};
 pub use config::{
     CONF_EXTENSIONS, NetworkConfig, PluginConfig, SUPPORTED_MAX_VERSION, conf_files, find_plugin,
-    load_network, parse_version, validate_ifname, validate_name, validate_plugin_type,
+    load_network, validate_ifname, validate_name, validate_plugin_type,
 };
 pub use error::{CniError, Command};
 pub use exec::{ExecError, PluginExec, StdExec};
 pub use result::{CniResult, Dns, Interface, IpConfig, IpNet, ResultError, Route};
+pub use util::parse_version;
 
 /// Default config dir (containerd/CRI-O).
 pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
