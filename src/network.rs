@@ -61,29 +61,29 @@ impl PluginExec for SpawnerExec {
         cmd.env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir("/");
-        let out = self
-            .0
-            .output_in_group(&mut cmd, Some(stdin), timeout)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::TimedOut {
-                    ExecError::Timeout {
-                        path: path.to_path_buf(),
-                        timeout,
-                    }
-                } else if e.kind() == std::io::ErrorKind::NotFound
-                    || e.raw_os_error() == Some(libc::EACCES)
-                {
-                    ExecError::Spawn {
-                        path: path.to_path_buf(),
-                        source: e,
-                    }
-                } else {
-                    ExecError::Io {
-                        path: path.to_path_buf(),
-                        source: e,
-                    }
+        let out = crate::cni::retry_text_busy(timeout, |left| {
+            self.0.output_in_group(&mut cmd, Some(stdin), left)
+        })
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                ExecError::Timeout {
+                    path: path.to_path_buf(),
+                    timeout,
                 }
-            })?;
+            } else if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::EACCES)
+            {
+                ExecError::Spawn {
+                    path: path.to_path_buf(),
+                    source: e,
+                }
+            } else {
+                ExecError::Io {
+                    path: path.to_path_buf(),
+                    source: e,
+                }
+            }
+        })?;
         if out.status != 0 {
             let (code, signal) = if out.status > 128 {
                 (None, Some(out.status - 128))
