@@ -193,13 +193,9 @@ pub fn teardown(provider: Option<&Arc<dyn NetworkProvider>>, record: &NetworkRec
 /// Tears down `record` with `exec` (the `delete` action uses a direct spawner).
 pub fn teardown_with(record: &NetworkRecord, exec: Arc<dyn PluginExec>) -> Result<()> {
     let cni = cni_for(record, exec);
-    let net = cni
-        .load_network()
-        .map_err(|e| Error::internal(e.to_string()).context("load CNI config for DEL"))?;
+    let net = cni.load_network().context("load CNI config for DEL")?;
     let rt = runtime_conf(record, None);
-    let del = cni
-        .del(&net, &rt)
-        .map_err(|e| Error::internal(e.to_string()).context("CNI DEL"));
+    let del = cni.del(&net, &rt).context("CNI DEL");
     let rm = NetNs::remove(&record.netns)
         .map_err(|e| Error::internal(e.to_string()).context("remove netns"));
     del.and(rm)
@@ -225,11 +221,9 @@ impl NetworkProvider for Networker {
         };
         let cni = cni_for(&record, self.exec.clone());
         let result: Result<CniResult> = (|| {
-            let net = cni
-                .load_network()
-                .map_err(|e| Error::precondition(e.to_string()).context("load CNI config"))?;
+            let net = cni.load_network().context("load CNI config")?;
             cni.add(&net, &runtime_conf(&record, pod))
-                .map_err(|e| Error::internal(e.to_string()).context("CNI ADD"))
+                .context("CNI ADD")
         })();
         match result {
             Ok(res) => {
