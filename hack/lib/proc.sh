@@ -35,8 +35,11 @@ start() {
 	# setsid may fork (when it leads a process group), so the pid is written
 	# by the process that then execs containerd.
 	rm -f "$PIDFILE"
+	# Descriptors above 2 are closed first: containerd (and every shim it starts) must not
+	# inherit a caller's lock or pipe (a `flock LOCK hack/setup.sh` would otherwise stay
+	# locked for as long as containerd runs).
 	# shellcheck disable=SC2016 # $$ and $1 belong to the inner shell
-	PATH="$BIN:$PATH" setsid bash -c 'echo $$ >"$1" && shift && exec "$@"' \
+	PATH="$BIN:$PATH" setsid bash -c 'for fd in /proc/$$/fd/*; do fd=${fd##*/}; ((fd > 2)) && eval "exec $fd>&-"; done; echo $$ >"$1" && shift && exec "$@"' \
 		rsandbox-containerd "$PIDFILE" "$BIN/containerd" --config "$CONFIG" </dev/null >>"$LOGFILE" 2>&1 &
 	for _ in $(seq 1 50); do
 		[[ -s "$PIDFILE" ]] && break
