@@ -157,46 +157,62 @@ impl Results {
             return Ok(false);
         }
         let mut data = String::new();
+        let mut top: f64 = 1.0;
         for r in &self.rows {
             if !matches!(r.unit, "ms" | "s" | "MiB") {
                 continue;
             }
             if let Some(x) = r.ratio_p50() {
                 let label = format!("{}: {}", r.group.split(' ').next().unwrap_or(""), r.name)
-                    .replace('"', "'");
+                    .replace(['"', '`'], "");
                 let _ = writeln!(data, "\"{label}\" {x:.4}");
+                top = top.max(x);
             }
+        }
+        if data.is_empty() {
+            return Err("no metric measured on both paths: no chart".into());
         }
         let dat = path.with_extension("dat");
         std::fs::write(&dat, data).map_err(|e| format!("write {}: {e}", dat.display()))?;
-        let script = format!(
-            "set terminal png size 1400,800 noenhanced\n\
-             set output '{}'\n\
-             set title 'rsandbox / runc path, p50 ratio (below 1: rsandbox is faster or smaller)'\n\
-             set style data histograms\n\
-             set style fill solid 0.8\n\
-             set boxwidth 0.8\n\
-             set xtics rotate by -50 scale 0 font ',9'\n\
-             set ytics\n\
-             set grid ytics\n\
-             set yrange [0:*]\n\
-             set bmargin 16\n\
-             set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb 'red' dt 2\n\
-             plot '{}' using 2:xtic(1) notitle lc rgb '#4477aa'\n",
-            path.display(),
-            dat.display()
-        );
-        let out = Command::new("gnuplot")
-            .arg("-e")
-            .arg(&script)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("gnuplot: {e}"))?;
-        let _ = std::fs::remove_file(&dat);
-        if !out.status.success() {
-            return Err(format!("gnuplot: {}", String::from_utf8_lossy(&out.stderr)));
+        // pngcairo draws nicer text; libgd's png is the fallback
+        let mut last_err = String::new();
+        for terminal in ["pngcairo", "png"] {
+            let script = format!(
+                "set terminal {terminal} size 1400,800 noenhanced\n\
+                 set output '{}'\n\
+                 set title 'rsandbox / runc path, p50 ratio (below 1: rsandbox is faster or smaller)'\n\
+                 set style data histograms\n\
+                 set style fill solid 0.8\n\
+                 set boxwidth 0.8\n\
+                 set xtics rotate by -50 scale 0 font ',9'\n\
+                 set grid ytics\n\
+                 set yrange [0:{:.2}]\n\
+                 set bmargin 18\n\
+                 set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb 'red' dt 2\n\
+                 plot '{}' using 2:xtic(1) notitle lc rgb '#4477aa'\n",
+                path.display(),
+                top * 1.1,
+                dat.display()
+            );
+            let gp = path.with_extension("gp");
+            std::fs::write(&gp, script).map_err(|e| format!("write {}: {e}", gp.display()))?;
+            let out = Command::new("gnuplot")
+                .arg(&gp)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("gnuplot: {e}"));
+            let _ = std::fs::remove_file(&gp);
+            match out {
+                Ok(o) if o.status.success() => {
+                    let _ = std::fs::remove_file(&dat);
+                    return Ok(true);
+                }
+                Ok(o) => last_err = String::from_utf8_lossy(&o.stderr).trim().to_string(),
+                Err(e) => last_err = e,
+            }
         }
-        Ok(true)
+        let _ = std::fs::remove_file(&dat);
+        Err(format!("gnuplot: {last_err}"))
     }
 }
 
