@@ -38,7 +38,7 @@ usage: rsandbox-bench [--quick] [--samples N] [--pods N] [--in-flight N] [--roun
   --in-flight N       calls in flight in the many-pods and density workloads (10)
   --rounds N          many-pods rounds per handler (2)
   --density N         pods of the density workload (110, the kubelet's default max pods)
-  --density-rounds N  density rounds per handler (1)
+  --density-rounds N  density rounds per handler (2; --quick: 1)
   --actions N         samples per shim of the start/delete actions (20)
   --only LIST         run only these workloads
   --json PATH         JSON output (rsandbox-bench.json)
@@ -74,7 +74,7 @@ impl Opts {
             in_flight: 10,
             rounds: if quick { 1 } else { 2 },
             density: if quick { 10 } else { 110 },
-            density_rounds: 1,
+            density_rounds: if quick { 1 } else { 2 },
             actions: if quick { 3 } else { 20 },
             only: None,
             json: PathBuf::from("rsandbox-bench.json"),
