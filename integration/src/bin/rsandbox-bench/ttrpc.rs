@@ -15,6 +15,8 @@ const REQUEST: u8 = 1;
 const RESPONSE: u8 = 2;
 /// gRPC's UNIMPLEMENTED.
 pub const UNIMPLEMENTED: i32 = 12;
+/// Pseudo status: the connection closed before a reply came.
+pub const CLOSED_WITHOUT_REPLY: i32 = -1;
 
 fn varint(out: &mut Vec<u8>, mut v: u64) {
     loop {
@@ -116,8 +118,9 @@ pub fn request(service: &str, method: &str, payload: &[u8], ns: &str) -> Vec<u8>
     r
 }
 
-/// One unary call on a fresh connection; returns (status code, message). The connection is
-/// returned too, so a caller can watch it close.
+/// One unary call on a fresh connection; returns (status code, message), or
+/// [`CLOSED_WITHOUT_REPLY`] when the peer closed the connection instead of replying. The
+/// connection is returned too, so a caller can watch it close.
 pub fn call(
     socket: &Path,
     service: &str,
@@ -136,7 +139,15 @@ pub fn call(
     frame.extend_from_slice(&body);
     s.write_all(&frame)?;
     let mut hdr = [0u8; 10];
-    s.read_exact(&mut hdr)?;
+    if let Err(e) = s.read_exact(&mut hdr) {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            // The peer closed without a reply: containerd takes that as done for Shutdown
+            // (core/runtime/v2/shim.go: a ttrpc.ErrClosed is no error); the Go shim often
+            // exits before its reply is written.
+            return Ok(((CLOSED_WITHOUT_REPLY, String::new()), s));
+        }
+        return Err(e);
+    }
     let len = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize;
     if hdr[8] != RESPONSE || len > 4 << 20 {
         return Err(std::io::Error::other(format!(
@@ -158,7 +169,7 @@ pub fn shutdown_task(socket: &Path, id: &str, ns: &str) -> std::io::Result<UnixS
     let mut last = (0, String::new());
     for service in ["containerd.task.v3.Task", "containerd.task.v2.Task"] {
         let (status, conn) = call(socket, service, "Shutdown", &payload, ns)?;
-        if status.0 == 0 {
+        if status.0 == 0 || status.0 == CLOSED_WITHOUT_REPLY {
             return Ok(conn);
         }
         last = status;
