@@ -163,8 +163,7 @@ impl Results {
                 continue;
             }
             if let Some(x) = r.ratio_p50() {
-                let label = format!("{}: {}", r.group.split(' ').next().unwrap_or(""), r.name)
-                    .replace(['"', '`'], "");
+                let label = chart_label(r.group, &r.name);
                 let _ = writeln!(data, "\"{label}\" {x:.4}");
                 top = top.max(x);
             }
@@ -187,7 +186,7 @@ impl Results {
                  set xtics rotate by -50 scale 0 font ',9'\n\
                  set grid ytics\n\
                  set yrange [0:{:.2}]\n\
-                 set bmargin 18\n\
+                 set bmargin 12\n\
                  set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb 'red' dt 2\n\
                  plot '{}' using 2:xtic(1) notitle lc rgb '#4477aa'\n",
                 path.display(),
@@ -216,6 +215,20 @@ impl Results {
     }
 }
 
+/// A short x-axis label: the group's first word and the metric up to its first parenthesis.
+fn chart_label(group: &str, name: &str) -> String {
+    let name = name
+        .split(" (")
+        .next()
+        .unwrap_or(name)
+        .replace(['"', '`'], "");
+    let mut label = format!("{}: {}", group.split(' ').next().unwrap_or(""), name.trim());
+    if label.chars().count() > 42 {
+        label = label.chars().take(41).collect::<String>() + "…";
+    }
+    label
+}
+
 /// A value in its unit's precision.
 pub fn fmt_value(v: f64, unit: &str) -> String {
     match unit {
@@ -228,6 +241,21 @@ pub fn fmt_value(v: f64, unit: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chart_labels_are_short() {
+        assert_eq!(
+            chart_label("Per CRI call (x)", "RunPodSandbox"),
+            "Per: RunPodSandbox"
+        );
+        assert_eq!(
+            chart_label("Shim binary actions", "`start` (spawn to exit)"),
+            "Shim: start"
+        );
+        let long = chart_label("Many pods", &"x".repeat(80));
+        assert_eq!(long.chars().count(), 42);
+        assert!(long.ends_with('…'));
+    }
 
     #[test]
     fn table_has_both_handlers_and_the_ratio() {
