@@ -187,6 +187,7 @@ impl Results {
                  set grid ytics\n\
                  set yrange [0:{:.2}]\n\
                  set bmargin 12\n\
+                 set rmargin 12\n\
                  set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb 'red' dt 2\n\
                  plot '{}' using 2:xtic(1) notitle lc rgb '#4477aa'\n",
                 path.display(),
