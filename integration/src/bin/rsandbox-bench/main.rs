@@ -297,7 +297,8 @@ async fn density(cri: &Cri, o: &Opts, h: usize, res: &mut Results) -> Result<(),
         running as f64,
     );
     if ready != n || running != n {
-        res.notes.push(format!(
+        // the pods are tracked: the clean-up removes them
+        return Err(format!(
             "density ({handler}): only {ready} of {n} pods Ready and {running} of {n} containers Running"
         ));
     }
