@@ -13,7 +13,9 @@
 #   8. integration tests: cargo test --manifest-path integration/Cargo.toml
 #      -- --test-threads=1 (skipped while integration/ does not exist), with
 #      the bench's env exported (see hack/containerd.sh env, RSANDBOX_PREFIX)
-#   9. hack/leftovers.sh with containerd running (tests must clean up), then
+#   9. bench smoke run: hack/bench.sh --quick (rsandbox vs the runc path, under
+#      a minute; fails on a failed workload or anything it leaves behind)
+#  10. hack/leftovers.sh with containerd running (tests must clean up), then
 #      hack/containerd.sh stop and hack/leftovers.sh again (what stop and the
 #      shim leave behind)
 # Exits non-zero when any step fails; containerd is stopped on exit.
@@ -76,6 +78,13 @@ if [[ -f integration/Cargo.toml ]]; then
 		log "containerd log (last 40 lines of $LOGFILE):"
 		tail -n 40 "$LOGFILE" >&2 || true
 	fi
+else
+	log "SKIPPED: integration/Cargo.toml does not exist yet"
+fi
+
+section "bench smoke run: hack/bench.sh --quick"
+if [[ -f integration/Cargo.toml ]]; then
+	hack/bench.sh --quick || failed+=("bench --quick")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
 fi

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# hack/bench.sh - rsandbox against containerd's podsandbox + runc path, side by
+# side, on the bench's containerd (hack/setup.sh, then hack/build.sh).
+#
+# Usage: hack/bench.sh [--quick] [rsandbox-bench options...]
+#   --quick   smoke run, under a minute (hack/test.sh runs it)
+#   --help    every option (samples, pods, in flight, density, --only, ...)
+#
+# Both CRI runtime handlers run the same workload, interleaved (runc, rsandbox,
+# rsandbox, runc, ...): every CRI call of a pod's life, pod + container from
+# scratch and back, N pods with K in flight, density (110 pods with a sleeping
+# container: Ready?, wall time, PSS of the per-pod shim and pause processes,
+# containerd's RSS), and the shim binaries' start/delete actions. Prints
+# markdown tables (p50/p95/min/max, p50 ratio rsandbox/runc) and writes
+#   target/bench/rsandbox-bench[-quick].json   (override: --json PATH)
+#   target/bench/rsandbox-bench[-quick].png    bar chart of the ratios, only
+#                                              when gnuplot is installed
+#                                              (Debian: gnuplot-nox)
+# Everything it creates is removed at the end, on failure and on Ctrl-C; it
+# exits non-zero when a workload fails or something is left behind.
+# The full run takes several minutes on 2 cores. Needs root and a running
+# bench containerd with the shim installed. Environment: see hack/lib.sh;
+# CARGO_TARGET_DIR is honoured.
+set -euo pipefail
+# shellcheck source=hack/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+case " $* " in
+*" -h "* | *" --help "*)
+	sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+	exit 0
+	;;
+esac
+need_root
+cd "$RSANDBOX_REPO"
+containerd_pid >/dev/null || die "the bench's containerd is not running: hack/setup.sh (or hack/containerd.sh start)"
+[[ -x "$BIN/$SHIM_NAME" ]] || die "$BIN/$SHIM_NAME is not installed: hack/build.sh"
+
+target_dir=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/integration/target}
+section "cargo build --release --bin rsandbox-bench"
+cargo build --release --manifest-path integration/Cargo.toml --bin rsandbox-bench
+
+name=rsandbox-bench
+case " $* " in *" --quick "*) name=rsandbox-bench-quick ;; esac
+out_dir=$RSANDBOX_REPO/target/bench
+mkdir -p "$out_dir"
+args=(--json "$out_dir/$name.json")
+# a later --json on the command line wins
+args+=("$@")
+
+eval "$(print_env)"
+export RSANDBOX_PREFIX
+commit=$(git -C "$RSANDBOX_REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [[ -n "$(git -C "$RSANDBOX_REPO" status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
+	commit="$commit+dirty"
+fi
+# the tree this script runs from; the installed shim is named by its sha256 in the output
+export RSANDBOX_BENCH_COMMIT=${RSANDBOX_BENCH_COMMIT:-$commit}
+
+section "rsandbox-bench ${*:-(full run)}"
+exec "$target_dir/release/rsandbox-bench" "${args[@]}"
