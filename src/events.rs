@@ -14,7 +14,6 @@ use containerd_shim_protos::events::task::{
 };
 use containerd_shim_protos::shim::event::Envelope;
 use containerd_shim_protos::shim::events::ForwardRequest;
-use containerd_shim_protos::shim_sync::EventsClient;
 use protobuf::well_known_types::any::Any;
 use protobuf::{MessageField, MessageFull};
 
@@ -159,41 +158,24 @@ fn enqueue(shared: &Shared, event: Event, limit: usize) {
     shared.ready.notify_one();
 }
 
-/// containerd's events service over ttrpc, (re)connected on demand.
+/// containerd's events service over ttrpc ([`crate::rpc::client`]: no threads of its own).
 struct TtrpcForwarder {
-    url: String,
-    client: Option<EventsClient>,
+    client: crate::rpc::client::Client,
 }
 
 impl TtrpcForwarder {
     fn new(address: &str) -> Self {
-        let url = if address.contains("://") {
-            address.to_string()
-        } else {
-            format!("unix://{address}")
-        };
-        TtrpcForwarder { url, client: None }
+        TtrpcForwarder {
+            client: crate::rpc::client::Client::new(address, Duration::from_secs(5)),
+        }
     }
 }
 
 impl Forwarder for TtrpcForwarder {
     fn forward(&mut self, req: &ForwardRequest) -> Result<(), String> {
-        if self.client.is_none() {
-            let c = ttrpc::Client::connect(&self.url)
-                .map_err(|e| format!("connect to containerd events at {}: {e}", self.url))?;
-            self.client = Some(EventsClient::new(c));
-        }
-        let Some(c) = &self.client else {
-            return Err("no client".into());
-        };
-        let timeout = Duration::from_secs(5).as_nanos() as i64;
-        match c.forward(ttrpc::context::with_timeout(timeout), req) {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                self.client = None;
-                Err(e.to_string())
-            }
-        }
+        self.client
+            .call("containerd.services.events.ttrpc.v1.Events", "Forward", req)
+            .map(drop)
     }
 }
 
