@@ -6,17 +6,20 @@
 //! runc (which hands them to the container: no copy loop in the shim), receives the pty master
 //! over a console socket for terminals, and turns runc's JSON log into error messages.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Context, Error, Result};
 use crate::reaper::Spawner;
+use crate::sync::Lock;
 
 /// Stdio handed to a new process: each `None` becomes /dev/null.
 #[derive(Debug, Default)]
@@ -88,6 +91,37 @@ impl RuncConfig {
     }
 }
 
+/// `name` as an absolute path: a bare name is looked up in `PATH` once per shim and
+/// remembered (exec'ing a bare name walks `PATH` with failed `execve`s on every runc call).
+/// An unresolvable name is returned as is, for the exec to report.
+fn resolve_binary(name: &str) -> PathBuf {
+    static RESOLVED: std::sync::LazyLock<Mutex<HashMap<String, PathBuf>>> =
+        std::sync::LazyLock::new(Mutex::default);
+    if name.contains('/') {
+        return PathBuf::from(name);
+    }
+    if let Some(p) = RESOLVED.locked().get(name) {
+        return p.clone();
+    }
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|p| is_executable(p))
+    });
+    match found {
+        Some(p) => {
+            RESOLVED.locked().insert(name.to_string(), p.clone());
+            p
+        }
+        None => PathBuf::from(name),
+    }
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 /// How long one runc invocation may take before it is killed.
 const RUNC_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -111,7 +145,7 @@ impl Runc {
     }
 
     fn command(&self, log: Option<&Path>) -> Command {
-        let mut cmd = Command::new(&self.config.binary);
+        let mut cmd = Command::new(resolve_binary(&self.config.binary));
         cmd.arg("--root").arg(&self.config.root);
         if let Some(log) = log {
             cmd.arg("--log").arg(log).args(["--log-format", "json"]);
@@ -531,5 +565,17 @@ mod tests {
         assert_eq!(e.kind(), Kind::NotFound);
         let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
         assert!(args.trim_end().ends_with("kill --all c9 9"), "{args}");
+    }
+
+    #[test]
+    fn bare_binary_names_resolve_once_through_path() {
+        assert_eq!(resolve_binary("/x/runc"), PathBuf::from("/x/runc"));
+        let sh = resolve_binary("sh");
+        assert!(sh.is_absolute(), "{}", sh.display());
+        assert_eq!(resolve_binary("sh"), sh);
+        assert_eq!(
+            resolve_binary("no-such-binary-rsandbox"),
+            PathBuf::from("no-such-binary-rsandbox")
+        );
     }
 }
