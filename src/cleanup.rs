@@ -5,9 +5,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::bundle::{CONFIG_FILE, ROOTFS_DIR, SHIM_PID_FILE, SOCKET_DIR, TASK_STATE_FILE};
 use crate::reaper::Spawner;
 use crate::runtime::{Runc, RuncConfig, Runtime};
-use crate::task::{TASK_STATE_FILE, TaskRecord};
+use crate::task::TaskRecord;
 
 /// What `delete` found.
 #[derive(Debug, Default)]
@@ -32,7 +33,7 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
         .map(|r| r.runc)
         .unwrap_or_else(|| RuncConfig::defaults(namespace));
     // Only tasks have runc state; a sandbox ID is simply not found by runc.
-    if bundle.join("config.json").exists() || bundle.join(TASK_STATE_FILE).exists() {
+    if bundle.join(CONFIG_FILE).exists() || bundle.join(TASK_STATE_FILE).exists() {
         let rt = Runc::new(runc, Spawner::direct(), std::env::temp_dir());
         if let Err(e) = rt.delete(id, true)
             && e.kind() != crate::error::Kind::NotFound
@@ -40,7 +41,7 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
             eprintln!("delete {id}: {e}");
         }
     }
-    if let Err(e) = crate::mount::unmount(&bundle.join("rootfs")) {
+    if let Err(e) = crate::mount::unmount(&bundle.join(ROOTFS_DIR)) {
         eprintln!("delete {id}: {e}");
     }
     if let Some(net) = network
@@ -55,7 +56,7 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
 /// If the daemon recorded in `shim.pid` still runs (a hung shim), kill it; `delete` must leave
 /// nothing behind. The pid is trusted only while it still runs our own binary.
 fn kill_stale_shim(bundle: &Path) {
-    let Ok(s) = std::fs::read_to_string(bundle.join("shim.pid")) else {
+    let Ok(s) = std::fs::read_to_string(bundle.join(SHIM_PID_FILE)) else {
         return;
     };
     let Ok(pid) = s.trim().parse::<i32>() else {
@@ -102,7 +103,7 @@ fn socket_of(cmdline: &[u8]) -> Option<std::path::PathBuf> {
         if a == b"-socket" {
             let v = std::str::from_utf8(args.next()?).ok()?;
             let p = Path::new(v.trim_start_matches("unix://"));
-            let in_dir = p.parent() == Some(Path::new(crate::daemon::SOCKET_DIR));
+            let in_dir = p.parent() == Some(Path::new(SOCKET_DIR));
             return in_dir.then(|| p.to_path_buf());
         }
     }

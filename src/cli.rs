@@ -22,11 +22,7 @@ use containerd_shim::protos::protobuf::MessageField;
 use containerd_shim::publisher::RemotePublisher;
 use containerd_shim::{Config, Flags, Shim, StartOpts};
 
-/// containerd's name for this runtime.
-pub const RUNTIME_ID: &str = "io.containerd.rsandbox.v1";
-
-/// File in a bundle holding the runtime options containerd passed to `start` (an Any).
-pub const OPTIONS_FILE: &str = "rsandbox-options.pb";
+use crate::bundle::{CONFIG_FILE, LISTENER_FD, OPTIONS_FILE, RUNTIME_ID, SHIM_PID_FILE};
 
 /// Runs the binary.
 pub fn main() {
@@ -121,7 +117,7 @@ impl Shim for Launcher {
 /// With bootstrap version 3 containerd reuses a sandbox's shim itself; grouping only matters
 /// to a client that runs `start` per container (bootstrap v2 behaviour).
 fn grouping(bundle: &Path, id: &str) -> String {
-    let Ok(raw) = std::fs::read(bundle.join("config.json")) else {
+    let Ok(raw) = std::fs::read(bundle.join(CONFIG_FILE)) else {
         return id.to_string();
     };
     let Ok(spec) = serde_json::from_slice::<serde_json::Value>(&raw) else {
@@ -202,7 +198,7 @@ fn start(opts: &StartOpts, bundle: &Path, debug: bool) -> crate::error::Result<S
     // async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
-            let target = crate::daemon::LISTENER_FD;
+            let target = LISTENER_FD;
             // dup2 clears FD_CLOEXEC on the copy, so the daemon inherits exactly fd 3; when the
             // listener already is fd 3, dup2 does nothing and the flag is cleared by hand.
             let r = if fd == target {
@@ -218,7 +214,7 @@ fn start(opts: &StartOpts, bundle: &Path, debug: bool) -> crate::error::Result<S
     }
     let child = cmd.spawn().context("start the shim daemon")?;
     crate::util::write_file_atomic(
-        &bundle.join("shim.pid"),
+        &bundle.join(SHIM_PID_FILE),
         child.id().to_string().as_bytes(),
         0o600,
     )

@@ -3,6 +3,7 @@
 //! The binary's `main` is a one-liner into [`cli::main`]; everything else lives in library
 //! modules so that tests never need the binary.
 
+pub mod bundle;
 pub mod cgroups;
 pub mod cleanup;
 pub mod cli;

@@ -25,7 +25,7 @@ use crate::util::write_file_atomic;
 use crate::validate;
 
 /// The file in the sandbox bundle that tells `delete` what to clean up.
-pub const SANDBOX_STATE_FILE: &str = "rsandbox-sandbox.json";
+pub use crate::bundle::SANDBOX_STATE_FILE;
 
 /// OS effects of the pod, behind one trait so the Sandbox service is testable without root.
 pub trait PodHost: Send + Sync {
