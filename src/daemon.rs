@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use containerd_shim::Flags;
+use crate::flags::Flags;
 use containerd_shim_protos::events::task::TaskOOM;
 use containerd_shim_protos::sandbox_sync::create_sandbox;
 use containerd_shim_protos::shim_sync::create_task;
