@@ -29,8 +29,14 @@ pub fn address(socket_dir: &str, grpc_address: &str, namespace: &str, grouping: 
 }
 
 /// Binds a listening socket at `path`, creating its directory 0700 when missing; the socket
-/// is 0600 from the moment it exists (umask), never abstract.
+/// is 0600 from the moment it exists, never abstract.
+///
+/// The mode comes from the socket itself: Linux gives the bound file the socket inode's mode
+/// (less the umask), and `fchmod` before `bind` sets it. No process-wide umask is touched,
+/// so other threads creating files meanwhile are unaffected.
 pub fn bind(path: &Path) -> io::Result<UnixListener> {
+    use nix::sys::socket::{AddressFamily, Backlog, SockFlag, SockType, UnixAddr, listen, socket};
+    use nix::sys::stat::{Mode, fchmod};
     if let Some(dir) = path.parent()
         && !dir.exists()
     {
@@ -39,13 +45,16 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
             .mode(0o700)
             .create(dir)?;
     }
-    // SAFETY: umask only swaps the process's file mode mask (this process is single-threaded
-    // while `start` runs).
-    let old = unsafe { libc::umask(0o177) };
-    let bound = UnixListener::bind(path);
-    // SAFETY: as above.
-    unsafe { libc::umask(old) };
-    let listener = bound?;
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    fchmod(&fd, Mode::S_IRUSR | Mode::S_IWUSR)?;
+    nix::sys::socket::bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &UnixAddr::new(path)?)?;
+    let listener = UnixListener::from(fd);
+    listen(&listener, Backlog::MAXCONN)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
 }
@@ -363,7 +372,10 @@ mod tests {
     fn bind_makes_a_0600_socket_in_a_0700_dir() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("s").join("sock");
-        let _l = bind(&path).unwrap();
+        let l = bind(&path).unwrap();
+        // The listener is close-on-exec (start hands it on with dup2 only).
+        let flags = nix::fcntl::fcntl(&l, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+        assert_ne!(flags & libc::FD_CLOEXEC, 0);
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode(&path), 0o600);
         assert_eq!(mode(path.parent().unwrap()), 0o700);
