@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crate::flags::Flags;
 use containerd_shim_protos::events::task::TaskOOM;
 use containerd_shim_protos::sandbox_sync::create_sandbox;
 use containerd_shim_protos::shim_sync::create_task;
@@ -16,6 +15,7 @@ use crate::bundle::{LISTENER_FD, LOG_FIFO, OPTIONS_FILE, RUNTIME_ID, SOCKET_DIR}
 use crate::cgroups::OomWatcher;
 use crate::error::{Context, Error, Result};
 use crate::events::{Event, EventSink, RemotePublisher};
+use crate::flags::Flags;
 use crate::pod::sandbox::{LinuxPodHost, SandboxManager};
 use crate::reaper::{Reaper, Spawner};
 use crate::rpc::sandbox::SandboxService;
