@@ -7,14 +7,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use containerd_shim::Flags;
 use containerd_shim_protos::events::task::TaskOOM;
 use containerd_shim_protos::sandbox_sync::create_sandbox;
 use containerd_shim_protos::shim_sync::create_task;
 
+use crate::bundle::{LISTENER_FD, LOG_FIFO, OPTIONS_FILE, RUNTIME_ID, SOCKET_DIR};
 use crate::cgroups::OomWatcher;
 use crate::error::{Context, Error, Result};
 use crate::events::{Event, EventSink, RemotePublisher};
+use crate::flags::Flags;
 use crate::pod::sandbox::{LinuxPodHost, SandboxDeps, SandboxManager};
 use crate::reaper::{Reaper, Spawner};
 use crate::rpc::sandbox::{SandboxService, SandboxWait};
@@ -23,12 +24,6 @@ use crate::rpc::task::{TaskService, TaskWait, runc_config_from_options};
 use crate::runtime::RuncConfig;
 use crate::sync::{Lock, Wait};
 use crate::task::{LinuxHost, TaskDeps, TaskManager};
-
-/// The fd on which `start` hands the listening socket to the daemon.
-pub const LISTENER_FD: i32 = 3;
-
-/// Directory for the shim's own short-lived sockets (runc console sockets).
-pub const SOCKET_DIR: &str = "/run/containerd/s";
 
 /// Set once when the shim should exit.
 #[derive(Default)]
@@ -84,7 +79,7 @@ fn listener(flags: &Flags) -> Result<UnixListener> {
 
 /// Default runc settings: the runtime options saved by `start`, else containerd's defaults.
 fn default_runc(bundle: &Path, namespace: &str) -> RuncConfig {
-    std::fs::read(bundle.join(crate::cli::OPTIONS_FILE))
+    std::fs::read(bundle.join(OPTIONS_FILE))
         .ok()
         .and_then(|raw| protobuf::Message::parse_from_bytes(&raw).ok())
         .and_then(|any: protobuf::well_known_types::any::Any| {
@@ -99,12 +94,12 @@ fn default_runc(bundle: &Path, namespace: &str) -> RuncConfig {
 pub fn serve(flags: &Flags) -> Result<()> {
     let bundle = std::env::current_dir().context("getcwd")?;
     if let Err(e) = crate::logger::init(
-        &bundle.join("log"),
+        &bundle.join(LOG_FIFO),
         flags.debug,
         &flags.namespace,
         &flags.id,
     ) {
-        eprintln!("{}: no log fifo: {e}", crate::cli::RUNTIME_ID);
+        eprintln!("{RUNTIME_ID}: no log fifo: {e}");
     }
     let listener = listener(flags)?;
     nix::sys::prctl::set_child_subreaper(true).context("become a child subreaper")?;

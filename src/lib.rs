@@ -3,6 +3,7 @@
 //! The binary's `main` is a one-liner into [`cli::main`]; everything else lives in library
 //! modules so that tests never need the binary.
 
+pub mod bundle;
 pub mod cgroups;
 pub mod cleanup;
 pub mod cli;
@@ -12,6 +13,7 @@ pub mod cri;
 pub mod daemon;
 pub mod error;
 pub mod events;
+pub mod flags;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod logger;
@@ -24,6 +26,7 @@ pub mod pod;
 pub mod reaper;
 pub mod rpc;
 pub mod runtime;
+pub mod socket;
 pub mod stdio;
 pub mod sync;
 pub mod task;

@@ -111,9 +111,10 @@ pub fn init(path: &Path, debug: bool, namespace: &str, id: &str) -> std::io::Res
         LevelFilter::Info
     };
     let fields = format!(
-        " namespace={} id={} runtime=io.containerd.rsandbox.v1",
+        " namespace={} id={} runtime={}",
         quote(namespace),
-        quote(id)
+        quote(id),
+        crate::bundle::RUNTIME_ID
     );
     let logger = FifoLogger {
         out: Mutex::new(out),

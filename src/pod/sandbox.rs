@@ -27,7 +27,7 @@ use crate::validate;
 use crate::waiters::{ExitInfo, ExitWaiter, Waiters};
 
 /// The file in the sandbox bundle that tells `delete` what to clean up.
-pub const SANDBOX_STATE_FILE: &str = "rsandbox-sandbox.json";
+pub use crate::bundle::SANDBOX_STATE_FILE;
 
 /// OS effects of the pod, behind one trait so the Sandbox service is testable without root.
 pub trait PodHost: Send + Sync {

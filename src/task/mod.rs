@@ -41,7 +41,7 @@ pub use host::{Host, LinuxHost};
 pub use process::{ExitInfo, ExitWaiter, Phase, Process, Status, UNKNOWN_EXIT_STATUS};
 
 /// The file in a task bundle that tells the `delete` action how to clean up.
-pub const TASK_STATE_FILE: &str = "rsandbox-task.json";
+pub use crate::bundle::TASK_STATE_FILE;
 
 /// What `delete` needs to clean up a task without the daemon.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]

@@ -1,0 +1,120 @@
+//! Entry point: containerd's shim command line and the ways the binary runs.
+//!
+//! - `-v`: the version.
+//! - `-info`: what this runtime and its runc support, see [`info`].
+//! - `start`: the handshake ([`bootstrap`]: containerd 2.0 to 2.2 and 2.3's protocols), then
+//!   the socket and the daemon ([`start`]), `ShimCgroup` included ([`shim_cgroup`]).
+//! - `delete`: clean up one ID from its bundle alone, after the daemon is gone
+//!   ([`crate::cleanup`]); prints a protobuf `DeleteResponse`.
+//! - no action: the daemon, see [`crate::daemon`].
+//!
+//! Everything `start` and `delete` print on stdout is their reply: containerd reads it (for
+//! `start`, stdout and stderr combined). Errors go to stderr with exit status 1.
+
+pub mod bootstrap;
+pub mod info;
+pub mod shim_cgroup;
+pub mod start;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+use containerd_shim_protos::api::DeleteResponse;
+use protobuf::{Message, MessageField};
+
+use crate::bundle::RUNTIME_ID;
+use crate::error::{Context, Error, Result};
+use crate::flags::{self, FlagError, Flags};
+
+/// Runs the binary.
+pub fn main() {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let flags = match flags::parse(&args) {
+        Ok(f) => f,
+        Err(FlagError::Help) => {
+            eprint!("{}", flags::USAGE);
+            std::process::exit(0);
+        }
+        Err(e) => {
+            eprintln!("{RUNTIME_ID}: {e}");
+            eprint!("{}", flags::USAGE);
+            std::process::exit(2);
+        }
+    };
+    if flags.version {
+        println!(
+            "containerd-shim-rsandbox-v1:\n  Version: {}\n  Runtime: {RUNTIME_ID}",
+            env!("CARGO_PKG_VERSION")
+        );
+        return;
+    }
+    let result = if flags.info {
+        run_info()
+    } else {
+        match flags.action.as_str() {
+            "" => crate::daemon::serve(&flags).inspect_err(|e| log::error!("shim failed: {e}")),
+            "start" => run_start(&flags),
+            "delete" => run_delete(&flags),
+            other => Err(Error::invalid(format!(
+                "unknown action {other:?} (want start or delete)"
+            ))),
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("{RUNTIME_ID}: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The bundle: `-bundle`, else the working directory (containerd runs us in it).
+fn bundle(flags: &Flags) -> Result<PathBuf> {
+    if flags.bundle.is_empty() {
+        std::env::current_dir().context("getcwd")
+    } else {
+        Ok(PathBuf::from(&flags.bundle))
+    }
+}
+
+fn require_namespace(flags: &Flags) -> Result<()> {
+    if flags.namespace.is_empty() {
+        return Err(Error::invalid("shim namespace cannot be empty"));
+    }
+    Ok(())
+}
+
+fn write_stdout(data: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(data).context("write stdout")?;
+    out.flush().context("flush stdout")
+}
+
+fn run_info() -> Result<()> {
+    let input = bootstrap::read_stdin().context("read runtime options from stdin")?;
+    let info = info::runtime_info(&input, std::env::var_os("PATH").as_deref())?;
+    write_stdout(&info.write_to_bytes()?)
+}
+
+fn run_start(flags: &Flags) -> Result<()> {
+    require_namespace(flags)?;
+    let input = bootstrap::read_stdin().context("read bootstrap params from stdin")?;
+    let params = bootstrap::parse_start(&input, flags, &bootstrap::Env::from_process())?;
+    // A broken config file fails here, where containerd shows the message to the user.
+    crate::config::ShimConfig::load()?;
+    let exe = std::env::current_exe().context("find own executable")?;
+    let address = start::start(&params, &bundle(flags)?, &exe, &shim_cgroup::Host::system())?;
+    write_stdout(&bootstrap::encode_reply(&address, params.protocol))
+}
+
+fn run_delete(flags: &Flags) -> Result<()> {
+    require_namespace(flags)?;
+    let res = crate::cleanup::delete_from_bundle(&flags.namespace, &flags.id, &bundle(flags)?);
+    let response = DeleteResponse {
+        pid: res.pid,
+        // As containerd-shim-runc-v2's Stop: 128 + SIGKILL.
+        exit_status: 137,
+        exited_at: MessageField::some(crate::util::timestamp(std::time::SystemTime::now())),
+        ..Default::default()
+    };
+    write_stdout(&response.write_to_bytes()?)
+}
