@@ -158,15 +158,15 @@ fn enqueue(shared: &Shared, event: Event, limit: usize) {
     shared.ready.notify_one();
 }
 
-/// containerd's events service over ttrpc ([`crate::rpc::client`]: no threads of its own).
+/// containerd's events service over ttrpc ([`crate::wire::client`]: no threads of its own).
 struct TtrpcForwarder {
-    client: crate::rpc::client::Client,
+    client: crate::wire::client::Client,
 }
 
 impl TtrpcForwarder {
     fn new(address: &str) -> Self {
         TtrpcForwarder {
-            client: crate::rpc::client::Client::new(address, Duration::from_secs(5)),
+            client: crate::wire::client::Client::new(address, Duration::from_secs(5)),
         }
     }
 }

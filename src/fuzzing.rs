@@ -89,7 +89,7 @@ pub fn shim_config(data: &[u8]) {
 /// fields we read before validating them.
 pub fn ttrpc_frames(data: &[u8]) {
     let mut r = Cursor::new(data);
-    while let Ok((_, payload)) = crate::rpc::server::read_frame(&mut r) {
+    while let Ok((_, payload)) = crate::wire::read_frame(&mut r) {
         let Ok(req) = <ttrpc::Request as ttrpc::proto::Codec>::decode(&payload) else {
             continue;
         };

@@ -34,6 +34,7 @@ pub mod timing;
 pub mod util;
 pub mod validate;
 pub mod waiters;
+pub mod wire;
 
 #[cfg(test)]
 mod testutil;

@@ -1,7 +1,6 @@
 //! The ttrpc surface: our server, and the adapters between protobuf requests and the
 //! task manager and sandbox.
 
-pub mod client;
 pub mod sandbox;
 pub mod server;
 pub mod task;

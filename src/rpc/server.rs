@@ -20,7 +20,7 @@
 //! progress for [`WRITE_TIMEOUT`] drops the connection rather than a worker.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -30,12 +30,11 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use protobuf::MessageField;
-use ttrpc::proto::{
-    Codec, MESSAGE_HEADER_LENGTH, MESSAGE_LENGTH_MAX, MESSAGE_TYPE_REQUEST, MESSAGE_TYPE_RESPONSE,
-};
+use ttrpc::proto::{Codec, MESSAGE_LENGTH_MAX, MESSAGE_TYPE_REQUEST, MESSAGE_TYPE_RESPONSE};
 use ttrpc::{Code, MessageHeader, MethodHandler, Request, Response, TtrpcContext};
 
 use crate::sync::{Lock, Wait};
+use crate::wire::{FrameError, encode_frame, read_frame};
 
 type Methods = HashMap<String, Box<dyn MethodHandler + Send + Sync>>;
 
@@ -126,7 +125,7 @@ impl Responder {
             return;
         }
         let Ok(body) = res.encode() else { return };
-        let frame = frame(self.stream_id, &body);
+        let frame = encode_frame(self.stream_id, MESSAGE_TYPE_RESPONSE, &body);
         let start_drain = {
             let mut outbox = conn.outbox.locked();
             outbox.frames.push_back(frame);
@@ -225,52 +224,6 @@ impl ServerBuilder {
     pub fn build(self) -> Arc<Server> {
         Server::with_methods(self.methods, self.parked)
     }
-}
-
-/// Why a frame could not be read.
-#[derive(Debug, PartialEq, Eq)]
-pub enum FrameError {
-    /// The peer closed the connection (or it broke).
-    Closed,
-    /// The header announces a body larger than ttrpc's maximum.
-    TooLong { stream_id: u32, length: u32 },
-}
-
-/// Decodes a ttrpc frame header (big-endian length, stream id, type, flags).
-pub fn parse_header(hdr: &[u8; MESSAGE_HEADER_LENGTH]) -> MessageHeader {
-    MessageHeader {
-        length: u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]),
-        stream_id: u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]),
-        type_: hdr[8],
-        flags: hdr[9],
-    }
-}
-
-/// Reads one whole frame. A body over [`MESSAGE_LENGTH_MAX`] is refused before it is read.
-pub fn read_frame(r: &mut impl Read) -> Result<(MessageHeader, Vec<u8>), FrameError> {
-    let mut hdr = [0u8; MESSAGE_HEADER_LENGTH];
-    r.read_exact(&mut hdr).map_err(|_| FrameError::Closed)?;
-    let header = parse_header(&hdr);
-    if header.length as usize > MESSAGE_LENGTH_MAX {
-        return Err(FrameError::TooLong {
-            stream_id: header.stream_id,
-            length: header.length,
-        });
-    }
-    let mut payload = vec![0u8; header.length as usize];
-    r.read_exact(&mut payload).map_err(|_| FrameError::Closed)?;
-    Ok((header, payload))
-}
-
-/// A response frame for `stream_id`.
-fn frame(stream_id: u32, body: &[u8]) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(MESSAGE_HEADER_LENGTH + body.len());
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&stream_id.to_be_bytes());
-    frame.push(MESSAGE_TYPE_RESPONSE);
-    frame.push(0);
-    frame.extend_from_slice(body);
-    frame
 }
 
 /// The text of a panic payload.
@@ -503,7 +456,10 @@ fn respond_error(conn: &Conn, stream_id: u32, code: Code, msg: &str) {
 fn flush(conn: &Conn) {
     let queued: Vec<_> = conn.res_rx.locked().try_iter().collect();
     for (header, body) in queued {
-        write_frame(conn, &frame(header.stream_id, &body));
+        write_frame(
+            conn,
+            &encode_frame(header.stream_id, MESSAGE_TYPE_RESPONSE, &body),
+        );
     }
 }
 
@@ -949,29 +905,5 @@ mod tests {
             Err(ttrpc::Error::RpcStatus(s)) => assert_eq!(s.code(), Code::INVALID_ARGUMENT),
             other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
         }
-    }
-
-    #[test]
-    fn frames_are_read_whole_and_oversized_ones_refused_unread() {
-        let mut wire = Vec::new();
-        wire.extend_from_slice(&3u32.to_be_bytes());
-        wire.extend_from_slice(&7u32.to_be_bytes());
-        wire.extend_from_slice(&[MESSAGE_TYPE_REQUEST, 0, b'a', b'b', b'c']);
-        wire.extend_from_slice(&u32::MAX.to_be_bytes());
-        wire.extend_from_slice(&9u32.to_be_bytes());
-        wire.extend_from_slice(&[MESSAGE_TYPE_REQUEST, 0]);
-        let mut r = io::Cursor::new(wire);
-        let (h, body) = read_frame(&mut r).unwrap();
-        assert_eq!((h.stream_id, body.as_slice()), (7, &b"abc"[..]));
-        assert_eq!(
-            read_frame(&mut r).unwrap_err(),
-            FrameError::TooLong {
-                stream_id: 9,
-                length: u32::MAX
-            }
-        );
-        assert_eq!(read_frame(&mut r).unwrap_err(), FrameError::Closed);
-        let mut short = io::Cursor::new(vec![0u8, 0, 0, 5, 0, 0, 0, 1, 1, 0, b'x']);
-        assert_eq!(read_frame(&mut short).unwrap_err(), FrameError::Closed);
     }
 }

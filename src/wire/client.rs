@@ -11,10 +11,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use protobuf::Message;
-use ttrpc::proto::{Codec, MESSAGE_HEADER_LENGTH, MESSAGE_TYPE_REQUEST, MESSAGE_TYPE_RESPONSE};
+use ttrpc::proto::{Codec, MESSAGE_TYPE_REQUEST, MESSAGE_TYPE_RESPONSE};
 use ttrpc::{Code, Request, Response};
 
-use super::server::read_frame;
+use super::{encode_frame, read_frame};
 
 /// One connection to a ttrpc server, (re)opened on demand.
 pub struct Client {
@@ -81,12 +81,7 @@ impl Client {
         }
         .encode()
         .map_err(|e| format!("encode request: {e}"))?;
-        let mut frame = Vec::with_capacity(MESSAGE_HEADER_LENGTH + body.len());
-        frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        frame.extend_from_slice(&stream_id.to_be_bytes());
-        frame.push(MESSAGE_TYPE_REQUEST);
-        frame.push(0);
-        frame.extend_from_slice(&body);
+        let frame = encode_frame(stream_id, MESSAGE_TYPE_REQUEST, &body);
         stream
             .write_all(&frame)
             .map_err(|e| format!("send /{service}/{method}: {e}"))?;
