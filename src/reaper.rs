@@ -14,7 +14,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::process::{Child as StdChild, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::errno::Errno;
@@ -43,7 +43,12 @@ struct Subscribers {
 pub struct Reaper {
     subscribers: Mutex<Subscribers>,
     handler: Mutex<Option<Handler>>,
+    /// Held (write) from `waitpid` until the exit is dispatched; see [`Reaper::hold_reaps`].
+    reaping: RwLock<()>,
 }
+
+/// While alive, no child is reaped: see [`Reaper::hold_reaps`].
+pub struct ReapGuard<'a>(#[allow(dead_code)] RwLockReadGuard<'a, ()>);
 
 impl Reaper {
     /// Starts the reaper thread. Call before the first child is spawned.
@@ -52,6 +57,7 @@ impl Reaper {
         let reaper = Arc::new(Reaper {
             subscribers: Mutex::default(),
             handler: Mutex::new(None),
+            reaping: RwLock::new(()),
         });
         let r = reaper.clone();
         std::thread::Builder::new()
@@ -87,8 +93,16 @@ impl Reaper {
         }
     }
 
+    /// Keeps every child unreaped while the guard lives: a pid the handlers have not been
+    /// told about cannot be recycled meanwhile, so `kill(pid)` under the guard, after checking
+    /// the process has not ended, can only reach that process (or its zombie). Hold it briefly.
+    pub fn hold_reaps(&self) -> ReapGuard<'_> {
+        ReapGuard(self.reaping.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
     fn reap_all(&self) {
         loop {
+            let _reaping = self.reaping.write().unwrap_or_else(PoisonError::into_inner);
             let exit = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(pid, code)) => Exit {
                     pid: pid.as_raw(),
@@ -129,6 +143,7 @@ impl Reaper {
         Arc::new(Reaper {
             subscribers: Mutex::default(),
             handler: Mutex::new(None),
+            reaping: RwLock::new(()),
         })
     }
 

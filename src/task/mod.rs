@@ -304,13 +304,20 @@ impl TaskManager {
             .map_err(|_| Error::internal(format!("wait {id}: the process was dropped")))
     }
 
-    /// SIGKILLs every container whose init has not ended (all its processes).
+    /// SIGKILLs every container whose init has not ended, all its processes: a container
+    /// with a pid namespace of its own dies with its init (the kernel kills the rest), the
+    /// others through `runc kill --all`.
     pub fn kill_all(&self) {
         for c in self.all() {
             if c.init.state().has_ended() {
                 continue;
             }
-            if let Err(e) = c.runtime.kill(&c.id, 9, true) {
+            let r = if c.shares_pid_ns || c.init.state().pid() == 0 {
+                c.runtime.kill(&c.id, 9, true)
+            } else {
+                self.signal_unreaped(&c.init, 9)
+            };
+            if let Err(e) = r {
                 log::debug!("kill {}: {e}", c.id);
             }
         }
@@ -350,9 +357,15 @@ impl TaskManager {
                     "kill task {id}: process already finished"
                 )));
             }
-            return c
-                .runtime
-                .kill(id, signal, all)
+            if all || pid == 0 {
+                return c
+                    .runtime
+                    .kill(id, signal, all)
+                    .with_context(|| format!("kill task {id}"));
+            }
+            // One process: kill(2) directly, as runc kill would, without exec'ing runc.
+            return self
+                .signal_unreaped(&p, signal)
                 .with_context(|| format!("kill task {id}"));
         }
         if ended {
@@ -367,9 +380,22 @@ impl TaskManager {
                 p.event_id()
             )));
         }
-        self.host
-            .signal(pid, signal)
+        self.signal_unreaped(&p, signal)
             .with_context(|| format!("kill exec {}", p.event_id()))
+    }
+
+    /// Signals `p` while the reaper holds off (see [`Reaper::hold_reaps`]): a process that
+    /// ended is NotFound, never a recycled pid.
+    fn signal_unreaped(&self, p: &Process, signal: u32) -> Result<()> {
+        let _reaps = self.reaper.as_ref().map(|r| r.hold_reaps());
+        let pid = {
+            let st = p.state();
+            if st.has_ended() {
+                return Err(Error::not_found("process already finished"));
+            }
+            st.pid()
+        };
+        self.host.signal(pid, signal)
     }
 
     pub fn pause(&self, id: &str) -> Result<()> {

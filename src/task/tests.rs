@@ -1186,15 +1186,11 @@ fn kill_all_and_wait_all_cover_every_live_container() {
     let p1 = running(&f, "a");
     let p2 = running(&f, "b");
     f.tm.kill_all();
-    let kills: Vec<String> = f
-        .host
-        .runtime
-        .calls()
-        .into_iter()
-        .filter(|c| c.starts_with("kill"))
-        .collect();
-    assert_eq!(kills.len(), 2, "{kills:?}");
-    assert!(kills.iter().all(|k| k.ends_with(" 9 true")));
+    // Both have a pid namespace of their own: SIGKILL to the init is enough, no runc exec.
+    let mut signals = f.host.signals.lock().unwrap().clone();
+    signals.sort();
+    assert_eq!(signals, [(p1 as i32, 9), (p2 as i32, 9)]);
+    assert!(!f.host.runtime.calls().iter().any(|c| c.starts_with("kill")));
     let soon = std::time::Instant::now() + std::time::Duration::from_millis(50);
     assert!(!f.tm.wait_all(soon), "nothing exited yet");
     let f2 = f.clone();
@@ -1208,14 +1204,27 @@ fn kill_all_and_wait_all_cover_every_live_container() {
     exits.join().unwrap();
     // A second kill_all skips ended containers.
     f.tm.kill_all();
-    assert_eq!(
+    assert_eq!(f.host.signals.lock().unwrap().len(), 2);
+    // A container in a shared pid namespace needs runc kill --all.
+    let shared = SPEC.replace(r#"{"type":"pid"},"#, "");
+    let bundle = f.bundle("c", &shared);
+    f.svc
+        .create(
+            &ctx(),
+            CreateTaskRequest {
+                id: "c".into(),
+                bundle,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    f.start("c", "").unwrap();
+    f.tm.kill_all();
+    assert!(
         f.host
             .runtime
             .calls()
-            .iter()
-            .filter(|c| c.starts_with("kill"))
-            .count(),
-        2
+            .contains(&"kill c 9 true".to_string())
     );
 }
 
@@ -1231,4 +1240,37 @@ fn wait_on_an_unknown_process_is_not_found_and_parks_nothing() {
     }
     let p = f.tm.waitable("t1", "").unwrap();
     assert_eq!(p.state().parked(), 0);
+}
+
+#[test]
+fn killing_an_init_signals_it_directly_and_all_goes_through_runc() {
+    let f = fixture();
+    let pid = running(&f, "t1");
+    let kill = |signal: u32, all: bool| {
+        f.svc.kill(
+            &ctx(),
+            KillRequest {
+                id: "t1".into(),
+                signal,
+                all,
+                ..Default::default()
+            },
+        )
+    };
+    kill(15, false).unwrap();
+    assert_eq!(*f.host.signals.lock().unwrap(), [(pid as i32, 15)]);
+    kill(9, true).unwrap();
+    assert!(
+        f.host
+            .runtime
+            .calls()
+            .contains(&"kill t1 9 true".to_string())
+    );
+    f.exit(pid, 143);
+    assert_eq!(code(kill(15, false)), Code::NOT_FOUND);
+    assert_eq!(
+        f.host.signals.lock().unwrap().len(),
+        1,
+        "no signal to an ended process"
+    );
 }
