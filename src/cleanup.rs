@@ -123,32 +123,20 @@ fn kill_stale_shim(bundle: &Path) {
     if pid <= 1 || pid == std::process::id() as i32 {
         return;
     }
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
     let me = std::env::current_exe().ok();
-    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
-    if exe.is_none() || exe != me || cwd.as_deref() != Some(bundle) {
+    let is_our_daemon = || {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
+        exe.is_some() && exe == me && cwd.as_deref() == Some(bundle)
+    };
+    if !is_our_daemon() {
         return;
     }
     // The daemon removes its socket file on a clean exit; killed, it cannot.
     let socket = std::fs::read(format!("/proc/{pid}/cmdline"))
         .ok()
         .and_then(|raw| socket_of(&raw));
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
-    let mut gone = false;
-    for _ in 0..100 {
-        // Dead is enough: a zombie waits for its new parent (init) to reap it.
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.chars().next()));
-        if matches!(state, None | Some(Some('Z')) | Some(Some('X'))) {
-            gone = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let gone = crate::util::kill_and_wait(pid, is_our_daemon, Duration::from_secs(1));
     if gone && let Some(address) = socket {
         remove_socket_of(&address, &socket_dirs(bundle));
     }

@@ -88,6 +88,48 @@ pub fn go_arch() -> &'static str {
     }
 }
 
+/// SIGKILLs `pid` and waits until it is dead (a zombie counts), at most `timeout`; returns
+/// whether it died. Used to take down a process recorded in a file (a hung daemon, a pause
+/// process after a crash): a pidfd is opened first and `still_ours` checked after, so the
+/// signal reaches the process that passed the check even if the pid is recycled meanwhile,
+/// and its exit is waited for with `poll`, not by sleeping.
+pub fn kill_and_wait(pid: i32, still_ours: impl Fn() -> bool, timeout: Duration) -> bool {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    if pid <= 1 {
+        return false;
+    }
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is passed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        // No such process (or no pidfd support): nothing to kill that we could name safely.
+        return std::fs::metadata(format!("/proc/{pid}")).is_err();
+    }
+    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    if !still_ours() {
+        return false;
+    }
+    // SAFETY: pidfd_send_signal reads the fd, a signal number and a null siginfo pointer.
+    let sent = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd as i32,
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if sent < 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+    let mut fds = [nix::poll::PollFd::new(
+        pidfd.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)), Ok(n) if n > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +169,24 @@ mod tests {
             fs::metadata(&p).unwrap().permissions().mode() & 0o777,
             0o600
         );
+    }
+
+    #[test]
+    fn kill_and_wait_takes_down_only_a_process_that_passes_the_check() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        assert!(!kill_and_wait(pid, || false, Duration::from_secs(1)));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "killed although not ours"
+        );
+        let t = std::time::Instant::now();
+        assert!(kill_and_wait(pid, || true, Duration::from_secs(5)));
+        assert!(t.elapsed() < Duration::from_secs(2));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
     }
 }

@@ -768,17 +768,11 @@ pub fn cleanup_from_bundle(bundle: &Path) -> Option<u32> {
         host_etc: PathBuf::from("/etc"),
         unified: crate::cgroups::is_unified(Path::new("/sys/fs/cgroup")),
     };
-    if record.pause_pid > 0
-        && crate::util::process_start_ticks(record.pause_pid) == Some(record.pause_start_ticks)
-    {
-        host.kill(record.pause_pid);
-        for _ in 0..200 {
-            if crate::util::process_start_ticks(record.pause_pid) != Some(record.pause_start_ticks)
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+    if record.pause_pid > 0 {
+        // Only while the pid still names the pause process we started.
+        let ours =
+            || crate::util::process_start_ticks(record.pause_pid) == Some(record.pause_start_ticks);
+        crate::util::kill_and_wait(record.pause_pid, ours, Duration::from_secs(1));
     }
     if let Some(net) = &record.network
         && let Err(e) = crate::network::teardown(None, net)
