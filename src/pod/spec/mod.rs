@@ -1,0 +1,298 @@
+//! The pod's configuration as plain Rust: [`PodSpec`] and its parts, free of protobuf types.
+//!
+//! * [`decode`]: decode the CRI `PodSandboxConfig` that containerd forwards in
+//!   `CreateSandboxRequest.options` and validate it into a [`PodSpec`];
+//! * [`sysctl`]: pod sysctls (names, `/proc/sys` paths, containerd's defaults, validation).
+//!
+//! Everything here is pure (no syscalls) except [`SysctlDefaults::detect`].
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Component, Path, PathBuf};
+
+use crate::cri;
+
+pub mod decode;
+pub mod sysctl;
+
+pub use decode::{
+    MAX_DNS_ENTRY_LEN, MAX_DNS_OPTIONS, MAX_DNS_SEARCHES, MAX_DNS_SERVERS, MAX_HOSTNAME_LEN,
+    MAX_PORT_MAPPINGS, check_hostname, decode_pod_config,
+};
+pub use sysctl::{
+    MAX_SYSCTL_NAME_LEN, MAX_SYSCTL_VALUE_LEN, MAX_SYSCTLS, SysctlDefaults, canonical_sysctl_name,
+    running_in_user_ns, sysctl_path,
+};
+
+/// Longest path (cgroup parent, log directory) we accept.
+pub const MAX_PATH_LEN: usize = 4096;
+
+/// Why a pod config was rejected. `Display` always starts with the CRI field path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// The `Any` holds something other than a `PodSandboxConfig` (or `Empty`).
+    #[error("options: unsupported type_url {0:?} (want \"runtime.v1.PodSandboxConfig\")")]
+    UnsupportedType(String),
+    /// The bytes are not a valid `PodSandboxConfig`.
+    #[error("options: cannot decode runtime.v1.PodSandboxConfig: {0}")]
+    Decode(String),
+    /// A field has an invalid value.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// CRI path of the field, e.g. `linux.sysctls["kernel.foo"]`.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A field asks for something this shim cannot do (yet).
+    #[error("{field}: {what} are not supported by this shim yet")]
+    Unsupported {
+        /// CRI path of the field.
+        field: String,
+        /// The feature, plural (e.g. "user namespaces").
+        what: &'static str,
+    },
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
+    SpecError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// DNS settings for the pod's `resolv.conf`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Dns {
+    /// Nameserver addresses (validated as IP addresses, IPv6 may carry a `%zone`).
+    pub servers: Vec<String>,
+    /// Search domains.
+    pub searches: Vec<String>,
+    /// resolv.conf options, e.g. `ndots:5`.
+    pub options: Vec<String>,
+}
+
+/// Transport protocol of a port mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// TCP (CRI default).
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+/// One `hostPort` mapping of the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortMapping {
+    /// Transport protocol.
+    pub protocol: Protocol,
+    /// Port inside the pod (0 = unspecified).
+    pub container_port: u16,
+    /// Port on the host (0 = no host port).
+    pub host_port: u16,
+    /// Host address to bind, `None` for all addresses.
+    pub host_ip: Option<IpAddr>,
+}
+
+/// Network namespace of the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NetworkMode {
+    /// A new network namespace (and a new UTS namespace) for the pod.
+    #[default]
+    Pod,
+    /// The node's network (and UTS) namespace (`hostNetwork: true`).
+    Host,
+}
+
+/// IPC namespace of the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IpcMode {
+    /// A new IPC namespace shared by the pod's containers.
+    #[default]
+    Pod,
+    /// The node's IPC namespace (`hostIPC: true`).
+    Host,
+}
+
+/// PID namespace of the pod.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PidMode {
+    /// Each container gets its own PID namespace (the kubelet's default).
+    #[default]
+    Container,
+    /// One PID namespace for the whole pod (`shareProcessNamespace: true`).
+    Pod,
+    /// The node's PID namespace (`hostPID: true`).
+    Host,
+    /// The PID namespace of the named container.
+    Target(String),
+}
+
+/// `linux.cgroup_parent`, classified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CgroupParent {
+    /// A cgroupfs path, absolute, relative to the cgroup root (e.g. `/kubepods/burstable/pod…`).
+    Fs(PathBuf),
+    /// A systemd form: a slice (`kubepods-burstable-pod….slice`) or `slice:prefix:name`.
+    Systemd(String),
+}
+
+impl CgroupParent {
+    /// Classifies and validates a non-empty `cgroup_parent` value.
+    ///
+    /// * starts with `/` → [`CgroupParent::Fs`]: no NUL, no `.`/`..` components;
+    /// * `*.slice` without `/` → [`CgroupParent::Systemd`];
+    /// * `slice:prefix:name` (three `:`-separated parts, the slice part empty or `*.slice`, no
+    ///   `/`) → [`CgroupParent::Systemd`].
+    pub fn parse(raw: &str) -> Result<CgroupParent, String> {
+        if raw.is_empty() {
+            return Err("empty".into());
+        }
+        if raw.len() > MAX_PATH_LEN {
+            return Err(format!("longer than {MAX_PATH_LEN} bytes"));
+        }
+        if raw.bytes().any(|b| b == 0 || b == b'\n') {
+            return Err("contains NUL or newline".into());
+        }
+        if raw.starts_with('/') {
+            let p = Path::new(raw);
+            for c in p.components() {
+                match c {
+                    Component::RootDir | Component::Normal(_) => {}
+                    _ => return Err(format!("{raw:?} has a `.` or `..` component")),
+                }
+            }
+            // `Path::components` silently drops `.`; catch it explicitly.
+            if raw.split('/').any(|s| s == "." || s == "..") {
+                return Err(format!("{raw:?} has a `.` or `..` component"));
+            }
+            return Ok(CgroupParent::Fs(p.to_path_buf()));
+        }
+        if raw.contains('/') {
+            return Err(format!(
+                "{raw:?} is neither an absolute cgroupfs path nor a systemd slice"
+            ));
+        }
+        let unit_ok = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.@\\".contains(&b))
+        };
+        let parts: Vec<&str> = raw.split(':').collect();
+        match parts.as_slice() {
+            [slice] if slice.ends_with(".slice") && unit_ok(slice) => {
+                Ok(CgroupParent::Systemd(raw.into()))
+            }
+            [slice, prefix, name]
+                if (slice.is_empty() || (slice.ends_with(".slice") && unit_ok(slice)))
+                    && (prefix.is_empty() || unit_ok(prefix))
+                    && unit_ok(name) =>
+            {
+                Ok(CgroupParent::Systemd(raw.into()))
+            }
+            _ => Err(format!(
+                "{raw:?} is neither an absolute cgroupfs path nor a systemd slice \
+                 (`name.slice` or `slice:prefix:name`)"
+            )),
+        }
+    }
+}
+
+/// The validated pod configuration, free of protobuf types.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodSpec {
+    /// Pod name (`metadata.name`).
+    pub name: String,
+    /// Pod namespace (`metadata.namespace`).
+    pub namespace: String,
+    /// Pod UID (`metadata.uid`).
+    pub uid: String,
+    /// Sandbox attempt number (`metadata.attempt`).
+    pub attempt: u32,
+    /// Pod hostname. Empty stays empty here (the kubelet only leaves it empty for host-network
+    /// pods); [`crate::pod::files::PodFiles::write`] then falls back to the node's hostname,
+    /// as containerd does.
+    pub hostname: String,
+    /// Host directory for container logs (absolute, or empty).
+    pub log_directory: String,
+    /// DNS config; `None` means "use the node's resolv.conf".
+    pub dns: Option<Dns>,
+    /// Host port mappings.
+    pub port_mappings: Vec<PortMapping>,
+    /// Pod labels, as given.
+    pub labels: BTreeMap<String, String>,
+    /// Pod annotations, as given (must be returned unaltered in status).
+    pub annotations: BTreeMap<String, String>,
+    /// Raw `linux.cgroup_parent`, `None` when empty. Validated; see [`PodSpec::cgroup_parent_kind`].
+    pub cgroup_parent: Option<String>,
+    /// Pod sysctls as given by the user, names canonicalised to dot form (see [`sysctl_path`]).
+    pub sysctls: BTreeMap<String, String>,
+    /// Network (and UTS) namespace.
+    pub network: NetworkMode,
+    /// IPC namespace.
+    pub ipc: IpcMode,
+    /// PID namespace.
+    pub pid: PidMode,
+    /// `security_context.run_as_user`.
+    pub run_as_user: Option<u32>,
+    /// `security_context.run_as_group` (only valid together with `run_as_user`).
+    pub run_as_group: Option<u32>,
+    /// `security_context.privileged`.
+    pub privileged: bool,
+}
+
+impl PodSpec {
+    /// The pod's sysctls plus containerd's podsandbox defaults, with
+    /// [`SysctlDefaults::default`] (both on). See [`PodSpec::effective_sysctls_with`].
+    pub fn effective_sysctls(&self) -> Vec<(String, String)> {
+        self.effective_sysctls_with(SysctlDefaults::default())
+    }
+
+    /// The pod's sysctls plus containerd's podsandbox defaults, sorted by name.
+    ///
+    /// Rule (containerd 2.1 `sandboxContainerSpec`): only for pods NOT on the host network, and
+    /// only for names the user did not set:
+    /// * `net.ipv4.ip_unprivileged_port_start = "0"` if `defaults.unprivileged_ports`;
+    /// * `net.ipv4.ping_group_range = "0 2147483647"` if `defaults.unprivileged_icmp` (containerd
+    ///   additionally skips it inside a user namespace and for user-namespaced pods; the former
+    ///   is [`SysctlDefaults::detect`], the latter cannot happen since we reject those pods).
+    pub fn effective_sysctls_with(&self, defaults: SysctlDefaults) -> Vec<(String, String)> {
+        let mut out = self.sysctls.clone();
+        if self.network != NetworkMode::Host {
+            if defaults.unprivileged_ports {
+                out.entry("net.ipv4.ip_unprivileged_port_start".into())
+                    .or_insert_with(|| "0".into());
+            }
+            if defaults.unprivileged_icmp {
+                out.entry("net.ipv4.ping_group_range".into())
+                    .or_insert_with(|| "0 2147483647".into());
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// `/proc/sys` path of a sysctl; see the free function [`sysctl_path`].
+    pub fn sysctl_path(name: &str) -> PathBuf {
+        sysctl_path(name)
+    }
+
+    /// The classified cgroup parent, if any (already validated by [`decode_pod_config`]).
+    pub fn cgroup_parent_kind(&self) -> Option<CgroupParent> {
+        self.cgroup_parent
+            .as_deref()
+            .and_then(|raw| CgroupParent::parse(raw).ok())
+    }
+
+    /// Whether the pod shares the node's UTS namespace (it does exactly when it uses the host
+    /// network, as in containerd).
+    pub fn host_uts(&self) -> bool {
+        self.network == NetworkMode::Host
+    }
+
+    /// Validates and converts a decoded CRI config.
+    pub fn from_cri(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
+        decode::convert(cfg)
+    }
+}
