@@ -149,6 +149,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
         Arc::new(LinuxPodHost {
             host_etc: PathBuf::from("/etc"),
             unified,
+            sysctl_defaults: crate::pod::SysctlDefaults::detect(),
         }),
         tm.clone(),
     );

@@ -16,7 +16,7 @@ use protobuf::well_known_types::any::Any;
 
 use super::cgroup::PodCgroup;
 use super::pause::PauseConfig;
-use super::spec::{CgroupParent, IpcMode, NetworkMode, PidMode, PodSpec};
+use super::spec::{CgroupParent, IpcMode, NetworkMode, PidMode, PodSpec, SysctlDefaults};
 use crate::error::{Context, Error, Result};
 use crate::network::{NetworkProvider, NetworkRecord};
 use crate::reaper::Exit;
@@ -38,6 +38,8 @@ pub trait PodHost: Send + Sync {
     fn remove_cgroup(&self, cg: &PodCgroup);
     fn kill(&self, pid: i32);
     fn metrics(&self, pid: i32) -> Result<Any>;
+    /// Which of containerd's default pod sysctls this host accepts (detected once at start-up).
+    fn sysctl_defaults(&self) -> SysctlDefaults;
 }
 
 /// What `delete` reads to clean up after a dead shim.
@@ -272,22 +274,7 @@ impl SandboxManager {
                 "sandbox {id} was already started"
             )));
         }
-        let cfg = PauseConfig {
-            netns: if s.spec.network == NetworkMode::Host {
-                None
-            } else {
-                s.netns.clone()
-            },
-            new_ipc: s.spec.ipc == IpcMode::Pod,
-            new_uts: !s.spec.host_uts(),
-            // As containerd's podsandbox: the pause process gets a PID namespace of its own
-            // unless the pod asks for the node's. CRI puts a container whose own
-            // namespace_options say pid=POD into /proc/<pause>/ns/pid whatever the pod's mode;
-            // a pause left in the host's PID namespace would hand it the node's processes.
-            new_pid: s.spec.pid != PidMode::Host,
-            hostname: Some(s.spec.hostname.clone()).filter(|h| !h.is_empty()),
-            sysctls: s.spec.effective_sysctls(),
-        };
+        let cfg = PauseConfig::for_pod(&s.spec, s.netns.as_deref(), self.host.sysctl_defaults());
         let pid = self.host.spawn_pause(&cfg)?;
         let mut cgroup = PodCgroup::default();
         match s.spec.cgroup_parent_kind() {
@@ -507,7 +494,7 @@ impl SandboxManager {
             "podFiles": s.record.files_dir,
             "shm": s.record.shm,
             "cgroup": s.record.cgroup.dirs,
-            "sysctls": s.spec.effective_sysctls(),
+            "sysctls": s.spec.effective_sysctls(self.host.sysctl_defaults()),
             "pause": "forked by the shim (no image), uid 65535",
             "containers": self.tm.all().iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
         })
@@ -670,6 +657,8 @@ impl PodHooks for SandboxManager {
 pub struct LinuxPodHost {
     pub host_etc: PathBuf,
     pub unified: bool,
+    /// [`SysctlDefaults::detect`], once when the daemon starts.
+    pub sysctl_defaults: SysctlDefaults,
 }
 
 impl PodHost for LinuxPodHost {
@@ -716,6 +705,9 @@ impl PodHost for LinuxPodHost {
     fn metrics(&self, pid: i32) -> Result<Any> {
         crate::cgroups::CgroupPaths::of_pid(pid, self.unified)?.metrics()
     }
+    fn sysctl_defaults(&self) -> SysctlDefaults {
+        self.sysctl_defaults
+    }
 }
 
 /// `delete` for a sandbox bundle: kill the pause process if it still runs (and is still ours),
@@ -726,6 +718,8 @@ pub fn cleanup_from_bundle(bundle: &Path) -> Option<u32> {
     let host = LinuxPodHost {
         host_etc: PathBuf::from("/etc"),
         unified: crate::cgroups::is_unified(Path::new("/sys/fs/cgroup")),
+        // Unused: `delete` starts no pause process.
+        sysctl_defaults: SysctlDefaults::default(),
     };
     if record.pause_pid > 0
         && crate::util::process_start_ticks(record.pause_pid) == Some(record.pause_start_ticks)

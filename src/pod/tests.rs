@@ -15,7 +15,7 @@ use crate::testutil::*;
 use super::cgroup::PodCgroup;
 use super::pause::PauseConfig;
 use super::sandbox::*;
-use super::spec::PodSpec;
+use super::spec::{PodSpec, SysctlDefaults};
 use crate::error::Result;
 use crate::events::RecordingSink;
 use crate::reaper::Exit;
@@ -28,6 +28,7 @@ struct FakePodHost {
     calls: Mutex<Vec<String>>,
     pause: Mutex<Option<PauseConfig>>,
     fail_pause: Mutex<bool>,
+    sysctl_defaults: Mutex<SysctlDefaults>,
 }
 
 impl FakePodHost {
@@ -93,6 +94,9 @@ impl PodHost for FakePodHost {
             type_url: "io.containerd.cgroups.v1.Metrics".into(),
             ..Default::default()
         })
+    }
+    fn sysctl_defaults(&self) -> SysctlDefaults {
+        *self.sysctl_defaults.lock().unwrap()
     }
 }
 
@@ -667,4 +671,27 @@ fn task_connect_and_pids_answer_for_the_sandbox_id() {
         },
     );
     assert_eq!(code(other), Code::NOT_FOUND);
+}
+
+#[test]
+fn a_shim_in_a_user_namespace_starts_pods_without_ping_group_range() {
+    let f = fixture();
+    // What SysctlDefaults::detect finds inside a user namespace.
+    *f.host.sysctl_defaults.lock().unwrap() =
+        SysctlDefaults::from_host(Some("0 100000 65536"), true);
+    f.create("pod1", pod_config("a", false)).unwrap();
+    f.svc
+        .start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let cfg = f.host.pause.lock().unwrap().clone().unwrap();
+    let names: Vec<&str> = cfg.sysctls.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["net.ipv4.ip_unprivileged_port_start"]);
+    let info = f.status("pod1").unwrap().info["info"].clone();
+    assert!(!info.contains("ping_group_range"), "{info}");
 }

@@ -683,7 +683,7 @@ mod tests {
     fn effective_sysctls_adds_containerd_defaults() {
         let spec = decode(&kubelet_like()).unwrap();
         assert_eq!(
-            spec.effective_sysctls(),
+            spec.effective_sysctls(SysctlDefaults::default()),
             vec![
                 ("kernel.shmmax".to_string(), "1000".to_string()),
                 ("net.core.somaxconn".into(), "1024".into()),
@@ -698,11 +698,13 @@ mod tests {
             l.sysctls
                 .insert("net.ipv4.ping_group_range".into(), "1 0".into());
         });
-        let eff = decode(&cfg).unwrap().effective_sysctls();
+        let eff = decode(&cfg)
+            .unwrap()
+            .effective_sysctls(SysctlDefaults::default());
         assert!(eff.contains(&("net.ipv4.ip_unprivileged_port_start".into(), "1024".into())));
         assert!(eff.contains(&("net.ipv4.ping_group_range".into(), "1 0".into())));
         // Toggles.
-        let eff = spec.effective_sysctls_with(SysctlDefaults {
+        let eff = spec.effective_sysctls(SysctlDefaults {
             unprivileged_ports: false,
             unprivileged_icmp: true,
         });
@@ -715,7 +717,12 @@ mod tests {
         let mut cfg = kubelet_like();
         nso(&mut cfg).network = M::NODE.into();
         cfg.linux.mut_or_insert_default().sysctls.clear();
-        assert!(decode(&cfg).unwrap().effective_sysctls().is_empty());
+        assert!(
+            decode(&cfg)
+                .unwrap()
+                .effective_sysctls(SysctlDefaults::default())
+                .is_empty()
+        );
     }
 
     #[test]

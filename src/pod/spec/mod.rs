@@ -244,38 +244,10 @@ pub struct PodSpec {
 }
 
 impl PodSpec {
-    /// The pod's sysctls plus containerd's podsandbox defaults, with
-    /// [`SysctlDefaults::default`] (both on). See [`PodSpec::effective_sysctls_with`].
-    pub fn effective_sysctls(&self) -> Vec<(String, String)> {
-        self.effective_sysctls_with(SysctlDefaults::default())
-    }
-
-    /// The pod's sysctls plus containerd's podsandbox defaults, sorted by name.
-    ///
-    /// Rule (containerd 2.1 `sandboxContainerSpec`): only for pods NOT on the host network, and
-    /// only for names the user did not set:
-    /// * `net.ipv4.ip_unprivileged_port_start = "0"` if `defaults.unprivileged_ports`;
-    /// * `net.ipv4.ping_group_range = "0 2147483647"` if `defaults.unprivileged_icmp` (containerd
-    ///   additionally skips it inside a user namespace and for user-namespaced pods; the former
-    ///   is [`SysctlDefaults::detect`], the latter cannot happen since we reject those pods).
-    pub fn effective_sysctls_with(&self, defaults: SysctlDefaults) -> Vec<(String, String)> {
-        let mut out = self.sysctls.clone();
-        if self.network != NetworkMode::Host {
-            if defaults.unprivileged_ports {
-                out.entry("net.ipv4.ip_unprivileged_port_start".into())
-                    .or_insert_with(|| "0".into());
-            }
-            if defaults.unprivileged_icmp {
-                out.entry("net.ipv4.ping_group_range".into())
-                    .or_insert_with(|| "0 2147483647".into());
-            }
-        }
-        out.into_iter().collect()
-    }
-
-    /// `/proc/sys` path of a sysctl; see the free function [`sysctl_path`].
-    pub fn sysctl_path(name: &str) -> PathBuf {
-        sysctl_path(name)
+    /// The pod's sysctls plus containerd's podsandbox defaults that `defaults` allows, sorted
+    /// by name (see [`sysctl::with_defaults`]).
+    pub fn effective_sysctls(&self, defaults: SysctlDefaults) -> Vec<(String, String)> {
+        sysctl::with_defaults(&self.sysctls, self.network, defaults)
     }
 
     /// The classified cgroup parent, if any (already validated by [`decode_pod_config`]).

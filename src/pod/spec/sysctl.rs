@@ -4,6 +4,7 @@
 //! [`sysctl_path`] is the one place a sysctl name becomes a file: the pause process writes the
 //! pod's sysctls through it too.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{IpcMode, NetworkMode};
@@ -36,26 +37,70 @@ impl Default for SysctlDefaults {
 }
 
 impl SysctlDefaults {
-    /// The defaults, minus ICMP when this process runs inside a user namespace: containerd skips
-    /// `ping_group_range` then, because GIDs outside the namespace's mapping make the write fail.
+    /// What this host allows, read once when the daemon starts (see [`SysctlDefaults::from_host`]).
     pub fn detect() -> SysctlDefaults {
+        SysctlDefaults::from_host(
+            std::fs::read_to_string("/proc/self/uid_map")
+                .ok()
+                .as_deref(),
+            Path::new(PORT_START_PATH).exists(),
+        )
+    }
+
+    /// containerd's defaults, minus what this host would refuse:
+    /// * `ping_group_range` when the shim runs inside a user namespace (`uid_map`, see
+    ///   [`in_user_ns`]): GIDs outside the namespace's mapping make the kernel reject the write
+    ///   (EINVAL), which would fail every pod; containerd skips it there too;
+    /// * `ip_unprivileged_port_start` when the kernel has no such sysctl (before Linux 4.11,
+    ///   `port_start_exists` false): the write would fail with ENOENT.
+    pub fn from_host(uid_map: Option<&str>, port_start_exists: bool) -> SysctlDefaults {
         SysctlDefaults {
-            unprivileged_icmp: !running_in_user_ns(),
-            ..SysctlDefaults::default()
+            unprivileged_ports: port_start_exists,
+            unprivileged_icmp: !uid_map.is_some_and(in_user_ns),
         }
     }
 }
 
-/// Whether this process is in a non-initial user namespace (same test as moby's
-/// `userns.RunningInUserNS`: the uid_map is not the identity map of the full range).
-pub fn running_in_user_ns() -> bool {
-    match std::fs::read_to_string("/proc/self/uid_map") {
-        Ok(s) => {
-            let fields: Vec<&str> = s.split_whitespace().collect();
-            fields != ["0", "0", "4294967295"]
+/// Where the kernel (4.11+) keeps `net.ipv4.ip_unprivileged_port_start`.
+const PORT_START_PATH: &str = "/proc/sys/net/ipv4/ip_unprivileged_port_start";
+
+/// The pod's own sysctls plus containerd's podsandbox defaults, sorted by name.
+///
+/// Rule (containerd 2.1 `sandboxContainerSpec`): only for pods NOT on the host network, and
+/// only for names the user did not set:
+/// * `net.ipv4.ip_unprivileged_port_start = "0"` if `defaults.unprivileged_ports`;
+/// * `net.ipv4.ping_group_range = "0 2147483647"` if `defaults.unprivileged_icmp` (containerd
+///   additionally skips it inside a user namespace and for user-namespaced pods; the former
+///   is [`SysctlDefaults::detect`], the latter cannot happen since we reject those pods).
+pub fn with_defaults(
+    user: &BTreeMap<String, String>,
+    network: NetworkMode,
+    defaults: SysctlDefaults,
+) -> Vec<(String, String)> {
+    let mut out = user.clone();
+    if network != NetworkMode::Host {
+        if defaults.unprivileged_ports {
+            out.entry("net.ipv4.ip_unprivileged_port_start".into())
+                .or_insert_with(|| "0".into());
         }
-        Err(_) => false,
+        if defaults.unprivileged_icmp {
+            out.entry("net.ipv4.ping_group_range".into())
+                .or_insert_with(|| "0 2147483647".into());
+        }
     }
+    out.into_iter().collect()
+}
+
+/// Whether this process is in a non-initial user namespace (see [`in_user_ns`]).
+pub fn running_in_user_ns() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|s| in_user_ns(&s))
+}
+
+/// Whether a `/proc/<pid>/uid_map` belongs to a non-initial user namespace (same test as moby's
+/// `userns.RunningInUserNS`: anything but the identity map of the full range).
+pub fn in_user_ns(uid_map: &str) -> bool {
+    let fields: Vec<&str> = uid_map.split_whitespace().collect();
+    fields != ["0", "0", "4294967295"]
 }
 
 /// Sysctl names (dot form) namespaced by the IPC namespace (the kubelet's list:
@@ -156,7 +201,6 @@ pub(super) fn check_sysctl(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::spec::PodSpec;
 
     #[test]
     fn sysctl_rules() {
@@ -229,7 +273,7 @@ mod tests {
             PathBuf::from("/proc/sys/net/ipv4/ip_forward")
         );
         assert_eq!(
-            PodSpec::sysctl_path("net.ipv4.conf.eth0/100.forwarding"),
+            sysctl_path("net.ipv4.conf.eth0/100.forwarding"),
             PathBuf::from("/proc/sys/net/ipv4/conf/eth0.100/forwarding")
         );
         assert_eq!(
@@ -239,6 +283,64 @@ mod tests {
         assert_eq!(
             sysctl_path("kernel.sem"),
             PathBuf::from("/proc/sys/kernel/sem")
+        );
+    }
+
+    #[test]
+    fn defaults_follow_what_the_host_allows() {
+        let init = "         0          0 4294967295\n";
+        assert_eq!(
+            SysctlDefaults::from_host(Some(init), true),
+            SysctlDefaults::default()
+        );
+        // Regression: inside a user namespace the kernel rejects ping_group_range for GIDs
+        // outside the mapping; it was added anyway and every pod failed to start.
+        let userns = "         0     100000      65536\n";
+        assert_eq!(
+            SysctlDefaults::from_host(Some(userns), true),
+            SysctlDefaults {
+                unprivileged_ports: true,
+                unprivileged_icmp: false
+            }
+        );
+        assert!(!SysctlDefaults::from_host(Some("0 0 1\n"), true).unprivileged_icmp);
+        // No uid_map (no /proc): assume the initial namespace, as moby does.
+        assert!(SysctlDefaults::from_host(None, true).unprivileged_icmp);
+        // A kernel without ip_unprivileged_port_start (< 4.11).
+        assert!(!SysctlDefaults::from_host(Some(init), false).unprivileged_ports);
+        // This test process (root in the initial namespace on the bench and in CI).
+        assert_eq!(
+            SysctlDefaults::detect().unprivileged_icmp,
+            !running_in_user_ns()
+        );
+    }
+
+    #[test]
+    fn defaults_are_added_only_where_allowed() {
+        let mut user = BTreeMap::new();
+        user.insert("kernel.shmmax".to_string(), "1".to_string());
+        let names = |d: SysctlDefaults, net: NetworkMode| -> Vec<String> {
+            with_defaults(&user, net, d)
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect()
+        };
+        let userns = SysctlDefaults::from_host(Some("0 100000 65536"), true);
+        assert_eq!(
+            names(userns, NetworkMode::Pod),
+            ["kernel.shmmax", "net.ipv4.ip_unprivileged_port_start"]
+        );
+        assert_eq!(
+            names(SysctlDefaults::default(), NetworkMode::Pod),
+            [
+                "kernel.shmmax",
+                "net.ipv4.ip_unprivileged_port_start",
+                "net.ipv4.ping_group_range"
+            ]
+        );
+        assert_eq!(
+            names(SysctlDefaults::default(), NetworkMode::Host),
+            ["kernel.shmmax"]
         );
     }
 }
