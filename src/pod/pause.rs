@@ -14,7 +14,8 @@
 //! The child is created with a raw `clone` (new IPC and UTS namespaces, a new PID namespace when
 //! the pod shares one, in which it is PID 1 and reaps), joins the pod netns, sets the hostname
 //! and the pod sysctls (net.* resolve to the netns and kernel.shm*/msg*/sem/fs.mqueue.* to the IPC
-//! namespace of the writer), then waits for signals. Errors travel back over a CLOEXEC pipe as
+//! namespace of the writer), rewrites its command line to `rsandbox-pause <pod id>` (see
+//! [`PAUSE_ARGV0`]), then waits for signals. Errors travel back over a CLOEXEC pipe as
 //! (step, errno, index); the parent turns them into a message naming the step (and the sysctl).
 //!
 //! # The forked child never allocates, locks or unwinds
@@ -38,6 +39,15 @@ use std::time::Duration;
 
 use super::spec::{IpcMode, NetworkMode, PidMode, PodSpec, SysctlDefaults, sysctl_path};
 use crate::error::{Context, Error, Result};
+
+/// The pause process's `argv[0]`; `argv[1]` is the pod ID.
+///
+/// A forked copy of the shim would otherwise show the shim's command line, and `ps`,
+/// `pgrep -f containerd-shim-rsandbox-v1` and node monitoring would count two shims per pod. The
+/// child overwrites its copy of the argv memory in place (the kernel's `/proc/<pid>/cmdline`
+/// reads that memory), so no privilege is needed (`PR_SET_MM` would need CAP_SYS_RESOURCE); its
+/// `comm` is `pause`.
+pub const PAUSE_ARGV0: &str = "rsandbox-pause";
 
 /// The identity the pause process runs as (as Kubernetes' pause image).
 pub const PAUSE_UID: u32 = 65535;
@@ -68,6 +78,8 @@ pub struct PauseConfig {
     /// (name, value) sysctls, written under /proc/sys from inside the namespaces (names in
     /// either form; see [`sysctl_path`]).
     pub sysctls: Vec<(String, String)>,
+    /// The pod ID, shown in the command line (`rsandbox-pause <pod id>`).
+    pub pod_id: String,
 }
 
 impl PauseConfig {
@@ -82,9 +94,15 @@ impl PauseConfig {
     ///   CRI puts a container whose own namespace_options say pid=POD into
     ///   /proc/<pause>/ns/pid whatever the pod's mode, and a pause left in the host's PID
     ///   namespace would hand it the node's processes.
-    pub fn for_pod(spec: &PodSpec, netns: Option<&Path>, defaults: SysctlDefaults) -> PauseConfig {
+    pub fn for_pod(
+        pod_id: &str,
+        spec: &PodSpec,
+        netns: Option<&Path>,
+        defaults: SysctlDefaults,
+    ) -> PauseConfig {
         let host_network = spec.network == NetworkMode::Host;
         PauseConfig {
+            pod_id: pod_id.to_string(),
             netns: netns.filter(|_| !host_network).map(Path::to_path_buf),
             new_ipc: spec.ipc == IpcMode::Pod,
             new_uts: !spec.host_uts(),
@@ -165,6 +183,61 @@ struct Prepared {
     fd_limit: u32,
     /// Whether the child tries `close_range` first (tests turn it off to run the fallback).
     use_close_range: bool,
+    /// This process's argv memory, `None` when unknown.
+    argv: Option<ArgvArea>,
+    /// What goes there: [`title`].
+    title: Vec<u8>,
+}
+
+/// Where the kernel keeps this process's command line: `[start, start + len)` of its memory
+/// (`arg_start`/`arg_end` in /proc/self/stat), the strings `argv` points to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ArgvArea {
+    start: usize,
+    len: usize,
+}
+
+impl ArgvArea {
+    /// This process's argv area.
+    fn of_self() -> Option<ArgvArea> {
+        ArgvArea::parse_stat(&std::fs::read_to_string("/proc/self/stat").ok()?)
+    }
+
+    /// Fields 48 and 49 (`arg_start`, `arg_end`, Linux 3.5+) of a /proc/<pid>/stat line. The
+    /// command name (field 2) may hold blanks and parentheses: fields are counted after its last
+    /// `)`. Implausible values (zero, reversed, over 1 MiB) give `None`.
+    fn parse_stat(stat: &str) -> Option<ArgvArea> {
+        let (_, rest) = stat.rsplit_once(')')?;
+        // `rest` starts with field 3 (state).
+        let mut fields = rest.split_whitespace().skip(48 - 3);
+        let start: usize = fields.next()?.parse().ok()?;
+        let end: usize = fields.next()?.parse().ok()?;
+        let len = end.checked_sub(start)?;
+        (start != 0 && len != 0 && len <= 1 << 20).then_some(ArgvArea { start, len })
+    }
+}
+
+/// The pause process's command line as argv memory: `rsandbox-pause\0<pod id>\0`.
+fn title(pod_id: &str) -> Vec<u8> {
+    let mut t = Vec::with_capacity(PAUSE_ARGV0.len() + pod_id.len() + 2);
+    t.extend_from_slice(PAUSE_ARGV0.as_bytes());
+    t.push(0);
+    if !pod_id.is_empty() {
+        t.extend_from_slice(pod_id.as_bytes());
+        t.push(0);
+    }
+    t
+}
+
+/// Overwrites the argv memory `area` with `title`, truncated to fit, and NUL-fills the rest, so
+/// the last byte is NUL: the kernel then reads the command line as exactly the area (with a
+/// non-NUL last byte it would assume setproctitle(3) and read on into the environment). No
+/// allocation, no panics (it runs in the forked child).
+fn overwrite_argv(area: &mut [u8], title: &[u8]) {
+    let mut src = title.iter().take(area.len().saturating_sub(1));
+    for b in area.iter_mut() {
+        *b = src.next().copied().unwrap_or(0);
+    }
 }
 
 fn prepare(cfg: &PauseConfig) -> Result<Prepared> {
@@ -211,6 +284,8 @@ fn prepare(cfg: &PauseConfig) -> Result<Prepared> {
         cap_last,
         fd_limit: fd_limit(),
         use_close_range: true,
+        argv: ArgvArea::of_self(),
+        title: title(&cfg.pod_id),
     })
 }
 
@@ -428,6 +503,15 @@ fn child(p: &Prepared, status_fd: i32) -> ! {
             0,
             0,
         );
+        // And `ps`/`pgrep -f` should not take it for a shim (see PAUSE_ARGV0). Before the
+        // privileges go, as a rule: nothing after the drop should depend on what it was.
+        if let Some(a) = p.argv {
+            // SAFETY: [start, start + len) is this process's argv memory as the kernel reports
+            // it (initial stack, writable), copied by the clone and referenced by nothing else
+            // in the child.
+            let area = std::slice::from_raw_parts_mut(a.start as *mut u8, a.len);
+            overwrite_argv(area, &p.title);
+        }
         let mut cap = 0;
         while cap <= p.cap_last {
             if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 {
@@ -802,6 +886,74 @@ mod tests {
             assert_eq!(Step::from_wire(s as u8), s);
         }
         assert_eq!(Step::from_wire(200), Step::Unknown);
+    }
+
+    #[test]
+    fn the_title_fills_the_argv_area() {
+        let mut area = *b"/usr/bin/containerd-shim-rsandbox-v1\0-id\0pod-1\0";
+        overwrite_argv(&mut area, &title("pod-1"));
+        let want = b"rsandbox-pause\0pod-1\0";
+        assert_eq!(&area[..want.len()], want);
+        assert!(area[want.len()..].iter().all(|b| *b == 0));
+        // Too small: truncated, and the last byte stays NUL.
+        let mut small = [b'x'; 10];
+        overwrite_argv(&mut small, &title("pod-1"));
+        assert_eq!(&small, b"rsandbox-\0");
+        overwrite_argv(&mut [], &title("pod-1"));
+        let mut one = [b'x'];
+        overwrite_argv(&mut one, &title("pod-1"));
+        assert_eq!(one, [0]);
+        assert_eq!(title(""), b"rsandbox-pause\0");
+    }
+
+    #[test]
+    fn the_argv_area_comes_from_proc_stat() {
+        // comm with blanks and a parenthesis; fields 48/49 are arg_start/arg_end.
+        let mut stat = String::from("4242 (a b) c) S");
+        for field in 4..=47 {
+            stat.push_str(&format!(" {field}"));
+        }
+        stat.push_str(" 140727129148119 140727129148139 140727129148139 0 0\n");
+        assert_eq!(
+            ArgvArea::parse_stat(&stat),
+            Some(ArgvArea {
+                start: 140727129148119,
+                len: 20
+            })
+        );
+        assert_eq!(ArgvArea::parse_stat("4242 (x) S 1 2"), None);
+        let reversed = stat.replace("140727129148119 140727129148139", "9 8");
+        assert_eq!(ArgvArea::parse_stat(&reversed), None);
+        // Ours: the area holds this test binary's argv[0].
+        let a = ArgvArea::of_self().unwrap();
+        let argv0 = std::env::args_os().next().unwrap();
+        // SAFETY: the kernel reports [start, start + len) as this process's argv memory.
+        let mem = unsafe { std::slice::from_raw_parts(a.start as *const u8, a.len) };
+        assert!(mem.starts_with(argv0.as_bytes()), "{mem:?}");
+    }
+
+    #[test]
+    #[ignore = "needs root: creates namespaces and drops to 65535"]
+    fn the_pause_process_is_named_after_the_pod() {
+        let cfg = PauseConfig {
+            new_ipc: true,
+            new_uts: true,
+            pod_id: "pod-b".into(),
+            ..Default::default()
+        };
+        let pid = spawn(&cfg).unwrap();
+        let _kill = KillOnDrop(pid);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        let args: Vec<&[u8]> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .collect();
+        assert_eq!(args, [&b"rsandbox-pause"[..], b"pod-b"]);
+        assert_eq!(status_field(pid, "Name"), "pause");
+        // The shim's own command line is untouched.
+        let ours = std::fs::read("/proc/self/cmdline").unwrap();
+        let argv0 = std::env::args_os().next().unwrap();
+        assert!(ours.starts_with(argv0.as_bytes()));
     }
 
     #[test]

@@ -274,7 +274,8 @@ impl SandboxManager {
                 "sandbox {id} was already started"
             )));
         }
-        let cfg = PauseConfig::for_pod(&s.spec, s.netns.as_deref(), self.host.sysctl_defaults());
+        let cfg =
+            PauseConfig::for_pod(id, &s.spec, s.netns.as_deref(), self.host.sysctl_defaults());
         let pid = self.host.spawn_pause(&cfg)?;
         let mut cgroup = PodCgroup::default();
         match s.spec.cgroup_parent_kind() {

@@ -249,6 +249,10 @@ fn create_start_status_stop_shutdown() {
     let cfg = f.host.pause.lock().unwrap().clone().unwrap();
     assert!(cfg.new_ipc && cfg.new_uts && cfg.new_pid);
     assert_eq!(cfg.hostname.as_deref(), Some("web-0"));
+    assert_eq!(
+        cfg.pod_id, "pod1",
+        "the pause process's command line names the pod"
+    );
     assert!(
         cfg.sysctls
             .contains(&("net.ipv4.ip_unprivileged_port_start".into(), "80".into()))
