@@ -207,8 +207,13 @@ impl SandboxManager {
                 && netns.is_none()
                 && let Some(provider) = &provider
             {
+                let conf = req
+                    .spec
+                    .network_conf()
+                    .map_err(|e| Error::invalid(e.to_string()))
+                    .context("set up the pod network")?;
                 let net = provider
-                    .setup(self.tm.namespace(), &req.id, Some(&req.spec))
+                    .setup(self.tm.namespace(), &req.id, Some(&conf))
                     .context("set up the pod network")?;
                 netns = Some(net.netns.clone());
                 record.network = Some(net);

@@ -18,6 +18,7 @@ use super::sandbox::*;
 use super::spec::{PodSpec, SysctlDefaults};
 use crate::error::Result;
 use crate::events::RecordingSink;
+use crate::network::FakeNetwork;
 use crate::reaper::Exit;
 use crate::rpc::sandbox::SandboxService;
 use crate::runtime::RuncConfig;
@@ -110,6 +111,15 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_with(None)
+}
+
+/// A fixture whose sandboxes get their network from `net` when created without a netns.
+fn fixture_with_network(net: &Arc<FakeNetwork>) -> Fixture {
+    fixture_with(Some(net.clone()))
+}
+
+fn fixture_with(net: Option<Arc<FakeNetwork>>) -> Fixture {
     let host = Arc::new(FakePodHost::default());
     let tm = TaskManager::new(
         "k8s.io",
@@ -120,6 +130,9 @@ fn fixture() -> Fixture {
     );
     let sm = SandboxManager::new(host.clone(), tm.clone());
     tm.set_pod_hooks(sm.clone());
+    if let Some(net) = net {
+        sm.set_network(net, true);
+    }
     let shut = Arc::new(Mutex::new(false));
     let s2 = shut.clone();
     sm.set_on_shutdown(move || *s2.lock().unwrap() = true);
@@ -200,6 +213,16 @@ impl Fixture {
         p.display().to_string()
     }
     fn create(&self, id: &str, options: Any) -> ttrpc::Result<CreateSandboxResponse> {
+        let netns = self.netns();
+        self.create_in(id, options, &netns)
+    }
+    /// CreateSandbox with `netns_path` (empty: none).
+    fn create_in(
+        &self,
+        id: &str,
+        options: Any,
+        netns: &str,
+    ) -> ttrpc::Result<CreateSandboxResponse> {
         let bundle = self.dir.path().join(id);
         std::fs::create_dir_all(&bundle).unwrap();
         self.svc.create_sandbox(
@@ -208,7 +231,34 @@ impl Fixture {
                 sandbox_id: id.into(),
                 bundle_path: bundle.display().to_string(),
                 options: MessageField::some(options),
-                netns_path: self.netns(),
+                netns_path: netns.into(),
+                ..Default::default()
+            },
+        )
+    }
+    fn start(&self, id: &str) -> ttrpc::Result<StartSandboxResponse> {
+        self.svc.start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: id.into(),
+                ..Default::default()
+            },
+        )
+    }
+    fn stop(&self, id: &str) -> ttrpc::Result<StopSandboxResponse> {
+        self.svc.stop_sandbox(
+            &ctx(),
+            StopSandboxRequest {
+                sandbox_id: id.into(),
+                ..Default::default()
+            },
+        )
+    }
+    fn shutdown(&self, id: &str) -> ttrpc::Result<ShutdownSandboxResponse> {
+        self.svc.shutdown_sandbox(
+            &ctx(),
+            ShutdownSandboxRequest {
+                sandbox_id: id.into(),
                 ..Default::default()
             },
         )
@@ -698,4 +748,126 @@ fn a_shim_in_a_user_namespace_starts_pods_without_ping_group_range() {
     assert_eq!(names, ["net.ipv4.ip_unprivileged_port_start"]);
     let info = f.status("pod1").unwrap().info["info"].clone();
     assert!(!info.contains("ping_group_range"), "{info}");
+}
+
+// ---- shim-owned networking, through the fake network provider ----
+
+#[test]
+fn a_sandbox_without_netns_gets_the_shim_network_and_loses_it_at_stop() {
+    let net = Arc::new(FakeNetwork::default());
+    let f = fixture_with_network(&net);
+    f.create_in("pod1", pod_config("web-0", false), "").unwrap();
+    assert_eq!(net.calls(), ["setup k8s.io pod1 web"]);
+    let conf = net.confs.lock().unwrap()[0].clone().unwrap();
+    assert_eq!(
+        (
+            conf.name.as_str(),
+            conf.namespace.as_str(),
+            conf.uid.as_str()
+        ),
+        ("web", "default", "uid-1")
+    );
+    assert_eq!(conf.dns.unwrap().servers, ["10.96.0.10"]);
+    let info = f.status("pod1").unwrap().info["info"].clone();
+    assert!(info.contains("10.90.0.2/16"), "{info}");
+    assert!(info.contains("rsandbox (CNI run by the shim)"), "{info}");
+
+    f.start("pod1").unwrap();
+    let pause = f.host.pause.lock().unwrap().clone().unwrap();
+    assert_eq!(pause.netns, Some(FakeNetwork::netns_of("pod1")));
+
+    let sm = f.sm.clone();
+    let reaper = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        sm.on_exit(Exit {
+            pid: PAUSE_PID,
+            status: 0,
+            at: SystemTime::now(),
+        });
+    });
+    f.stop("pod1").unwrap();
+    reaper.join().unwrap();
+    assert_eq!(net.calls(), ["setup k8s.io pod1 web", "teardown pod1"]);
+    // The record no longer names a network: neither shutdown nor `delete` tears it down again.
+    let record =
+        std::fs::read_to_string(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE)).unwrap();
+    assert!(record.contains("\"network\":null"), "{record}");
+    f.stop("pod1").unwrap();
+    f.shutdown("pod1").unwrap();
+    assert_eq!(net.calls().len(), 2, "{:?}", net.calls());
+}
+
+#[test]
+fn a_failing_network_setup_fails_the_create_and_leaves_nothing() {
+    let net = Arc::new(FakeNetwork::default());
+    *net.fail_setup.lock().unwrap() = Some(crate::error::Error::precondition(
+        "load CNI config: no-such-plugin",
+    ));
+    let f = fixture_with_network(&net);
+    let r = f.create_in("pod1", pod_config("a", false), "");
+    let msg = message(r);
+    assert_eq!(
+        msg,
+        "create sandbox pod1: set up the pod network: load CNI config: no-such-plugin"
+    );
+    let r = f.create_in("pod1", pod_config("a", false), "");
+    assert!(
+        r.is_ok(),
+        "the failed create left the sandbox behind: {r:?}"
+    );
+    f.shutdown("pod1").unwrap();
+    // The first create's pod files and /dev/shm were taken down again.
+    let calls = f.host.calls();
+    assert_eq!(
+        calls[..4],
+        [
+            "write_files etc a",
+            "mount_shm shm",
+            "unmount_shm",
+            "remove_files"
+        ],
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn a_failed_create_is_typed() {
+    let net = Arc::new(FakeNetwork::default());
+    *net.fail_setup.lock().unwrap() = Some(crate::error::Error::precondition("no plugin"));
+    let f = fixture_with_network(&net);
+    assert_eq!(
+        code(f.create_in("pod1", pod_config("a", false), "")),
+        Code::FAILED_PRECONDITION
+    );
+}
+
+#[test]
+fn bad_bandwidth_annotations_fail_before_any_network_is_made() {
+    let net = Arc::new(FakeNetwork::default());
+    let f = fixture_with_network(&net);
+    let mut cfg = crate::cri::PodSandboxConfig::new();
+    cfg.annotations
+        .insert("kubernetes.io/ingress-bandwidth".into(), "1".into());
+    let any = Any {
+        type_url: "runtime.v1.PodSandboxConfig".into(),
+        value: cfg.write_to_bytes().unwrap(),
+        ..Default::default()
+    };
+    let r = f.create_in("pod1", any.clone(), "");
+    assert_eq!(code(r), Code::INVALID_ARGUMENT);
+    assert!(net.calls().is_empty(), "{:?}", net.calls());
+    // With a netns given, CRI owns the network and the annotation is none of ours.
+    f.create("pod1", any).unwrap();
+}
+
+#[test]
+fn a_failing_teardown_does_not_fail_stop() {
+    let net = Arc::new(FakeNetwork::default());
+    let f = fixture_with_network(&net);
+    f.create_in("pod1", pod_config("a", false), "").unwrap();
+    *net.fail_teardown.lock().unwrap() = Some(crate::error::Error::internal("CNI DEL: boom"));
+    // Never started: stop has no pause process to wait for.
+    f.stop("pod1").unwrap();
+    assert_eq!(net.calls(), ["setup k8s.io pod1 web", "teardown pod1"]);
+    f.shutdown("pod1").unwrap();
 }

@@ -18,6 +18,7 @@ use super::{
     SpecError, invalid,
 };
 use crate::cri;
+use crate::network::Bandwidth;
 
 /// Longest hostname the kernel accepts (`HOST_NAME_MAX`).
 pub const MAX_HOSTNAME_LEN: usize = 64;
@@ -388,6 +389,124 @@ fn convert_port(i: usize, pm: &cri::PortMapping) -> Result<PortMapping, SpecErro
         host_port: port("host_port", pm.host_port)?,
         host_ip,
     })
+}
+
+/// The pod annotation that limits its ingress traffic (bits per second, a resource quantity).
+pub const INGRESS_BANDWIDTH: &str = "kubernetes.io/ingress-bandwidth";
+/// The pod annotation that limits its egress traffic.
+pub const EGRESS_BANDWIDTH: &str = "kubernetes.io/egress-bandwidth";
+
+/// The `bandwidth` CNI capability from the pod's annotations, as containerd's
+/// `toCNIBandWidth`: each rate a resource quantity within 1k..=1P bits per second, its burst
+/// `u32::MAX`. Checked only when the shim runs CNI itself (CRI checks them otherwise, and
+/// ignores them for host-network pods).
+pub fn bandwidth_of(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<Bandwidth>, SpecError> {
+    let rate = |key: &str| -> Result<Option<u64>, SpecError> {
+        let Some(raw) = annotations.get(key) else {
+            return Ok(None);
+        };
+        let field = || format!("annotations[{key:?}]");
+        let v = parse_quantity(raw).map_err(|r| invalid(field(), r))?;
+        if v < 1_000 {
+            return Err(invalid(field(), "unreasonably small (< 1kbit)"));
+        }
+        if v > 1_000_000_000_000_000 {
+            return Err(invalid(field(), "unreasonably large (> 1Pbit)"));
+        }
+        Ok(Some(v))
+    };
+    let (ingress, egress) = (rate(INGRESS_BANDWIDTH)?, rate(EGRESS_BANDWIDTH)?);
+    if ingress.is_none() && egress.is_none() {
+        return Ok(None);
+    }
+    let burst = |r: Option<u64>| if r.is_some() { u64::from(u32::MAX) } else { 0 };
+    Ok(Some(Bandwidth {
+        ingress_rate: ingress.unwrap_or(0),
+        ingress_burst: burst(ingress),
+        egress_rate: egress.unwrap_or(0),
+        egress_burst: burst(egress),
+    }))
+}
+
+/// Parses a Kubernetes resource quantity (`10M`, `1.5Gi`, `1e6`, `500m`) and rounds it up to an
+/// integer, as `resource.Quantity.Value()` does; values beyond `u64` saturate. Negative values
+/// are refused (no bandwidth can be).
+pub fn parse_quantity(s: &str) -> Result<u64, String> {
+    let bad = || format!("{s:?} is not a resource quantity (e.g. 10M, 1.5Gi, 1e6)");
+    let unsigned = match s.strip_prefix(['+', '-']) {
+        Some(_) if s.starts_with('-') => return Err(format!("{s:?} is negative")),
+        Some(rest) => rest,
+        None => s,
+    };
+    let number_len = unsigned
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(unsigned.len());
+    let (number, suffix) = unsigned.split_at(number_len);
+    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
+    if frac.contains('.') || (int.is_empty() && frac.is_empty()) {
+        return Err(bad());
+    }
+    // (power of ten, power of two)
+    let (exp10, exp2): (i64, u32) = match suffix {
+        "" => (0, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        e => {
+            let digits = e.strip_prefix(['e', 'E']).ok_or_else(bad)?;
+            let (neg, digits) = match digits.strip_prefix(['+', '-']) {
+                Some(d) => (digits.starts_with('-'), d),
+                None => (false, digits),
+            };
+            if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| b.is_ascii_digit())
+            {
+                return Err(bad());
+            }
+            let v: i64 = digits.parse().map_err(|_| bad())?;
+            (if neg { -v } else { v }, 0)
+        }
+    };
+    // value = digits * 10^(exp10 - frac digits) * 2^exp2, exactly, in u128: the digits are
+    // kept below 10^20 (more significant digits than u64 holds only fit a value that saturates
+    // anyway), so the shift by at most 60 cannot overflow.
+    let int = int.trim_start_matches('0');
+    let frac = frac.trim_end_matches('0');
+    let mut mant: u128 = 0;
+    for b in int.bytes().chain(frac.bytes()) {
+        mant = mant * 10 + u128::from(b - b'0');
+        if mant >= 10u128.pow(20) {
+            return if int.len() as i64 + exp10 > 20 {
+                Ok(u64::MAX)
+            } else {
+                Err(format!("{s:?} has too many digits"))
+            };
+        }
+    }
+    let num = mant << exp2;
+    let scale = exp10 - frac.len() as i64;
+    let value = match u32::try_from(scale.unsigned_abs()).ok() {
+        _ if num == 0 => 0,
+        Some(k) if scale >= 0 => 10u128
+            .checked_pow(k)
+            .and_then(|p| num.checked_mul(p))
+            .unwrap_or(u128::MAX),
+        Some(k) => 10u128.checked_pow(k).map_or(1, |den| num.div_ceil(den)),
+        None if scale >= 0 => u128::MAX,
+        None => 1,
+    };
+    Ok(u64::try_from(value).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -823,5 +942,96 @@ mod tests {
         let mut cfg = kubelet_like();
         cfg.metadata.mut_or_insert_default().name = "a/b".into();
         assert!(err_string(&cfg).starts_with("metadata.name: "));
+    }
+
+    #[test]
+    fn quantities() {
+        for (q, want) in [
+            ("10M", 10_000_000u64),
+            ("1k", 1_000),
+            ("1Ki", 1_024),
+            ("1.5Ki", 1_536),
+            ("1.5k", 1_500),
+            ("+2G", 2_000_000_000),
+            ("1e3", 1_000),
+            ("1E6", 1_000_000),
+            ("12e-1", 2),
+            ("1500m", 2),
+            ("0.001k", 1),
+            ("1.", 1),
+            (".5k", 500),
+            ("0", 0),
+            ("000100", 100),
+            ("1P", 1_000_000_000_000_000),
+            ("1Ei", 1 << 60),
+            ("16Ei", u64::MAX),
+            ("100000000000000000000000", u64::MAX),
+            ("1e9999", u64::MAX),
+            ("1e-9999", 1),
+            ("1.000000000000000000000000000", 1),
+            ("0.000000000000000000001", 1),
+        ] {
+            assert_eq!(parse_quantity(q), Ok(want), "{q}");
+        }
+        for bad in [
+            "",
+            ".",
+            "k",
+            "1.2.3",
+            "1 k",
+            " 1k",
+            "1kb",
+            "1K",
+            "1e",
+            "1e+",
+            "1e12345",
+            "-1k",
+            "1..",
+            "1.00000000000000000001",
+        ] {
+            assert!(parse_quantity(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bandwidth_annotations() {
+        let ann = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(bandwidth_of(&ann(&[("a", "b")])), Ok(None));
+        assert_eq!(
+            bandwidth_of(&ann(&[(INGRESS_BANDWIDTH, "10M")])),
+            Ok(Some(Bandwidth {
+                ingress_rate: 10_000_000,
+                ingress_burst: u32::MAX as u64,
+                egress_rate: 0,
+                egress_burst: 0,
+            }))
+        );
+        let b = bandwidth_of(&ann(&[(INGRESS_BANDWIDTH, "1k"), (EGRESS_BANDWIDTH, "1P")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (b.ingress_rate, b.egress_rate),
+            (1_000, 1_000_000_000_000_000)
+        );
+        assert_eq!(b.egress_burst, u32::MAX as u64);
+        for (v, why) in [
+            ("999", "unreasonably small"),
+            ("1.0001P", "unreasonably large"),
+            ("ten", "not a resource quantity"),
+        ] {
+            let e = bandwidth_of(&ann(&[(EGRESS_BANDWIDTH, v)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("annotations[\"kubernetes.io/egress-bandwidth\"]: ")
+                    && e.contains(why),
+                "{v}: {e}"
+            );
+        }
     }
 }

@@ -11,6 +11,7 @@ use std::net::IpAddr;
 use std::path::{Component, Path, PathBuf};
 
 use crate::cri;
+use crate::network::{self, DnsConf, PodNetworkConf};
 
 pub mod decode;
 pub mod sysctl;
@@ -261,6 +262,39 @@ impl PodSpec {
     /// network, as in containerd).
     pub fn host_uts(&self) -> bool {
         self.network == NetworkMode::Host
+    }
+
+    /// What shim-run CNI needs to know about the pod (identity, host ports, DNS, bandwidth), as
+    /// containerd's CRI passes it. Fails only on bad bandwidth annotations (see
+    /// [`decode::bandwidth_of`]), which are checked here and not when decoding: CRI accepts them
+    /// on pods whose network it does not set up.
+    pub fn network_conf(&self) -> Result<PodNetworkConf, SpecError> {
+        Ok(PodNetworkConf {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            uid: self.uid.clone(),
+            port_mappings: self
+                .port_mappings
+                .iter()
+                .filter(|p| p.host_port != 0)
+                .map(|p| network::PortMapping {
+                    protocol: match p.protocol {
+                        Protocol::Tcp => "tcp",
+                        Protocol::Udp => "udp",
+                        Protocol::Sctp => "sctp",
+                    },
+                    container_port: p.container_port,
+                    host_port: p.host_port,
+                    host_ip: p.host_ip,
+                })
+                .collect(),
+            dns: self.dns.as_ref().map(|d| DnsConf {
+                servers: d.servers.clone(),
+                searches: d.searches.clone(),
+                options: d.options.clone(),
+            }),
+            bandwidth: decode::bandwidth_of(&self.annotations)?,
+        })
     }
 
     /// Validates and converts a decoded CRI config.
