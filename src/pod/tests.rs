@@ -871,3 +871,161 @@ fn a_failing_teardown_does_not_fail_stop() {
     assert_eq!(net.calls(), ["setup k8s.io pod1 web", "teardown pod1"]);
     f.shutdown("pod1").unwrap();
 }
+
+// ---- the network decision table (README "Networking") and hostNetwork pods ----
+
+/// What containerd's sandbox controller API sends without a pod config.
+fn no_pod_config() -> Any {
+    Any {
+        type_url: "type.googleapis.com/google.protobuf.Empty".into(),
+        ..Default::default()
+    }
+}
+
+fn host_network_pod_config() -> Any {
+    use crate::cri;
+    let mut cfg = cri::PodSandboxConfig::new();
+    cfg.hostname = "node-name-is-used".into();
+    let md = cfg.metadata.mut_or_insert_default();
+    md.name = "hostnet".into();
+    md.namespace = "kube-system".into();
+    let ns = cfg
+        .linux
+        .mut_or_insert_default()
+        .security_context
+        .mut_or_insert_default()
+        .namespace_options
+        .mut_or_insert_default();
+    ns.network = cri::NamespaceMode::NODE.into();
+    ns.pid = cri::NamespaceMode::CONTAINER.into();
+    Any {
+        type_url: "runtime.v1.PodSandboxConfig".into(),
+        value: cfg.write_to_bytes().unwrap(),
+        ..Default::default()
+    }
+}
+
+/// A container spec as `ctr run --sandbox` sends it: new namespaces of every kind, no paths.
+fn member_spec() -> serde_json::Value {
+    serde_json::json!({
+        "root": {"path": "rootfs"},
+        "linux": {"namespaces": [
+            {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
+            {"type": "network"}
+        ]}
+    })
+}
+
+/// The namespaces of a prepared container spec: (type, path or "").
+fn namespaces_of(spec: &serde_json::Value) -> Vec<(String, String)> {
+    spec["linux"]["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["type"].as_str().unwrap().to_string(),
+                n["path"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn ns(kind: &str, path: &str) -> (String, String) {
+    (kind.to_string(), path.to_string())
+}
+
+#[test]
+fn host_network_pod_keeps_the_host_network_and_uts() {
+    // Shim-owned networking on, and even a netns given: neither applies to hostNetwork.
+    let net = Arc::new(FakeNetwork::default());
+    let f = fixture_with_network(&net);
+    f.create_in("pod1", host_network_pod_config(), "").unwrap();
+    assert!(net.calls().is_empty(), "{:?}", net.calls());
+    f.start("pod1").unwrap();
+    let cfg = f.host.pause.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        cfg,
+        PauseConfig {
+            netns: None,
+            new_ipc: true,
+            new_uts: false,
+            new_pid: true,
+            hostname: None,
+            sysctls: vec![],
+            pod_id: "pod1".into(),
+        },
+        "pause in the host netns and UTS, no default net.* sysctls written into the host's"
+    );
+    let mut spec = member_spec();
+    assert!(f.sm.prepare_spec("c1", &mut spec).unwrap());
+    let pause = |k: &str| format!("/proc/{PAUSE_PID}/ns/{k}");
+    assert_eq!(
+        namespaces_of(&spec),
+        [ns("pid", ""), ns("ipc", &pause("ipc")), ns("mount", "")],
+        "containers: host network and UTS (entries dropped), the pod's IPC"
+    );
+    let info = f.status("pod1").unwrap().info["info"].clone();
+    assert!(info.contains("\"networkOwner\":\"host\""), "{info}");
+
+    let f = fixture_with_network(&net);
+    let netns = f.netns();
+    f.create_in("pod2", host_network_pod_config(), &netns)
+        .unwrap();
+    f.start("pod2").unwrap();
+    assert_eq!(f.host.pause.lock().unwrap().as_ref().unwrap().netns, None);
+}
+
+#[test]
+fn no_netns_no_pod_config_and_no_shim_networking_means_the_host_network() {
+    let f = fixture();
+    f.create_in("pod1", no_pod_config(), "").unwrap();
+    f.start("pod1").unwrap();
+    let cfg = f.host.pause.lock().unwrap().clone().unwrap();
+    assert_eq!((cfg.netns.as_ref(), cfg.new_uts), (None, false));
+    assert!(cfg.sysctls.is_empty(), "{:?}", cfg.sysctls);
+    let mut spec = member_spec();
+    assert!(f.sm.prepare_spec("c1", &mut spec).unwrap());
+    let names: Vec<String> = namespaces_of(&spec).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(names, ["pid", "ipc", "mount"]);
+    let info = f.status("pod1").unwrap().info["info"].clone();
+    assert!(info.contains("\"networkMode\":\"Host\""), "{info}");
+
+    // A CRI pod config that asks for a pod network cannot be given the host's.
+    let f = fixture();
+    let msg = message(f.create_in("pod1", pod_config("a", false), ""));
+    assert!(
+        msg.contains("no netns_path") && msg.contains("sandboxes = false"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn no_cni_config_gives_a_loopback_only_pod_network() {
+    let net = Arc::new(FakeNetwork::default());
+    net.loopback_only
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let f = fixture_with_network(&net);
+    f.create_in("pod1", no_pod_config(), "").unwrap();
+    assert_eq!(net.calls(), ["setup k8s.io pod1 -"]);
+    f.start("pod1").unwrap();
+    let cfg = f.host.pause.lock().unwrap().clone().unwrap();
+    assert_eq!(cfg.netns, Some(FakeNetwork::netns_of("pod1")));
+    assert!(cfg.new_uts);
+    let info = f.status("pod1").unwrap().info["info"].clone();
+    assert!(info.contains("\"ips\":[]"), "{info}");
+    assert!(info.contains("loopback only"), "{info}");
+    let mut spec = member_spec();
+    assert!(f.sm.prepare_spec("c1", &mut spec).unwrap());
+    let pause = |k: &str| format!("/proc/{PAUSE_PID}/ns/{k}");
+    assert_eq!(
+        namespaces_of(&spec),
+        [
+            ns("pid", ""),
+            ns("ipc", &pause("ipc")),
+            ns("uts", &pause("uts")),
+            ns("mount", ""),
+            ns("network", &pause("net")),
+        ]
+    );
+}

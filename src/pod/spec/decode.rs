@@ -240,6 +240,7 @@ pub(super) fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError>
         run_as_user,
         run_as_group,
         privileged: sc.is_some_and(|s| s.privileged),
+        cri_config: true,
     })
 }
 
@@ -590,6 +591,7 @@ mod tests {
     #[test]
     fn decodes_kubelet_like_config() {
         let spec = decode(&kubelet_like()).unwrap();
+        assert!(spec.cri_config);
         assert_eq!(spec.name, "nginx");
         assert_eq!(spec.namespace, "default");
         assert_eq!(spec.uid, "5f2a6e1c-0000-4000-8000-000000000001");

@@ -242,6 +242,34 @@ pub struct PodSpec {
     pub run_as_group: Option<u32>,
     /// `security_context.privileged`.
     pub privileged: bool,
+    /// A CRI `PodSandboxConfig` was given. False: none, or `google.protobuf.Empty` (the sandbox
+    /// API used directly, as by `ctr` or containerd's Go client), where an empty `netns_path`
+    /// may mean the host network (see [`PodSpec::network_plan`]).
+    pub cri_config: bool,
+}
+
+/// Where the pod's network namespace comes from (the README's decision table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkPlan {
+    /// The caller's `netns_path` (CRI made it and runs CNI).
+    Given,
+    /// The shim makes it: CNI when a network config exists, else loopback only (unless
+    /// `[network] require_cni`); see [`crate::network`].
+    ShimOwned,
+    /// The node's network (and UTS) namespace: hostNetwork pods, and sandboxes without a
+    /// netns and without a pod config when shim-owned networking is off.
+    Host,
+}
+
+/// What a member container whose spec asks for a new namespace (an entry without a path) gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberNamespace {
+    /// The pause process's: `/proc/<pause>/ns/<name>`.
+    Pause(&'static str),
+    /// The node's: the entry is removed (as CRI does for hostNetwork/hostIPC containers).
+    Host,
+    /// Its own new one: the entry stays as it is.
+    Own,
 }
 
 impl PodSpec {
@@ -256,6 +284,60 @@ impl PodSpec {
         self.cgroup_parent
             .as_deref()
             .and_then(|raw| CgroupParent::parse(raw).ok())
+    }
+
+    /// The network decision for a CreateSandbox: `netns_given` (a non-empty `netns_path`),
+    /// `shim_networking` (`[network] sandboxes`). A pod asking for the host network keeps it
+    /// whatever else is given; an error names what is missing.
+    ///
+    /// | host network | netns_path | shim networking | pod config | plan        |
+    /// |--------------|------------|-----------------|------------|-------------|
+    /// | yes          | any        | any             | CRI        | Host        |
+    /// | no           | given      | any             | any        | Given       |
+    /// | no           | empty      | on              | any        | ShimOwned   |
+    /// | no           | empty      | off             | none       | Host        |
+    /// | no           | empty      | off             | CRI        | error       |
+    pub fn network_plan(
+        &self,
+        netns_given: bool,
+        shim_networking: bool,
+    ) -> Result<NetworkPlan, &'static str> {
+        if self.network == NetworkMode::Host {
+            Ok(NetworkPlan::Host)
+        } else if netns_given {
+            Ok(NetworkPlan::Given)
+        } else if shim_networking {
+            Ok(NetworkPlan::ShimOwned)
+        } else if !self.cri_config {
+            Ok(NetworkPlan::Host)
+        } else {
+            Err(
+                "no netns_path for a pod that does not ask for the host network, and \
+                 shim-owned networking is disabled ([network] sandboxes = false)",
+            )
+        }
+    }
+
+    /// What a member container gets for a namespace of OCI type `kind` that its spec asks to
+    /// be new: the pod's (the pause process's) network, UTS and IPC namespaces, or the node's
+    /// where the pod uses the node's; the pod's PID namespace only when the pod shares one.
+    /// CRI already sends these paths; other clients (containerd's API, `ctr run --sandbox`)
+    /// do not.
+    pub fn member_namespace(&self, kind: &str) -> MemberNamespace {
+        let pod_or_host = |host: bool, name| {
+            if host {
+                MemberNamespace::Host
+            } else {
+                MemberNamespace::Pause(name)
+            }
+        };
+        match kind {
+            "network" => pod_or_host(self.network == NetworkMode::Host, "net"),
+            "uts" => pod_or_host(self.host_uts(), "uts"),
+            "ipc" => pod_or_host(self.ipc == IpcMode::Host, "ipc"),
+            "pid" if self.pid == PidMode::Pod => MemberNamespace::Pause("pid"),
+            _ => MemberNamespace::Own,
+        }
     }
 
     /// Whether the pod shares the node's UTS namespace (it does exactly when it uses the host
@@ -300,5 +382,131 @@ impl PodSpec {
     /// Validates and converts a decoded CRI config.
     pub fn from_cri(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
         decode::convert(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_network_decision_table() {
+        use NetworkPlan::*;
+        let pod = |network, cri_config| PodSpec {
+            network,
+            cri_config,
+            ..Default::default()
+        };
+        let (p, h) = (NetworkMode::Pod, NetworkMode::Host);
+        // (spec, netns given, shim networking) -> plan
+        for (spec, given, shim, want) in [
+            (pod(h, true), false, true, Ok(Host)),
+            (pod(h, true), true, true, Ok(Host)),
+            (pod(h, true), false, false, Ok(Host)),
+            (pod(p, true), true, true, Ok(Given)),
+            (pod(p, false), true, false, Ok(Given)),
+            (pod(p, true), false, true, Ok(ShimOwned)),
+            (pod(p, false), false, true, Ok(ShimOwned)),
+            (pod(p, false), false, false, Ok(Host)),
+        ] {
+            assert_eq!(
+                spec.network_plan(given, shim),
+                want,
+                "{spec:?} {given} {shim}"
+            );
+        }
+        let e = pod(p, true).network_plan(false, false).unwrap_err();
+        assert!(e.contains("sandboxes = false"), "{e}");
+    }
+
+    #[test]
+    fn member_namespaces() {
+        use MemberNamespace::*;
+        let pod = PodSpec {
+            pid: PidMode::Pod,
+            ..Default::default()
+        };
+        let kinds = ["network", "uts", "ipc", "pid", "mount", "cgroup", "user"];
+        let got = |s: &PodSpec| kinds.map(|k| s.member_namespace(k));
+        assert_eq!(
+            got(&pod),
+            [
+                Pause("net"),
+                Pause("uts"),
+                Pause("ipc"),
+                Pause("pid"),
+                Own,
+                Own,
+                Own
+            ]
+        );
+        let host = PodSpec {
+            network: NetworkMode::Host,
+            ipc: IpcMode::Host,
+            pid: PidMode::Container,
+            ..Default::default()
+        };
+        assert_eq!(got(&host), [Host, Host, Host, Own, Own, Own, Own]);
+        let hostnet = PodSpec {
+            network: NetworkMode::Host,
+            ..Default::default()
+        };
+        assert_eq!(
+            got(&hostnet),
+            [Host, Host, Pause("ipc"), Own, Own, Own, Own]
+        );
+    }
+
+    #[test]
+    fn network_conf_of_a_pod() {
+        let spec = PodSpec {
+            name: "web".into(),
+            namespace: "default".into(),
+            uid: "u1".into(),
+            port_mappings: vec![
+                PortMapping {
+                    protocol: Protocol::Udp,
+                    container_port: 53,
+                    host_port: 5353,
+                    host_ip: None,
+                },
+                PortMapping {
+                    protocol: Protocol::Tcp,
+                    container_port: 80,
+                    host_port: 0,
+                    host_ip: None,
+                },
+            ],
+            dns: Some(Dns {
+                servers: vec!["10.0.0.10".into()],
+                ..Default::default()
+            }),
+            annotations: [(
+                "kubernetes.io/egress-bandwidth".to_string(),
+                "1M".to_string(),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let conf = spec.network_conf().unwrap();
+        assert_eq!(
+            (
+                conf.name.as_str(),
+                conf.namespace.as_str(),
+                conf.uid.as_str()
+            ),
+            ("web", "default", "u1")
+        );
+        assert_eq!(
+            conf.port_mappings,
+            [network::PortMapping {
+                protocol: "udp",
+                container_port: 53,
+                host_port: 5353,
+                host_ip: None
+            }]
+        );
+        assert_eq!(conf.dns.unwrap().servers, ["10.0.0.10"]);
+        assert_eq!(conf.bandwidth.unwrap().egress_rate, 1_000_000);
     }
 }
