@@ -14,7 +14,7 @@
 //! cache entry.
 //!
 //! [`NetworkProvider`] is the narrow trait the sandbox and task code use, so their tests run
-//! against [`FakeNetwork`] (test builds only) instead of namespaces and plugins.
+//! against `FakeNetwork` (test builds only) instead of namespaces and plugins.
 
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
@@ -99,7 +99,7 @@ pub struct Bandwidth {
     pub egress_burst: u64,
 }
 
-/// Sets up and tears down shim-owned networks (a trait so tests can fake it: [`FakeNetwork`]).
+/// Sets up and tears down shim-owned networks (a trait so tests can fake it: `FakeNetwork`).
 pub trait NetworkProvider: Send + Sync {
     /// Creates the netns for `id` (namespace `ns`) and runs CNI ADD (or leaves it with loopback
     /// only when there is no CNI config; see the module docs).

@@ -2,7 +2,9 @@
 //! `sandboxer = "shim"` runtime must do itself:
 //!
 //! * [`spec`]: decode `CreateSandboxRequest.options` (a CRI `PodSandboxConfig`) and validate
-//!   it into a plain [`PodSpec`];
+//!   it into a plain [`PodSpec`] (`spec::decode`), the pod sysctls (`spec::sysctl`), and the
+//!   pod-level decisions: where its network comes from, what member containers join, what CNI
+//!   is told about it;
 //! * [`files`]: the pod's `/etc/hosts`, `/etc/resolv.conf`, `/etc/hostname` and `/dev/shm`;
 //! * [`pause`]: the process that holds the pod's namespaces;
 //! * [`cgroup`]: the pod cgroup;

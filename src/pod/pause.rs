@@ -7,7 +7,7 @@
 //!   stack pages, so shim + pause cost barely more than the shim (a static pause binary alone
 //!   has ~0.7 MB RSS);
 //! - security: no host binary is executed inside pod namespaces (nothing for a container to
-//!   overwrite through /proc/<pid>/exe, CVE-2019-5736); the child closes every fd, drops all
+//!   overwrite through `/proc/<pid>/exe`, CVE-2019-5736); the child closes every fd, drops all
 //!   capabilities (bounding set included), switches to 65535:65535, sets no_new_privs and
 //!   is not dumpable.
 //!
@@ -24,7 +24,7 @@
 //! broadcast to all threads, stdio) can deadlock on a lock another thread held at the clone, and
 //! an unwinding panic would run the shim's code (destructors, the RPC loop) in a second process.
 //! So between the clone and its endless wait the child only makes raw, async-signal-safe system
-//! calls on data the parent prepared ([`Prepared`]): no `unwrap`/`expect`, no slice indexing, no
+//! calls on data the parent prepared (`Prepared`): no `unwrap`/`expect`, no slice indexing, no
 //! `format!`, no `Vec`/`String`, and every exit is `_exit`. It first sets [`IN_FORKED_CHILD`], so
 //! a panic hook that runs anyway (a bug) can `_exit` at once instead of unwinding.
 
@@ -92,7 +92,7 @@ impl PauseConfig {
     /// * hostIPC keeps the host's IPC namespace;
     /// * the pause process gets a PID namespace of its own unless the pod asks for the node's:
     ///   CRI puts a container whose own namespace_options say pid=POD into
-    ///   /proc/<pause>/ns/pid whatever the pod's mode, and a pause left in the host's PID
+    ///   `/proc/<pause>/ns/pid` whatever the pod's mode, and a pause left in the host's PID
     ///   namespace would hand it the node's processes.
     pub fn for_pod(
         pod_id: &str,
