@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -18,6 +17,7 @@ use containerd_shim_protos::cgroups_v2::metrics as v2;
 use protobuf::MessageField;
 
 use crate::error::{Context, Error, Result};
+use crate::sync::Lock;
 
 /// Whether the host runs the unified (v2 only) hierarchy at /sys/fs/cgroup.
 pub fn is_unified(root: &Path) -> bool {
@@ -364,7 +364,7 @@ impl OomWatcher {
     }
 
     fn thread(&self) -> Result<Arc<WatcherThread>> {
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.inner.locked();
         if let Some(t) = inner.as_ref() {
             return Ok(t.clone());
         }
@@ -428,15 +428,15 @@ impl OomWatcher {
             return Ok(()); // no memory controller: nothing to watch
         };
         let t = self.thread()?;
-        t.watches.lock().unwrap().push(watch);
+        t.watches.locked().push(watch);
         let _ = nix::unistd::write(&t.wake, b"w");
         Ok(())
     }
 
     /// Stops watching container `id`.
     pub fn unwatch(&self, id: &str) {
-        if let Some(t) = self.inner.lock().unwrap().as_ref() {
-            t.watches.lock().unwrap().retain(|w| w.id != id);
+        if let Some(t) = self.inner.locked().as_ref() {
+            t.watches.locked().retain(|w| w.id != id);
             let _ = nix::unistd::write(&t.wake, b"w");
         }
     }
@@ -448,7 +448,7 @@ impl WatcherThread {
         loop {
             // Duplicate the fds so the list lock is not held while polling.
             let (ids, fds): (Vec<String>, Vec<OwnedFd>) = {
-                let w = self.watches.lock().unwrap();
+                let w = self.watches.locked();
                 w.iter()
                     .filter_map(|w| Some((w.id.clone(), w.fd.try_clone().ok()?)))
                     .unzip()
@@ -475,7 +475,7 @@ impl WatcherThread {
                     continue;
                 }
                 let mut drain = [0u8; 4096];
-                let _ = File::from(fds[i].try_clone().unwrap()).read(&mut drain);
+                let _ = nix::unistd::read(&fds[i], &mut drain);
                 if self.is_oom(id) {
                     log::info!("container {id}: OOM kill");
                     callback(id);
@@ -486,7 +486,7 @@ impl WatcherThread {
 
     /// Whether the event on `id`'s fd was an OOM kill (not a cgroup removal or other change).
     fn is_oom(&self, id: &str) -> bool {
-        let mut watches = self.watches.lock().unwrap();
+        let mut watches = self.watches.locked();
         let Some(pos) = watches.iter().position(|w| w.id == id) else {
             return false;
         };

@@ -15,13 +15,14 @@ use containerd_shim_protos::shim_sync::create_task;
 use crate::cgroups::OomWatcher;
 use crate::error::{Context, Error, Result};
 use crate::events::{Event, EventSink, RemotePublisher};
-use crate::pod::sandbox::{LinuxPodHost, SandboxManager};
+use crate::pod::sandbox::{LinuxPodHost, SandboxDeps, SandboxManager};
 use crate::reaper::{Reaper, Spawner};
-use crate::rpc::sandbox::SandboxService;
-use crate::rpc::server::Server;
-use crate::rpc::task::{TaskService, runc_config_from_options};
+use crate::rpc::sandbox::{SandboxService, SandboxWait};
+use crate::rpc::server::ServerBuilder;
+use crate::rpc::task::{TaskService, TaskWait, runc_config_from_options};
 use crate::runtime::RuncConfig;
-use crate::task::{LinuxHost, TaskManager};
+use crate::sync::{Lock, Wait};
+use crate::task::{LinuxHost, TaskDeps, TaskManager};
 
 /// The fd on which `start` hands the listening socket to the daemon.
 pub const LISTENER_FD: i32 = 3;
@@ -38,13 +39,13 @@ pub struct ExitSignal {
 
 impl ExitSignal {
     pub fn signal(&self) {
-        *self.done.lock().unwrap() = true;
+        *self.done.locked() = true;
         self.cond.notify_all();
     }
     pub fn wait(&self) {
-        let mut d = self.done.lock().unwrap();
+        let mut d = self.done.locked();
         while !*d {
-            d = self.cond.wait(d).unwrap();
+            d = self.cond.wait_on(d);
         }
     }
 }
@@ -126,13 +127,6 @@ pub fn serve(flags: &Flags) -> Result<()> {
         unified,
         socket_dir: PathBuf::from(SOCKET_DIR),
     });
-    let tm = TaskManager::new(
-        &flags.namespace,
-        default_runc(&bundle, &flags.namespace),
-        host,
-        events,
-        Some(reaper.clone()),
-    );
     let config = crate::config::ShimConfig::load().unwrap_or_else(|e| {
         log::error!("{e}; using the defaults");
         Default::default()
@@ -144,17 +138,36 @@ pub fn serve(flags: &Flags) -> Result<()> {
                 reaper.clone(),
             ))),
         ));
-    tm.set_network(networker.clone(), config.network.standalone_tasks);
+    let exit = Arc::new(ExitSignal::default());
+    let e = exit.clone();
+    let on_shutdown: Arc<dyn Fn() + Send + Sync> = Arc::new(move || e.signal());
     let sm = SandboxManager::new(
-        Arc::new(LinuxPodHost {
-            host_etc: PathBuf::from("/etc"),
-            unified,
-            sysctl_defaults: crate::pod::SysctlDefaults::detect(),
-        }),
-        tm.clone(),
+        SandboxDeps {
+            host: Arc::new(LinuxPodHost {
+                host_etc: PathBuf::from("/etc"),
+                unified,
+                sysctl_defaults: crate::pod::SysctlDefaults::detect(),
+            }),
+            reaper: Some(reaper.clone()),
+            network: Some(networker.clone()),
+            network_for_pods: config.network.sandboxes,
+            on_shutdown: on_shutdown.clone(),
+        },
+        |pod| {
+            TaskManager::new(TaskDeps {
+                namespace: flags.namespace.clone(),
+                default_runc: default_runc(&bundle, &flags.namespace),
+                host,
+                events,
+                reaper: Some(reaper.clone()),
+                network: Some(networker),
+                network_for_tasks: config.network.standalone_tasks,
+                pod,
+                on_shutdown,
+            })
+        },
     );
-    tm.set_pod_hooks(sm.clone());
-    sm.set_network(networker, config.network.sandboxes);
+    let tm = sm.tasks().clone();
     let (wtm, wsm) = (Arc::downgrade(&tm), Arc::downgrade(&sm));
     reaper.set_handler(move |exit| {
         if let Some(tm) = wtm.upgrade() {
@@ -164,13 +177,8 @@ pub fn serve(flags: &Flags) -> Result<()> {
             sm.on_exit(exit);
         }
     });
-    let exit = Arc::new(ExitSignal::default());
-    let e = exit.clone();
-    tm.set_on_shutdown(move || e.signal());
-    let e = exit.clone();
-    sm.set_on_shutdown(move || e.signal());
 
-    let mut server = Server::new();
+    let mut server = ServerBuilder::default();
     let task = Arc::new(TaskService::new(tm.clone()));
     server.register(create_task(task.clone()));
     server.register_renamed(
@@ -178,7 +186,15 @@ pub fn serve(flags: &Flags) -> Result<()> {
         "containerd.task.v3.Task",
         "containerd.task.v2.Task",
     );
-    server.register(create_sandbox(Arc::new(SandboxService::new(sm))));
+    let task_wait = Arc::new(TaskWait::new(tm));
+    server.register_parked("/containerd.task.v3.Task/Wait", task_wait.clone());
+    server.register_parked("/containerd.task.v2.Task/Wait", task_wait);
+    server.register(create_sandbox(Arc::new(SandboxService::new(sm.clone()))));
+    server.register_parked(
+        "/containerd.runtime.sandbox.v1.Sandbox/WaitSandbox",
+        Arc::new(SandboxWait::new(sm)),
+    );
+    let server = server.build();
     let handle = server.start(listener).context("start the ttrpc server")?;
     log::info!(
         "shim {} serving namespace {} (pid {})",

@@ -4,8 +4,8 @@
 //! ttrpc `Events/Forward` on `$TTRPC_ADDRESS`, (re)connecting as needed. A single queue keeps
 //! the order the task manager enqueued them in (Create < Start < Exit < Delete).
 
-use std::sync::Mutex;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
 use containerd_shim_protos::events::task::{
@@ -18,6 +18,7 @@ use containerd_shim_protos::shim_sync::EventsClient;
 use protobuf::well_known_types::any::Any;
 use protobuf::{MessageField, MessageFull};
 
+use crate::sync::{Lock, Wait};
 use crate::util::timestamp;
 
 /// One task event.
@@ -78,78 +79,199 @@ pub trait EventSink: Send + Sync {
     fn publish(&self, event: Event);
 }
 
-/// Forwards events to containerd from one background thread.
-pub struct RemotePublisher {
-    tx: Mutex<Sender<(Event, SystemTime)>>,
+/// Events waiting to be forwarded, oldest first.
+#[derive(Default)]
+struct Queue {
+    items: VecDeque<(Event, SystemTime)>,
+    /// Events dropped because the queue was full, not yet reported in the log.
+    overflowed: usize,
 }
 
-/// How often one event is tried before it is dropped (with a log line).
-const ATTEMPTS: u32 = 5;
+/// The queue and its wake-up, shared by publishers and the forwarding thread.
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
+/// How events leave the shim (containerd's `Events/Forward`; a fake in tests).
+trait Forwarder {
+    fn forward(&mut self, req: &ForwardRequest) -> Result<(), String>;
+}
+
+/// Retry rules: how long an event may wait for containerd, and how many may wait.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// containerd's Go publisher retries an event for about 15 s (1+2+3+4+5 s); so do we.
+    retry_window: Duration,
+    /// Most events kept while containerd is away; beyond it the oldest are dropped.
+    queue_limit: usize,
+    /// First pause between attempts; it doubles up to `max_backoff`.
+    backoff: Duration,
+    max_backoff: Duration,
+}
+
+const LIMITS: Limits = Limits {
+    retry_window: Duration::from_secs(15),
+    queue_limit: 4096,
+    backoff: Duration::from_millis(100),
+    max_backoff: Duration::from_secs(2),
+};
+
+/// Forwards events to containerd from one background thread, in order, retrying each for
+/// [`Limits::retry_window`]; publishing never blocks (a full queue drops its oldest event,
+/// with a log line).
+pub struct RemotePublisher {
+    shared: Arc<Shared>,
+}
 
 impl RemotePublisher {
     /// Starts the forwarding thread for containerd's ttrpc socket `address` (a plain path or
     /// `unix://` URL) and `namespace`.
     pub fn start(address: String, namespace: String) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::channel();
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
         std::thread::Builder::new()
             .name("events".into())
             .stack_size(256 * 1024)
-            .spawn(move || forward_loop(rx, &address, &namespace))?;
-        Ok(RemotePublisher { tx: Mutex::new(tx) })
+            .spawn(move || {
+                let mut fwd = TtrpcForwarder::new(&address);
+                forward_loop(&s, &mut fwd, &namespace, LIMITS)
+            })?;
+        Ok(RemotePublisher { shared })
     }
 }
 
 impl EventSink for RemotePublisher {
     fn publish(&self, event: Event) {
-        let _ = self.tx.lock().unwrap().send((event, SystemTime::now()));
+        enqueue(&self.shared, event, LIMITS.queue_limit);
     }
 }
 
-fn forward_loop(rx: Receiver<(Event, SystemTime)>, address: &str, namespace: &str) {
-    let url = if address.contains("://") {
-        address.to_string()
-    } else {
-        format!("unix://{address}")
-    };
-    let mut client: Option<EventsClient> = None;
-    for (event, at) in rx {
-        let req = ForwardRequest {
-            envelope: MessageField::some(Envelope {
-                timestamp: MessageField::some(timestamp(at)),
-                namespace: namespace.to_string(),
-                topic: event.topic().to_string(),
-                event: MessageField::some(event.to_any()),
-                ..Default::default()
-            }),
-            ..Default::default()
+fn enqueue(shared: &Shared, event: Event, limit: usize) {
+    let mut q = shared.queue.locked();
+    if q.items.len() >= limit {
+        q.items.pop_front();
+        q.overflowed += 1;
+    }
+    q.items.push_back((event, SystemTime::now()));
+    drop(q);
+    shared.ready.notify_one();
+}
+
+/// containerd's events service over ttrpc, (re)connected on demand.
+struct TtrpcForwarder {
+    url: String,
+    client: Option<EventsClient>,
+}
+
+impl TtrpcForwarder {
+    fn new(address: &str) -> Self {
+        let url = if address.contains("://") {
+            address.to_string()
+        } else {
+            format!("unix://{address}")
         };
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            if client.is_none() {
-                match ttrpc::Client::connect(&url) {
-                    Ok(c) => client = Some(EventsClient::new(c)),
-                    Err(e) => log::warn!("connect to containerd events at {url}: {e}"),
-                }
-            }
-            if let Some(c) = &client {
-                match c.forward(
-                    ttrpc::context::with_timeout(Duration::from_secs(5).as_nanos() as i64),
-                    &req,
-                ) {
-                    Ok(_) => break,
-                    Err(e) => {
-                        log::warn!("forward {} event: {e}", event.topic());
-                        client = None;
-                    }
-                }
-            }
-            if attempt >= ATTEMPTS {
-                log::error!("dropping {} event after {ATTEMPTS} attempts", event.topic());
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100 * u64::from(attempt)));
+        TtrpcForwarder { url, client: None }
+    }
+}
+
+impl Forwarder for TtrpcForwarder {
+    fn forward(&mut self, req: &ForwardRequest) -> Result<(), String> {
+        if self.client.is_none() {
+            let c = ttrpc::Client::connect(&self.url)
+                .map_err(|e| format!("connect to containerd events at {}: {e}", self.url))?;
+            self.client = Some(EventsClient::new(c));
         }
+        let Some(c) = &self.client else {
+            return Err("no client".into());
+        };
+        let timeout = Duration::from_secs(5).as_nanos() as i64;
+        match c.forward(ttrpc::context::with_timeout(timeout), req) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.client = None;
+                Err(e.to_string())
+            }
+        }
+    }
+}
+
+fn envelope(event: &Event, at: SystemTime, namespace: &str) -> ForwardRequest {
+    ForwardRequest {
+        envelope: MessageField::some(Envelope {
+            timestamp: MessageField::some(timestamp(at)),
+            namespace: namespace.to_string(),
+            topic: event.topic().to_string(),
+            event: MessageField::some(event.to_any()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Forwards the oldest event until it is accepted or too old, then the next: the order the
+/// task manager published in is the order containerd sees. Returns when `shared` has no
+/// publisher left and the queue is empty (tests); the daemon's never ends.
+fn forward_loop(shared: &Arc<Shared>, fwd: &mut dyn Forwarder, namespace: &str, limits: Limits) {
+    let mut backoff = limits.backoff;
+    loop {
+        let head = {
+            let mut q = shared.queue.locked();
+            loop {
+                if q.overflowed > 0 {
+                    log::error!(
+                        "dropped {} event(s): more than {} waited for containerd",
+                        q.overflowed,
+                        limits.queue_limit
+                    );
+                    q.overflowed = 0;
+                }
+                if let Some(head) = q.items.front() {
+                    break head.clone();
+                }
+                if Arc::strong_count(shared) == 1 {
+                    return;
+                }
+                q = shared
+                    .ready
+                    .wait_on_timeout(q, Duration::from_millis(200))
+                    .0;
+            }
+        };
+        let (event, at) = head;
+        let req = envelope(&event, at, namespace);
+        let sent = crate::panic_hook::survive("forward event", || fwd.forward(&req))
+            .unwrap_or_else(|| Err("the forwarder panicked".into()));
+        match sent {
+            Ok(()) => {
+                pop_if_head(shared, &event);
+                backoff = limits.backoff;
+            }
+            Err(e) => {
+                let age = at.elapsed().unwrap_or_default();
+                if age >= limits.retry_window {
+                    log::error!(
+                        "dropping {} event after {age:?} of retries: {e}",
+                        event.topic()
+                    );
+                    pop_if_head(shared, &event);
+                    backoff = limits.backoff;
+                } else {
+                    log::warn!("forward {} event: {e}; retrying", event.topic());
+                    std::thread::sleep(backoff.min(limits.retry_window - age));
+                    backoff = (backoff * 2).min(limits.max_backoff);
+                }
+            }
+        }
+    }
+}
+
+/// Removes the head of the queue if it is still `event` (a full queue may have dropped it).
+fn pop_if_head(shared: &Shared, event: &Event) {
+    let mut q = shared.queue.locked();
+    if q.items.front().is_some_and(|(e, _)| e == event) {
+        q.items.pop_front();
     }
 }
 
@@ -161,19 +283,14 @@ pub struct RecordingSink {
 
 impl EventSink for RecordingSink {
     fn publish(&self, event: Event) {
-        self.events.lock().unwrap().push(event);
+        self.events.locked().push(event);
     }
 }
 
 impl RecordingSink {
     /// The topics seen so far, in order.
     pub fn topics(&self) -> Vec<&'static str> {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .map(Event::topic)
-            .collect()
+        self.events.locked().iter().map(Event::topic).collect()
     }
 }
 
@@ -193,5 +310,98 @@ mod tests {
         assert_eq!(any.type_url, "containerd.events.TaskExit");
         let back = <TaskExit as protobuf::Message>::parse_from_bytes(&any.value).unwrap();
         assert_eq!(back.exit_status, 3);
+    }
+
+    /// Fails the first `fail` attempts, records what got through.
+    struct Flaky {
+        fail: usize,
+        attempts: usize,
+        sent: Vec<String>,
+    }
+    impl Forwarder for Flaky {
+        fn forward(&mut self, req: &ForwardRequest) -> Result<(), String> {
+            self.attempts += 1;
+            if self.attempts <= self.fail {
+                return Err("containerd is restarting".into());
+            }
+            self.sent.push(req.envelope.topic.clone());
+            Ok(())
+        }
+    }
+
+    fn exit_event(status: u32) -> Event {
+        Event::Exit(TaskExit {
+            exit_status: status,
+            ..Default::default()
+        })
+    }
+
+    fn run(fail: usize, events: Vec<Event>, limits: Limits) -> Flaky {
+        let shared = Arc::new(Shared::default());
+        for e in events {
+            enqueue(&shared, e, limits.queue_limit);
+        }
+        let mut f = Flaky {
+            fail,
+            attempts: 0,
+            sent: Vec::new(),
+        };
+        forward_loop(&shared, &mut f, "ns", limits);
+        f
+    }
+
+    const FAST: Limits = Limits {
+        retry_window: Duration::from_secs(5),
+        queue_limit: 10,
+        backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(5),
+    };
+
+    #[test]
+    fn events_survive_a_containerd_restart_in_order() {
+        let f = run(
+            20,
+            vec![
+                Event::Create(Default::default()),
+                Event::Start(Default::default()),
+                exit_event(0),
+            ],
+            FAST,
+        );
+        assert_eq!(f.sent, ["/tasks/create", "/tasks/start", "/tasks/exit"]);
+    }
+
+    #[test]
+    fn an_event_older_than_the_retry_window_is_dropped_and_the_next_goes() {
+        let limits = Limits {
+            retry_window: Duration::from_millis(30),
+            ..FAST
+        };
+        // Fails long enough for the first event's window to pass.
+        let f = run(10_000_000, vec![exit_event(1)], limits);
+        assert!(f.sent.is_empty());
+        let f = run(
+            1,
+            vec![exit_event(1), exit_event(2)],
+            Limits {
+                retry_window: Duration::ZERO,
+                ..FAST
+            },
+        );
+        // With no window the failed first attempt drops the head; the next goes through.
+        assert_eq!(f.sent, ["/tasks/exit"]);
+        assert_eq!(f.attempts, 2);
+    }
+
+    #[test]
+    fn a_full_queue_drops_its_oldest_events_without_blocking() {
+        let shared = Shared::default();
+        for i in 0..25 {
+            enqueue(&shared, exit_event(i), 10);
+        }
+        let q = shared.queue.lock().unwrap();
+        assert_eq!(q.items.len(), 10);
+        assert_eq!(q.overflowed, 15);
+        assert_eq!(q.items.front().unwrap().0, exit_event(15));
     }
 }

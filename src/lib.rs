@@ -12,18 +12,25 @@ pub mod cri;
 pub mod daemon;
 pub mod error;
 pub mod events;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod logger;
 pub mod mount;
 pub mod netns;
 pub mod network;
+pub mod oci;
+pub mod panic_hook;
 pub mod pod;
 pub mod reaper;
 pub mod rpc;
 pub mod runtime;
 pub mod stdio;
+pub mod sync;
 pub mod task;
+pub mod timing;
 pub mod util;
 pub mod validate;
+pub mod waiters;
 
 #[cfg(test)]
 mod testutil;

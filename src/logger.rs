@@ -10,6 +10,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
@@ -39,11 +40,24 @@ impl Log for FifoLogger {
         );
         if let Ok(mut out) = self.out.lock() {
             // One write per line so lines from different threads never interleave.
-            let _ = out.write_all(line.as_bytes());
+            match out.write_all(line.as_bytes()) {
+                Ok(()) => HEALTHY.store(true, Ordering::Relaxed),
+                // A slow reader: this line is lost, the log is not.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => HEALTHY.store(false, Ordering::Relaxed),
+            }
         }
     }
 
     fn flush(&self) {}
+}
+
+/// Whether the log fifo has a reader (the last write did not fail for want of one).
+static HEALTHY: AtomicBool = AtomicBool::new(false);
+
+/// True while lines written to the log reach containerd.
+pub fn healthy() -> bool {
+    HEALTHY.load(Ordering::Relaxed)
 }
 
 fn level_name(level: Level) -> &'static str {
@@ -108,6 +122,7 @@ pub fn init(path: &Path, debug: bool, namespace: &str, id: &str) -> std::io::Res
     };
     log::set_boxed_logger(Box::new(logger)).map_err(std::io::Error::other)?;
     log::set_max_level(level);
+    HEALTHY.store(true, Ordering::Relaxed);
     Ok(())
 }
 

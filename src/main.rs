@@ -1,3 +1,4 @@
 fn main() {
+    rsandbox::panic_hook::install();
     rsandbox::cli::main()
 }

@@ -21,6 +21,8 @@ use nix::errno::Errno;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
+use crate::sync::Lock;
+
 /// A reaped child: its pid, its exit status (128+signal when killed), and when it was reaped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exit {
@@ -67,13 +69,13 @@ impl Reaper {
     /// Installs the handler that sees every exit (the task manager's exit dispatcher).
     /// It runs on the reaper thread and must never block on a lock held across a helper run.
     pub fn set_handler(&self, handler: impl Fn(Exit) + Send + Sync + 'static) {
-        *self.handler.lock().unwrap() = Some(Box::new(handler));
+        *self.handler.locked() = Some(Box::new(handler));
     }
 
     /// Listens for exits from now on, until the subscription is dropped.
     pub fn subscribe(self: &Arc<Self>) -> Subscription {
         let (tx, rx) = mpsc::channel();
-        let mut subs = self.subscribers.lock().unwrap();
+        let mut subs = self.subscribers.locked();
         subs.next_id += 1;
         let id = subs.next_id;
         subs.list.push((id, tx));
@@ -113,12 +115,12 @@ impl Reaper {
     fn dispatch(&self, exit: Exit) {
         log::debug!("reaped pid {} status {}", exit.pid, exit.status);
         self.subscribers
-            .lock()
-            .unwrap()
+            .locked()
             .list
             .retain(|(_, tx)| tx.send(exit).is_ok());
-        if let Some(handler) = self.handler.lock().unwrap().as_ref() {
-            handler(exit);
+        if let Some(handler) = self.handler.locked().as_ref() {
+            // A bug in one exit's handling must not end the only thread that reaps.
+            crate::panic_hook::survive("exit handler", || handler(exit));
         }
     }
 
@@ -167,7 +169,7 @@ impl Subscription {
             };
             match got {
                 Some(e) if e.pid == pid => return Some(e),
-                Some(e) => self.seen.lock().unwrap().push(e),
+                Some(e) => self.seen.locked().push(e),
                 None => return None,
             }
         }
@@ -175,7 +177,7 @@ impl Subscription {
 
     /// The exit of `pid` if it was already seen, without waiting.
     pub fn take(&self, pid: i32) -> Option<Exit> {
-        let mut seen = self.seen.lock().unwrap();
+        let mut seen = self.seen.locked();
         seen.extend(self.rx.try_iter());
         let pos = seen.iter().position(|e| e.pid == pid)?;
         Some(seen.swap_remove(pos))
@@ -186,8 +188,7 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         self.reaper
             .subscribers
-            .lock()
-            .unwrap()
+            .locked()
             .list
             .retain(|(id, _)| *id != self.id);
     }
@@ -518,7 +519,7 @@ mod tests {
         );
         assert_eq!(sub.wait(4, Some(Duration::from_millis(10))), None);
         drop(sub);
-        assert!(reaper.subscribers.lock().unwrap().list.is_empty());
+        assert!(reaper.subscribers.locked().list.is_empty());
     }
 
     #[test]
@@ -526,7 +527,7 @@ mod tests {
         let reaper = Reaper::new_for_test();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
-        reaper.set_handler(move |e| s.lock().unwrap().push(e.pid));
+        reaper.set_handler(move |e| s.locked().push(e.pid));
         let at = SystemTime::now();
         reaper.inject(Exit {
             pid: 7,
@@ -538,6 +539,6 @@ mod tests {
             status: 0,
             at,
         });
-        assert_eq!(*seen.lock().unwrap(), vec![7, 8]);
+        assert_eq!(*seen.locked(), vec![7, 8]);
     }
 }

@@ -7,10 +7,13 @@
 //! instead of dying of SIGPIPE, as with containerd's own shim. It is dropped when the process
 //! exits, so the client then sees EOF.
 //!
-//! stdin is the one stream copied, by a small thread per process that has one: the container
-//! must see EOF exactly when the client closes its end (or on CloseIO), and must not see a
-//! premature EOF before the client opened it. A fifo alone cannot give both (a reader of a fifo
-//! that never had a writer reads EOF), so the thread waits on the fifo and feeds a pipe.
+//! stdin is not copied either: the process reads the client's fifo directly, and the shim
+//! keeps a write end of that fifo open until CloseIO (or the process's exit). A fifo reader sees
+//! EOF only when no writer is left, so a client that closes its end merely detaches (`ctr task
+//! attach`, `kubectl attach -i`): the process waits, and a client that opens the fifo later
+//! reattaches. CloseIO closes our end, and the process reads EOF once no client holds the fifo
+//! open either: containerd's runc shim has the same rule (its own writer, closed on CloseIO).
+//! Our writer also exists before the process starts, so it never reads a premature EOF.
 //!
 //! With a terminal, runc gives us the pty master and one small thread copies between it and
 //! the fifos (see [`TtyCopier`]).
@@ -98,98 +101,23 @@ impl StdioRequest {
     }
 }
 
-/// Descriptors and helpers the shim keeps while the process lives (see the module docs).
+/// Descriptors the shim keeps while the process lives (see the module docs).
 #[derive(Debug, Default)]
 pub struct Keepalive {
-    stdin: Option<StdinCopier>,
+    /// Our write end of the stdin fifo.
+    stdin: Option<File>,
     outputs: Vec<File>,
 }
 
 impl Keepalive {
-    /// CloseIO: the container sees EOF on stdin now.
+    /// CloseIO: the process reads EOF once no client holds the stdin fifo open.
     pub fn close_stdin(&mut self) {
         self.stdin = None;
     }
-    /// The process exited: stop copying stdin and let output readers see EOF.
+    /// The process exited: let output readers see EOF.
     pub fn release(&mut self) {
         self.stdin = None;
         self.outputs.clear();
-    }
-    /// Starts copying stdin, once the process exists (see [`Opened::stdin`]).
-    pub fn start_stdin(&mut self, copy: StdinCopy) -> Result<()> {
-        self.stdin = Some(StdinCopier::start(copy)?);
-        Ok(())
-    }
-}
-
-/// The halves of a stdin copy: the client's fifo and the pipe the process reads.
-#[derive(Debug)]
-pub struct StdinCopy {
-    fifo: File,
-    pipe: File,
-}
-
-/// The thread copying a fifo into a process's stdin pipe; dropping it closes the pipe.
-#[derive(Debug)]
-pub struct StdinCopier {
-    control: File,
-}
-
-impl StdinCopier {
-    fn start(copy: StdinCopy) -> Result<StdinCopier> {
-        let (rx, tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("stdin control pipe")?;
-        std::thread::Builder::new()
-            .name("stdin".into())
-            .stack_size(64 * 1024)
-            .spawn(move || copy_stdin(copy, File::from(rx)))
-            .context("start stdin copier")?;
-        Ok(StdinCopier {
-            control: File::from(tx),
-        })
-    }
-}
-
-impl Drop for StdinCopier {
-    fn drop(&mut self) {
-        let _ = (&self.control).write_all(b"x");
-    }
-}
-
-/// Copies until the client closed the fifo after writing (POLLHUP, which Linux reports only
-/// once a writer has come and gone) or until told to stop; then closes the pipe: EOF.
-fn copy_stdin(copy: StdinCopy, control: File) {
-    let StdinCopy { fifo, mut pipe } = copy;
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let mut fds = [
-            PollFd::new(fifo.as_fd(), PollFlags::POLLIN),
-            PollFd::new(control.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return,
-        }
-        let fifo_ev = fds[0].revents().unwrap_or(PollFlags::empty());
-        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
-            return;
-        }
-        if fifo_ev.contains(PollFlags::POLLIN) {
-            match (&fifo).read(&mut buf) {
-                Ok(0) => return,
-                Ok(n) => {
-                    if pipe.write_all(&buf[..n]).is_err() {
-                        return; // the process closed its stdin
-                    }
-                    continue;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            }
-        }
-        if fifo_ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR) {
-            return;
-        }
     }
 }
 
@@ -198,8 +126,6 @@ fn copy_stdin(copy: StdinCopy, control: File) {
 pub struct Opened {
     pub process: ProcessIo,
     pub keepalive: Keepalive,
-    /// The stdin copy to start once the process exists.
-    pub stdin: Option<StdinCopy>,
 }
 
 fn open_fifo_rdwr(path: &Path) -> Result<File> {
@@ -254,24 +180,27 @@ fn open_log_file(path: &Path) -> Result<File> {
 pub fn open(req: &StdioRequest) -> Result<Opened> {
     let mut keepalive = Keepalive::default();
     let mut process = ProcessIo::default();
-    let mut stdin = None;
     if let Target::Fifo(p) = parse_target("stdin", &req.stdin)? {
         let meta = std::fs::metadata(&p).with_context(|| format!("stat {}", p.display()))?;
         if !meta.file_type().is_fifo() {
             return Err(Error::invalid(format!("{} is not a fifo", p.display())));
         }
-        // Non-blocking: opening a fifo for reading never waits for the writer then.
-        let fifo = OpenOptions::new()
+        // The process's read end first (non-blocking: no writer is needed to open it), then
+        // our writer (which needs a reader), then the read end becomes blocking for the
+        // process.
+        let reader = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOFOLLOW)
             .open(&p)
             .with_context(|| format!("open fifo {}", p.display()))?;
-        let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("stdin pipe")?;
-        process.stdin = Some(r);
-        stdin = Some(StdinCopy {
-            fifo,
-            pipe: File::from(w),
-        });
+        keepalive.stdin = Some(
+            OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOFOLLOW)
+                .open(&p)
+                .with_context(|| format!("open fifo {} for writing", p.display()))?,
+        );
+        process.stdin = Some(OwnedFd::from(blocking(reader, &p)?));
     }
     let mut output = |name: &str, s: &str| -> Result<Option<OwnedFd>> {
         Ok(match parse_target(name, s)? {
@@ -289,11 +218,7 @@ pub fn open(req: &StdioRequest) -> Result<Opened> {
         Some(out) if req.stderr == req.stdout => Some(out.try_clone().context("dup stdout")?),
         _ => output("stderr", &req.stderr)?,
     };
-    Ok(Opened {
-        process,
-        keepalive,
-        stdin,
-    })
+    Ok(Opened { process, keepalive })
 }
 
 /// The terminal side of a process: the pty master plus the copy thread.
@@ -327,7 +252,10 @@ impl TtyCopier {
             .name("tty".into())
             .stack_size(128 * 1024)
             .spawn(move || {
-                copy_loop(&m, stdin, stdout, File::from(rx));
+                // Whatever happens to the copy, the exit must not stay held behind it.
+                crate::panic_hook::survive("tty copier", || {
+                    copy_loop(&m, stdin, stdout, File::from(rx))
+                });
                 on_drained();
             })
             .context("start tty copier")?;
@@ -361,6 +289,21 @@ impl TtyCopier {
     /// The process exited: flush what is left and finish.
     pub fn process_exited(&self) {
         let _ = (&self.control).write_all(b"x");
+    }
+}
+
+/// CloseIO on a terminal: the terminal's end-of-file character (VEOF, ^D by default), so a
+/// process reading the terminal in canonical mode reads EOF as it would from a keyboard.
+/// Raw-mode programs get nothing: they decide themselves what ends their input.
+fn send_eof(master: &File) {
+    let Ok(t) = nix::sys::termios::tcgetattr(master.as_fd()) else {
+        return;
+    };
+    if t.local_flags
+        .contains(nix::sys::termios::LocalFlags::ICANON)
+    {
+        let eof = t.control_chars[nix::sys::termios::SpecialCharacterIndices::VEOF as usize];
+        let _ = (&*master).write_all(&[eof]);
     }
 }
 
@@ -414,8 +357,8 @@ fn copy_loop(master: &File, mut stdin: Option<File>, mut stdout: Option<File>, m
             match control.read(&mut c) {
                 Ok(0) | Err(_) => draining = true,
                 Ok(n) => {
-                    if c[..n].contains(&b'i') {
-                        stdin = None;
+                    if c[..n].contains(&b'i') && stdin.take().is_some() {
+                        send_eof(master);
                     }
                     if c[..n].contains(&b'x') {
                         draining = true;
@@ -511,41 +454,22 @@ mod tests {
         assert_eq!(reader.read(&mut buf).unwrap(), 0);
     }
 
-    #[test]
-    fn stdin_waits_for_the_client_and_ends_when_it_closes() {
-        let dir = tempfile::tempdir().unwrap();
-        let inp = mkfifo(dir.path(), "in");
-        let req = StdioRequest {
-            stdin: inp.display().to_string(),
-            ..Default::default()
-        };
-        let Opened {
-            process,
-            mut keepalive,
-            stdin,
-        } = open(&req).unwrap();
-        keepalive.start_stdin(stdin.unwrap()).unwrap();
-        let mut r = File::from(process.stdin.unwrap());
-        // No writer yet: the process must block, not read EOF.
-        let flags = OFlag::from_bits_truncate(fcntl(r.as_fd(), FcntlArg::F_GETFL).unwrap());
-        fcntl(r.as_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).unwrap();
-        let mut buf = [0u8; 8];
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(
-            r.read(&mut buf).unwrap_err().kind(),
-            io::ErrorKind::WouldBlock
-        );
-        fcntl(r.as_fd(), FcntlArg::F_SETFL(flags)).unwrap();
-        let mut client = OpenOptions::new().write(true).open(&inp).unwrap();
-        client.write_all(b"abc").unwrap();
-        drop(client);
-        let mut got = Vec::new();
-        r.read_to_end(&mut got).unwrap(); // EOF once the client closed
-        assert_eq!(got, b"abc");
+    /// The process's stdin, made non-blocking so a test can tell "no data yet" from EOF.
+    fn nonblocking(fd: OwnedFd) -> File {
+        let f = File::from(fd);
+        let flags = OFlag::from_bits_truncate(fcntl(f.as_fd(), FcntlArg::F_GETFL).unwrap());
+        fcntl(f.as_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK)).unwrap();
+        f
+    }
+
+    fn read_now(f: &mut File) -> io::Result<Vec<u8>> {
+        let mut buf = [0u8; 64];
+        let n = f.read(&mut buf)?;
+        Ok(buf[..n].to_vec())
     }
 
     #[test]
-    fn close_stdin_gives_eof_while_the_client_still_holds_its_end() {
+    fn stdin_survives_a_client_that_detaches_and_ends_at_close_io() {
         let dir = tempfile::tempdir().unwrap();
         let inp = mkfifo(dir.path(), "in");
         let req = StdioRequest {
@@ -555,16 +479,52 @@ mod tests {
         let Opened {
             process,
             mut keepalive,
-            stdin,
         } = open(&req).unwrap();
-        keepalive.start_stdin(stdin.unwrap()).unwrap();
-        let _client = OpenOptions::new().write(true).open(&inp).unwrap();
+        let mut r = nonblocking(process.stdin.unwrap());
+        // No client yet: no data, and no premature EOF.
+        assert_eq!(
+            read_now(&mut r).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        let mut client = OpenOptions::new().write(true).open(&inp).unwrap();
+        client.write_all(b"one\n").unwrap();
+        drop(client); // the client detaches
+        assert_eq!(read_now(&mut r).unwrap(), b"one\n");
+        assert_eq!(
+            read_now(&mut r).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock,
+            "a detached client must not end the process's input"
+        );
+        // A second client reattaches.
+        let mut client = OpenOptions::new().write(true).open(&inp).unwrap();
+        client.write_all(b"two\n").unwrap();
+        drop(client);
+        assert_eq!(read_now(&mut r).unwrap(), b"two\n");
+        keepalive.close_stdin(); // CloseIO
+        assert_eq!(read_now(&mut r).unwrap(), b"", "EOF after CloseIO");
+    }
+
+    #[test]
+    fn after_close_io_eof_comes_once_the_client_closes_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let inp = mkfifo(dir.path(), "in");
+        let req = StdioRequest {
+            stdin: inp.display().to_string(),
+            ..Default::default()
+        };
+        let Opened {
+            process,
+            mut keepalive,
+        } = open(&req).unwrap();
+        let mut r = nonblocking(process.stdin.unwrap());
+        let client = OpenOptions::new().write(true).open(&inp).unwrap();
         keepalive.close_stdin();
-        let mut got = Vec::new();
-        File::from(process.stdin.unwrap())
-            .read_to_end(&mut got)
-            .unwrap();
-        assert!(got.is_empty());
+        assert_eq!(
+            read_now(&mut r).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        drop(client);
+        assert_eq!(read_now(&mut r).unwrap(), b"");
     }
 
     #[test]

@@ -13,9 +13,10 @@ pub fn id(what: &str, id: &str) -> Result<()> {
         return Err(Error::invalid(format!("{what} must not be empty")));
     }
     if id.len() > MAX_ID_LEN {
+        // The first characters name it; never slice by bytes (a character may straddle).
+        let head: String = id.chars().take(16).collect();
         return Err(Error::invalid(format!(
-            "{what} {:?}... is {} bytes long, the limit is {MAX_ID_LEN}",
-            &id[..16],
+            "{what} {head:?}... is {} bytes long, the limit is {MAX_ID_LEN}",
             id.len()
         )));
     }
@@ -62,6 +63,28 @@ mod tests {
             let e = id("task id", bad).unwrap_err();
             assert_eq!(e.kind(), Kind::InvalidArgument, "{bad:?}");
             assert!(e.message().starts_with("task id"), "{}", e.message());
+        }
+    }
+
+    #[test]
+    fn long_ids_of_multibyte_characters_never_panic() {
+        // Every length up to 300 bytes, with the multi-byte character at every offset: the
+        // message takes characters, never bytes.
+        for len in 0..=300usize {
+            for c in ['ä', '€', '😀'] {
+                let mut id: String = "a".repeat(len.saturating_sub(c.len_utf8()));
+                for at in [0, 1, 15, 16, 17] {
+                    if at > id.len() {
+                        continue;
+                    }
+                    let mut s = id.clone();
+                    s.insert(at, c);
+                    let e = super::id("task id", &s).unwrap_err();
+                    assert_eq!(e.kind(), Kind::InvalidArgument);
+                }
+                id.push(c);
+                assert!(super::id("task id", &id).is_err());
+            }
         }
     }
 }

@@ -34,7 +34,7 @@ use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::spec::{IpcMode, NetworkMode, PidMode, PodSpec, SysctlDefaults, sysctl_path};
@@ -55,12 +55,12 @@ pub const PAUSE_GID: u32 = 65535;
 
 /// True in the forked pause child from its first instruction on, false in the shim.
 ///
-/// The child must never unwind (see the module docs). The shim's panic hook checks this flag
-/// first and, when it is set, calls `libc::_exit(127)` without formatting, logging or
-/// unwinding: a panic in the child is a bug, and the only safe reaction in a copy of a
-/// multi-threaded process is to vanish (the parent then reports "the child exited before
-/// reporting"). Only the child's copy of memory ever sees `true`.
-pub static IN_FORKED_CHILD: AtomicBool = AtomicBool::new(false);
+/// The child must never unwind (see the module docs). The shim's panic hook
+/// ([`crate::panic_hook`]) checks this flag first and, when it is set, calls `_exit` without
+/// formatting, logging or unwinding: a panic in the child is a bug, and the only safe reaction
+/// in a copy of a multi-threaded process is to vanish (the parent then reports "the child exited
+/// before reporting"). Only the child's copy of memory ever sees `true`.
+pub use crate::panic_hook::IN_FORKED_CHILD;
 
 /// What the pause process should hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -9,8 +9,8 @@
 //! in `<bundle>/rsandbox-sandbox.json`.
 
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant, SystemTime};
 
 use protobuf::well_known_types::any::Any;
 
@@ -21,10 +21,12 @@ use super::spec::{
 };
 use crate::error::{Context, Error, Result};
 use crate::network::{NetworkProvider, NetworkRecord};
-use crate::reaper::Exit;
+use crate::reaper::{Exit, Reaper};
+use crate::sync::{Lock, Wait};
 use crate::task::{PodHooks, TaskManager};
 use crate::util::write_file_atomic;
 use crate::validate;
+use crate::waiters::{ExitInfo, ExitWaiter, Waiters};
 
 /// The file in the sandbox bundle that tells `delete` what to clean up.
 pub const SANDBOX_STATE_FILE: &str = "rsandbox-sandbox.json";
@@ -85,18 +87,31 @@ pub struct Sandbox {
 pub struct SandboxManager {
     host: Arc<dyn PodHost>,
     tm: Arc<TaskManager>,
+    reaper: Option<Arc<Reaper>>,
     sandbox: Mutex<Option<Sandbox>>,
     changed: Condvar,
-    on_shutdown: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
-    /// Shim-owned networking: the provider (also used to tear down), and whether pods created
-    /// without a netns get one.
-    network: Mutex<(Option<Arc<dyn NetworkProvider>>, bool)>,
+    /// Parked WaitSandbox calls, answered when the pod ends (pause exit, stop, shutdown).
+    waiters: Mutex<Waiters>,
+    on_shutdown: Arc<dyn Fn() + Send + Sync>,
+    /// Shim-owned networking: the provider (also used to tear down).
+    network: Option<Arc<dyn NetworkProvider>>,
+    /// Whether pods created without a netns get a shim-owned network.
+    network_for_pods: bool,
     /// Serializes lifecycle calls (create/start/stop/shutdown). The data lock above is only
     /// ever held briefly: helpers (CNI plugins) are reaped by the reaper thread, which calls
     /// `on_exit`, which needs the data lock.
     op: Mutex<()>,
-    /// Exits of pids not known yet (a pause process that died before its pid was stored).
-    unclaimed: Mutex<Vec<Exit>>,
+}
+
+/// Everything the sandbox manager is built with, besides its task manager.
+pub struct SandboxDeps {
+    pub host: Arc<dyn PodHost>,
+    /// The shim's exit monitor; `None` in tests that inject exits by hand.
+    pub reaper: Option<Arc<Reaper>>,
+    pub network: Option<Arc<dyn NetworkProvider>>,
+    pub network_for_pods: bool,
+    /// Called when ShutdownSandbox lets the shim exit.
+    pub on_shutdown: Arc<dyn Fn() + Send + Sync>,
 }
 
 /// A CreateSandbox request, decoded.
@@ -112,31 +127,36 @@ pub struct CreateSandbox {
 const STOP_WAIT: Duration = Duration::from_secs(10);
 
 impl SandboxManager {
-    pub fn new(host: Arc<dyn PodHost>, tm: Arc<TaskManager>) -> Arc<Self> {
-        Arc::new(SandboxManager {
-            host,
-            tm,
-            sandbox: Mutex::new(None),
-            changed: Condvar::new(),
-            on_shutdown: Mutex::new(None),
-            network: Mutex::new((None, false)),
-            op: Mutex::new(()),
-            unclaimed: Mutex::new(Vec::new()),
+    /// Builds the sandbox manager and, through `tasks`, its task manager, which gets the
+    /// sandbox as a weak back edge (the sandbox owns the task manager, never the reverse).
+    pub fn new(
+        deps: SandboxDeps,
+        tasks: impl FnOnce(Weak<dyn PodHooks>) -> Arc<TaskManager>,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me: &Weak<SandboxManager>| {
+            let hooks: Weak<dyn PodHooks> = me.clone();
+            SandboxManager {
+                host: deps.host,
+                tm: tasks(hooks),
+                reaper: deps.reaper,
+                sandbox: Mutex::new(None),
+                changed: Condvar::new(),
+                waiters: Mutex::default(),
+                on_shutdown: deps.on_shutdown,
+                network: deps.network,
+                network_for_pods: deps.network_for_pods,
+                op: Mutex::new(()),
+            }
         })
     }
 
-    /// Sets the network provider; `setup` enables shim-owned networking for pods without a
-    /// netns_path (teardown of existing ones always uses the provider).
-    pub fn set_network(&self, provider: Arc<dyn NetworkProvider>, setup: bool) {
-        *self.network.lock().unwrap() = (Some(provider), setup);
-    }
-
-    pub fn set_on_shutdown(&self, f: impl Fn() + Send + Sync + 'static) {
-        *self.on_shutdown.lock().unwrap() = Some(Box::new(f));
+    /// The task manager of this pod.
+    pub fn tasks(&self) -> &Arc<TaskManager> {
+        &self.tm
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<Sandbox>> {
-        self.sandbox.lock().unwrap()
+        self.sandbox.locked()
     }
 
     /// The sandbox `id`, or NotFound.
@@ -168,10 +188,7 @@ impl SandboxManager {
                 )));
             }
         }
-        let provider = match self.network.lock().unwrap().clone() {
-            (Some(p), true) => Some(p),
-            _ => None,
-        };
+        let provider = self.network.clone().filter(|_| self.network_for_pods);
         let mut req = req;
         let plan = req
             .spec
@@ -187,7 +204,7 @@ impl SandboxManager {
             }
             NetworkPlan::Given | NetworkPlan::ShimOwned => {}
         }
-        let _op = self.op.lock().unwrap();
+        let _op = self.op.locked();
         if let Some(s) = self.lock().as_ref() {
             return Err(if s.id == req.id {
                 Error::already_exists(format!("sandbox {} already exists", req.id))
@@ -261,8 +278,7 @@ impl SandboxManager {
     /// CNI DEL and netns removal of a shim-owned network; idempotent.
     fn teardown_network(&self, record: &SandboxRecord) {
         let Some(net) = &record.network else { return };
-        let provider = self.network.lock().unwrap().0.clone();
-        if let Err(e) = crate::network::teardown(provider.as_ref(), net) {
+        if let Err(e) = crate::network::teardown(self.network.as_ref(), net) {
             log::warn!("sandbox {}: {e}", record.id);
         }
     }
@@ -283,7 +299,7 @@ impl SandboxManager {
 
     fn start_inner(&self, id: &str) -> Result<(u32, SystemTime)> {
         validate::id("sandbox id", id)?;
-        let _op = self.op.lock().unwrap();
+        let _op = self.op.locked();
         let s = match self.lock().as_ref() {
             Some(s) if s.id == id => s.clone(),
             _ => return Err(Error::precondition(format!("sandbox {id} was not created"))),
@@ -295,6 +311,9 @@ impl SandboxManager {
         }
         let cfg =
             PauseConfig::for_pod(id, &s.spec, s.netns.as_deref(), self.host.sysctl_defaults());
+        // Subscribed before the fork: an exit of the pause process before its pid is stored
+        // below is caught here, never lost (and never confused with a recycled pid).
+        let subscription = self.reaper.as_ref().map(|r| r.subscribe());
         let pid = self.host.spawn_pause(&cfg)?;
         let mut cgroup = PodCgroup::default();
         match s.spec.cgroup_parent_kind() {
@@ -324,22 +343,18 @@ impl SandboxManager {
         s.record.cgroup = cgroup;
         s.record.pause_pid = pid;
         s.record.pause_start_ticks = crate::util::process_start_ticks(pid).unwrap_or(0);
-        // The pause process may have died before its pid was known here.
-        let early = {
-            let mut u = self.unclaimed.lock().unwrap();
-            u.iter()
-                .position(|e| e.pid == pid)
-                .map(|i| u.swap_remove(i))
-        };
+        let early = subscription.and_then(|sub| sub.take(pid));
+        let mut ended = Vec::new();
         if let Some(e) = early {
-            s.exit = Some((e.status as u32, e.at));
-            s.state = State::NotReady;
+            ended = self.record_exit(s, e);
         }
         if let Err(e) = save_record(&s.bundle, &s.record) {
             log::warn!("sandbox {id}: {e}");
         }
         log::info!("sandbox {id}: pause process {pid} ready");
         self.changed.notify_all();
+        drop(guard);
+        crate::waiters::wake(ended, ExitInfo::unknown());
         Ok((pid as u32, now))
     }
 
@@ -348,71 +363,81 @@ impl SandboxManager {
     /// Called for every reaped child; notes the pause process's exit.
     pub fn on_exit(&self, exit: Exit) {
         let mut guard = self.lock();
-        let ours = guard.as_ref().is_some_and(|s| s.pid == exit.pid);
-        if !ours {
-            // Possibly a pause process whose pid is not stored yet; keep a few recent ones.
-            let mut u = self.unclaimed.lock().unwrap();
-            if u.len() >= 64 {
-                u.remove(0);
-            }
-            u.push(exit);
+        let Some(s) = guard.as_mut().filter(|s| s.pid == exit.pid && s.pid != 0) else {
+            return;
+        };
+        let waiters = self.record_exit(s, exit);
+        drop(guard);
+        self.wake(waiters);
+    }
+
+    /// The pod ended with `exit` (the pause process's): NOTREADY from now on. Returns the
+    /// WaitSandbox calls to answer once the data lock is released.
+    fn record_exit(&self, s: &mut Sandbox, exit: Exit) -> Vec<Box<dyn ExitWaiter>> {
+        if s.exit.is_some() {
+            return Vec::new();
+        }
+        log::info!(
+            "sandbox {}: pause process {} exited with status {}",
+            s.id,
+            exit.pid,
+            exit.status
+        );
+        s.exit = Some((exit.status as u32, exit.at));
+        s.state = State::NotReady;
+        self.changed.notify_all();
+        self.waiters.locked().take()
+    }
+
+    /// Answers parked WaitSandbox calls with the pod's exit (or "unknown" when it is gone).
+    fn wake(&self, waiters: Vec<Box<dyn ExitWaiter>>) {
+        if waiters.is_empty() {
             return;
         }
-        if let Some(s) = guard.as_mut()
-            && s.exit.is_none()
-        {
-            log::info!(
-                "sandbox {}: pause process {} exited with status {}",
-                s.id,
-                exit.pid,
-                exit.status
-            );
-            s.exit = Some((exit.status as u32, exit.at));
-            s.state = State::NotReady;
-            self.changed.notify_all();
-        }
+        let exit = self
+            .lock()
+            .as_ref()
+            .and_then(|s| s.exit)
+            .map(|(status, at)| ExitInfo { status, at })
+            .unwrap_or_else(ExitInfo::unknown);
+        crate::waiters::wake(waiters, exit);
     }
 
     /// StopSandbox: kill every container's processes and the pause process, and wait until
     /// they are gone. Idempotent.
     pub fn stop(&self, id: &str) -> Result<()> {
-        let _op = self.op.lock().unwrap();
+        let _op = self.op.locked();
         self.stop_locked(id)
     }
 
     fn stop_locked(&self, id: &str) -> Result<()> {
         let s = self.get(id).context("stop sandbox")?;
-        for c in self.tm.all() {
-            let live = c.init.lock().exit.is_none();
-            if live && let Err(e) = c.runtime.kill(&c.id, 9, true) {
-                log::debug!("stop sandbox {id}: kill {}: {e}", c.id);
-            }
+        self.tm.kill_all();
+        if !self.tm.wait_all(Instant::now() + STOP_WAIT) {
+            log::warn!("stop sandbox {id}: containers still running after {STOP_WAIT:?}");
         }
-        let deadline = std::time::Instant::now() + STOP_WAIT;
-        for c in self.tm.all() {
-            while c.init.lock().exit.is_none() && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        {
+        let waiters = {
             let mut guard = self.lock();
             if s.pid != 0 && guard.as_ref().is_some_and(|s| s.exit.is_none()) {
                 self.host.kill(s.pid);
-                guard = self
-                    .changed
-                    .wait_timeout_while(guard, STOP_WAIT, |s| {
-                        s.as_ref().is_some_and(|s| s.exit.is_none())
-                    })
-                    .unwrap()
-                    .0;
+                guard = self.changed.wait_on_timeout_while(guard, STOP_WAIT, |s| {
+                    s.as_ref().is_some_and(|s| s.exit.is_none())
+                });
             }
+            let mut waiters = Vec::new();
             if let Some(s) = guard.as_mut() {
                 s.state = State::NotReady;
-                // Never started: nothing ran, but WaitSandbox must return too.
-                s.exit.get_or_insert((0, SystemTime::now()));
+                // Never started (or the pause process would not die): WaitSandbox must
+                // return too.
+                if s.exit.is_none() {
+                    s.exit = Some((crate::waiters::UNKNOWN_EXIT_STATUS, SystemTime::now()));
+                }
+                waiters = self.waiters.locked().take();
             }
             self.changed.notify_all();
-        }
+            waiters
+        };
+        self.wake(waiters);
         // The pod's network goes with its pause process (CRI does the same for its own netns
         // right after StopSandbox). Outside the data lock: CNI plugins are reaped meanwhile.
         // Bound first: a guard in the `if let` scrutinee would live through the body and block
@@ -432,20 +457,38 @@ impl SandboxManager {
         Ok(())
     }
 
-    /// WaitSandbox: blocks until the pause process is gone (or the sandbox was stopped).
-    pub fn wait(&self, id: &str) -> Result<(u32, SystemTime)> {
-        self.get(id).context("wait sandbox")?;
+    /// WaitSandbox: parks `waiter` until the pod ends (the pause process exits, or the sandbox
+    /// is stopped); answers at once if it has. An unknown sandbox is an error.
+    pub fn wait(&self, id: &str, waiter: Box<dyn ExitWaiter>) -> Result<()> {
         let guard = self.lock();
-        let guard = self
-            .changed
-            .wait_while(guard, |s| {
-                s.as_ref().is_some_and(|s| s.id == id && s.exit.is_none())
-            })
-            .unwrap();
-        Ok(guard
-            .as_ref()
-            .and_then(|s| s.exit)
-            .unwrap_or((0, SystemTime::now())))
+        match guard.as_ref() {
+            Some(s) if s.id == id => match s.exit {
+                Some((status, at)) => {
+                    drop(guard);
+                    waiter.exited(ExitInfo { status, at });
+                }
+                None => self.waiters.locked().push(waiter),
+            },
+            _ => {
+                drop(guard);
+                let e = match validate::id("sandbox id", id) {
+                    Err(e) => e,
+                    Ok(()) => Error::not_found(format!("sandbox {id} not found")),
+                }
+                .context("wait sandbox");
+                waiter.refused(e.clone());
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// WaitSandbox for a caller that owns a thread (tests).
+    pub fn wait_blocking(&self, id: &str) -> Result<ExitInfo> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.wait(id, Box::new(crate::waiters::ChannelWaiter(tx)))?;
+        rx.recv()
+            .map_err(|_| Error::internal(format!("wait sandbox {id}: dropped")))
     }
 
     // ---- Shutdown ----
@@ -453,7 +496,7 @@ impl SandboxManager {
     /// ShutdownSandbox: stop, remove the containers left, the pod files, /dev/shm, the pod
     /// cgroup; then let the shim exit.
     pub fn shutdown(&self, id: &str) -> Result<()> {
-        let _op = self.op.lock().unwrap();
+        let _op = self.op.locked();
         if let Err(e) = self.get(id) {
             // containerd answers a failed CreateSandbox with ShutdownSandbox "to let the shim
             // exit" and then deletes the bundle: a shim that holds nothing must go, or it is
@@ -463,16 +506,14 @@ impl SandboxManager {
                 && self.tm.all().is_empty()
             {
                 log::info!("shutdown sandbox {id}: no sandbox was created; exiting");
-                if let Some(f) = self.on_shutdown.lock().unwrap().as_ref() {
-                    f();
-                }
+                (self.on_shutdown)();
                 return Ok(());
             }
             return Err(e.context("shutdown sandbox"));
         }
         self.stop_locked(id).context("shutdown sandbox")?;
-        for c in self.tm.all() {
-            if let Err(e) = self.tm.delete(&c.id, "") {
+        for cid in self.tm.ids() {
+            if let Err(e) = self.tm.delete(&cid, "") {
                 log::warn!("shutdown sandbox {id}: {e}");
             }
         }
@@ -483,9 +524,9 @@ impl SandboxManager {
             let _ = std::fs::remove_file(s.bundle.join(SANDBOX_STATE_FILE));
         }
         self.changed.notify_all();
-        if let Some(f) = self.on_shutdown.lock().unwrap().as_ref() {
-            f();
-        }
+        let late = self.waiters.locked().take();
+        crate::waiters::wake(late, ExitInfo::unknown());
+        (self.on_shutdown)();
         Ok(())
     }
 
@@ -521,7 +562,7 @@ impl SandboxManager {
             "cgroup": s.record.cgroup.dirs,
             "sysctls": s.spec.effective_sysctls(self.host.sysctl_defaults()),
             "pause": "forked by the shim (no image), uid 65535",
-            "containers": self.tm.all().iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
+            "containers": self.tm.ids(),
         })
         .to_string()
     }

@@ -19,10 +19,13 @@ use super::spec::{PodSpec, SysctlDefaults};
 use crate::error::Result;
 use crate::events::RecordingSink;
 use crate::network::FakeNetwork;
+use crate::pod::sandbox::SandboxDeps;
 use crate::reaper::Exit;
 use crate::rpc::sandbox::SandboxService;
 use crate::runtime::RuncConfig;
-use crate::task::{PodHooks, TaskManager};
+use crate::task::{PodHooks, TaskDeps, TaskManager};
+
+type SpawnHook = Box<dyn Fn(i32) + Send>;
 
 #[derive(Default)]
 struct FakePodHost {
@@ -30,6 +33,8 @@ struct FakePodHost {
     pause: Mutex<Option<PauseConfig>>,
     fail_pause: Mutex<bool>,
     sysctl_defaults: Mutex<SysctlDefaults>,
+    /// Runs in spawn_pause with the new pid, before it returns (a pause that dies at once).
+    on_spawn: Mutex<Option<SpawnHook>>,
 }
 
 impl FakePodHost {
@@ -75,6 +80,9 @@ impl PodHost for FakePodHost {
         }
         *self.pause.lock().unwrap() = Some(cfg.clone());
         self.log("spawn_pause".into());
+        if let Some(f) = self.on_spawn.lock().unwrap().as_ref() {
+            f(PAUSE_PID);
+        }
         Ok(PAUSE_PID)
     }
     fn join_cgroup(&self, parent: &Path, pid: i32) -> Result<PodCgroup> {
@@ -111,31 +119,47 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
-    fixture_with(None)
+    fixture_with(None, None)
 }
 
 /// A fixture whose sandboxes get their network from `net` when created without a netns.
 fn fixture_with_network(net: &Arc<FakeNetwork>) -> Fixture {
-    fixture_with(Some(net.clone()))
+    fixture_with(None, Some(net.clone()))
 }
 
-fn fixture_with(net: Option<Arc<FakeNetwork>>) -> Fixture {
+/// A fixture whose sandbox subscribes to `reaper` before forking the pause, as the daemon's,
+/// and, with `net`, sets up shim-owned networks through it.
+fn fixture_with(
+    reaper: Option<Arc<crate::reaper::Reaper>>,
+    net: Option<Arc<FakeNetwork>>,
+) -> Fixture {
     let host = Arc::new(FakePodHost::default());
-    let tm = TaskManager::new(
-        "k8s.io",
-        RuncConfig::defaults("k8s.io"),
-        Arc::new(NoHost),
-        Arc::new(RecordingSink::default()),
-        None,
-    );
-    let sm = SandboxManager::new(host.clone(), tm.clone());
-    tm.set_pod_hooks(sm.clone());
-    if let Some(net) = net {
-        sm.set_network(net, true);
-    }
     let shut = Arc::new(Mutex::new(false));
     let s2 = shut.clone();
-    sm.set_on_shutdown(move || *s2.lock().unwrap() = true);
+    let on_shutdown: Arc<dyn Fn() + Send + Sync> = Arc::new(move || *s2.lock().unwrap() = true);
+    let sm = SandboxManager::new(
+        SandboxDeps {
+            host: host.clone(),
+            reaper,
+            network_for_pods: net.is_some(),
+            network: net.map(|n| n as Arc<dyn crate::network::NetworkProvider>),
+            on_shutdown: on_shutdown.clone(),
+        },
+        |pod| {
+            TaskManager::new(TaskDeps {
+                namespace: "k8s.io".into(),
+                default_runc: RuncConfig::defaults("k8s.io"),
+                host: Arc::new(NoHost),
+                events: Arc::new(RecordingSink::default()),
+                reaper: None,
+                network: None,
+                network_for_tasks: false,
+                pod,
+                on_shutdown,
+            })
+        },
+    );
+    let tm = sm.tasks().clone();
     Fixture {
         svc: SandboxService::new(sm.clone()),
         tasks: crate::rpc::task::TaskService::new(tm),
@@ -352,7 +376,7 @@ fn create_start_status_stop_shutdown() {
 
     // WaitSandbox blocks until the pause process is reaped.
     let sm = f.sm.clone();
-    let waiter = std::thread::spawn(move || sm.wait("pod1").unwrap());
+    let waiter = std::thread::spawn(move || sm.wait_blocking("pod1").unwrap());
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert!(!waiter.is_finished());
     let sm = f.sm.clone();
@@ -374,7 +398,7 @@ fn create_start_status_stop_shutdown() {
         )
         .unwrap();
     reaper.join().unwrap();
-    assert_eq!(waiter.join().unwrap().0, 137);
+    assert_eq!(waiter.join().unwrap().status, 137);
     assert!(f.host.calls().contains(&format!("kill {PAUSE_PID}")));
     let st = f.status("pod1").unwrap();
     assert_eq!(st.state, "SANDBOX_NOTREADY");
@@ -1028,4 +1052,83 @@ fn no_cni_config_gives_a_loopback_only_pod_network() {
             ns("network", &pause("net")),
         ]
     );
+}
+
+#[test]
+fn a_pause_that_dies_before_its_pid_is_stored_makes_the_pod_notready() {
+    let reaper = crate::reaper::Reaper::new_for_test();
+    let f = fixture_with(Some(reaper.clone()), None);
+    let r = reaper.clone();
+    *f.host.on_spawn.lock().unwrap() = Some(Box::new(move |pid| {
+        r.inject(Exit {
+            pid,
+            status: 2,
+            at: SystemTime::now(),
+        })
+    }));
+    f.create("pod1", pod_config("web-0", true)).unwrap();
+    f.svc
+        .start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let st = f.status("pod1").unwrap();
+    assert_eq!(st.state, "SANDBOX_NOTREADY");
+    assert_eq!(f.sm.wait_blocking("pod1").unwrap().status, 2);
+}
+
+#[test]
+fn an_old_exit_of_a_recycled_pid_does_not_touch_a_new_pause() {
+    let reaper = crate::reaper::Reaper::new_for_test();
+    let f = fixture_with(Some(reaper.clone()), None);
+    // Some helper with the pid the pause process will get exited long before.
+    reaper.inject(Exit {
+        pid: PAUSE_PID,
+        status: 1,
+        at: SystemTime::now(),
+    });
+    f.create("pod1", pod_config("web-0", true)).unwrap();
+    f.svc
+        .start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(f.status("pod1").unwrap().state, "SANDBOX_READY");
+}
+
+#[test]
+fn wait_sandbox_is_parked_until_the_pod_ends_and_unknown_ids_are_refused() {
+    let f = fixture();
+    f.create("pod1", pod_config("web-0", true)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    f.sm.wait("pod1", Box::new(crate::waiters::ChannelWaiter(tx)))
+        .unwrap();
+    assert!(rx.try_recv().is_err(), "nothing ended yet");
+    f.svc
+        .stop_sandbox(
+            &ctx(),
+            StopSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        rx.try_recv().unwrap().status,
+        crate::waiters::UNKNOWN_EXIT_STATUS,
+        "a pod stopped before it started still answers its Waits"
+    );
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let e =
+        f.sm.wait("nope", Box::new(crate::waiters::ChannelWaiter(tx)))
+            .unwrap_err();
+    assert_eq!(e.kind(), crate::error::Kind::NotFound);
 }

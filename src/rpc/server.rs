@@ -8,13 +8,25 @@
 //! any service name (the Task table is registered as both `containerd.task.v3.Task` and `v2`).
 //! Unknown methods answer UNIMPLEMENTED, as Go's ttrpc does (containerd's v3→v2 downgrade keys on
 //! it). Peers must be root or our own user.
+//!
+//! Calls that wait for a process to end (`Task.Wait`, `WaitSandbox`) are registered as
+//! [`ParkedMethod`]s: the connection's reader runs the handler inline (it never blocks), which
+//! parks a [`Responder`], so a Wait holds no thread however long the workload runs and can
+//! never starve the calls queued behind it. Parked replies go to the connection's outbox, which
+//! one pool job drains: the thread that reports an exit never writes to a socket, and ten
+//! thousand replies at once cost one job, not ten thousand threads.
+//!
+//! A panicking handler answers INTERNAL (the panic hook logs where); a write that cannot make
+//! progress for [`WRITE_TIMEOUT`] drops the connection rather than a worker.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use protobuf::MessageField;
@@ -23,17 +35,30 @@ use ttrpc::proto::{
 };
 use ttrpc::{Code, MessageHeader, MethodHandler, Request, Response, TtrpcContext};
 
+use crate::sync::{Lock, Wait};
+
 type Methods = HashMap<String, Box<dyn MethodHandler + Send + Sync>>;
+
+/// A method that may answer later: it gets the request payload and a [`Responder`], and must
+/// return without blocking (answering now, or parking the responder).
+pub trait ParkedMethod: Send + Sync {
+    fn call(&self, payload: &[u8], reply: Responder);
+}
 
 /// The most worker threads at once; more calls queue.
 const MAX_WORKERS: usize = 256;
 /// An idle worker beyond the first exits after this long.
 const WORKER_IDLE: Duration = Duration::from_secs(30);
+/// A reply that cannot be written for this long means a peer that stopped reading: the
+/// connection is dropped.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// See the module docs.
 pub struct Server {
     methods: Methods,
+    parked: HashMap<String, Arc<dyn ParkedMethod>>,
     pool: Arc<Pool>,
+    me: Weak<Server>,
 }
 
 struct Conn {
@@ -42,12 +67,82 @@ struct Conn {
     res_tx: Sender<(MessageHeader, Vec<u8>)>,
     res_rx: Mutex<Receiver<(MessageHeader, Vec<u8>)>>,
     ctx: Arc<ttrpc::ConnectionContext>,
+    /// Set when the peer closed or the connection was dropped: parked replies are discarded.
+    closed: AtomicBool,
+    /// Parked calls' replies waiting to be written.
+    outbox: Mutex<Outbox>,
 }
 
-struct Job {
-    conn: Arc<Conn>,
-    header: MessageHeader,
-    payload: Vec<u8>,
+#[derive(Default)]
+struct Outbox {
+    frames: VecDeque<Vec<u8>>,
+    /// A pool job is draining the outbox.
+    draining: bool,
+}
+
+enum Job {
+    /// A request to run.
+    Call {
+        conn: Arc<Conn>,
+        header: MessageHeader,
+        req: Request,
+    },
+    /// Write the connection's outbox.
+    Drain(Arc<Conn>),
+}
+
+/// The answer to one parked call; see [`ParkedMethod`]. Cheap to keep (three words).
+pub struct Responder {
+    server: Weak<Server>,
+    conn: Weak<Conn>,
+    stream_id: u32,
+}
+
+impl Responder {
+    /// Sends the answer (from any thread, without blocking on the socket).
+    pub fn send<M: protobuf::Message>(self, result: ttrpc::Result<M>) {
+        let res = match result.and_then(|m| {
+            m.write_to_bytes()
+                .map_err(|e| ttrpc::Error::Others(format!("encode response: {e}")))
+        }) {
+            Ok(payload) => Response {
+                status: MessageField::some(ttrpc::get_status(Code::OK, String::new())),
+                payload,
+                ..Default::default()
+            },
+            Err(ttrpc::Error::RpcStatus(s)) => Response {
+                status: MessageField::some(s),
+                ..Default::default()
+            },
+            Err(e) => Response {
+                status: MessageField::some(ttrpc::get_status(Code::INTERNAL, format!("{e:?}"))),
+                ..Default::default()
+            },
+        };
+        let (Some(server), Some(conn)) = (self.server.upgrade(), self.conn.upgrade()) else {
+            return; // the connection is gone: nobody to answer
+        };
+        if conn.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(body) = res.encode() else { return };
+        let frame = frame(self.stream_id, &body);
+        let start_drain = {
+            let mut outbox = conn.outbox.locked();
+            outbox.frames.push_back(frame);
+            !std::mem::replace(&mut outbox.draining, true)
+        };
+        if start_drain {
+            server.pool.submit(&server, Job::Drain(conn));
+        }
+    }
+
+    /// False once the client's connection is gone.
+    pub fn is_listening(&self) -> bool {
+        self.conn
+            .upgrade()
+            .is_some_and(|c| !c.closed.load(Ordering::Relaxed))
+    }
 }
 
 #[derive(Default)]
@@ -64,24 +159,33 @@ struct Pool {
     done: Condvar,
 }
 
-impl Default for Server {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Server {
-    pub fn new() -> Self {
-        Server {
-            methods: HashMap::new(),
+    pub fn new() -> Arc<Self> {
+        Self::with_methods(HashMap::new(), HashMap::new())
+    }
+
+    fn with_methods(methods: Methods, parked: HashMap<String, Arc<dyn ParkedMethod>>) -> Arc<Self> {
+        Arc::new_cyclic(|me| Server {
+            methods,
+            parked,
             pool: Arc::new(Pool {
                 state: Mutex::default(),
                 work: Condvar::new(),
                 done: Condvar::new(),
             }),
-        }
+            me: me.clone(),
+        })
     }
+}
 
+/// Collects method tables, then builds the [`Server`].
+#[derive(Default)]
+pub struct ServerBuilder {
+    methods: Methods,
+    parked: HashMap<String, Arc<dyn ParkedMethod>>,
+}
+
+impl ServerBuilder {
     /// Adds a generated method table (keys like `/pkg.Service/Method`).
     pub fn register(&mut self, methods: Methods) {
         self.methods.extend(methods);
@@ -99,18 +203,89 @@ impl Server {
         }
     }
 
+    /// Serves `path` (`/pkg.Service/Method`) with a method that may answer later. It takes
+    /// precedence over a generated handler of the same path.
+    pub fn register_parked(&mut self, path: &str, method: Arc<dyn ParkedMethod>) {
+        self.parked.insert(path.to_string(), method);
+    }
+
     /// The registered method paths (sorted), for tests and logs.
     pub fn method_names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.methods.keys().cloned().collect();
+        let mut v: Vec<String> = self
+            .methods
+            .keys()
+            .chain(self.parked.keys())
+            .cloned()
+            .collect();
         v.sort();
+        v.dedup();
         v
     }
 
+    pub fn build(self) -> Arc<Server> {
+        Server::with_methods(self.methods, self.parked)
+    }
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// The peer closed the connection (or it broke).
+    Closed,
+    /// The header announces a body larger than ttrpc's maximum.
+    TooLong { stream_id: u32, length: u32 },
+}
+
+/// Decodes a ttrpc frame header (big-endian length, stream id, type, flags).
+pub fn parse_header(hdr: &[u8; MESSAGE_HEADER_LENGTH]) -> MessageHeader {
+    MessageHeader {
+        length: u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]),
+        stream_id: u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]),
+        type_: hdr[8],
+        flags: hdr[9],
+    }
+}
+
+/// Reads one whole frame. A body over [`MESSAGE_LENGTH_MAX`] is refused before it is read.
+pub fn read_frame(r: &mut impl Read) -> Result<(MessageHeader, Vec<u8>), FrameError> {
+    let mut hdr = [0u8; MESSAGE_HEADER_LENGTH];
+    r.read_exact(&mut hdr).map_err(|_| FrameError::Closed)?;
+    let header = parse_header(&hdr);
+    if header.length as usize > MESSAGE_LENGTH_MAX {
+        return Err(FrameError::TooLong {
+            stream_id: header.stream_id,
+            length: header.length,
+        });
+    }
+    let mut payload = vec![0u8; header.length as usize];
+    r.read_exact(&mut payload).map_err(|_| FrameError::Closed)?;
+    Ok((header, payload))
+}
+
+/// A response frame for `stream_id`.
+fn frame(stream_id: u32, body: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(MESSAGE_HEADER_LENGTH + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&stream_id.to_be_bytes());
+    frame.push(MESSAGE_TYPE_RESPONSE);
+    frame.push(0);
+    frame.extend_from_slice(body);
+    frame
+}
+
+/// The text of a panic payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+impl Server {
     /// Serves `listener` on a background accept thread. Returns a handle to wait for idleness.
-    pub fn start(self, listener: UnixListener) -> io::Result<ServerHandle> {
-        let pool = self.pool.clone();
-        let server = Arc::new(self);
-        let s = server.clone();
+    pub fn start(self: &Arc<Self>, listener: UnixListener) -> io::Result<ServerHandle> {
+        let server = self.clone();
         std::thread::Builder::new()
             .name("accept".into())
             .stack_size(128 * 1024)
@@ -118,7 +293,7 @@ impl Server {
                 for stream in listener.incoming() {
                     match stream {
                         Ok(stream) => {
-                            if let Err(e) = s.clone().accept(stream) {
+                            if let Err(e) = server.clone().accept(stream) {
                                 log::warn!("ttrpc connection rejected: {e}");
                             }
                         }
@@ -129,7 +304,9 @@ impl Server {
                     }
                 }
             })?;
-        Ok(ServerHandle { pool })
+        Ok(ServerHandle {
+            pool: self.pool.clone(),
+        })
     }
 
     fn accept(self: Arc<Self>, stream: UnixStream) -> io::Result<()> {
@@ -143,13 +320,17 @@ impl Server {
                 format!("peer uid {} is not allowed", cred.uid()),
             ));
         }
+        let writer = stream.try_clone()?;
+        writer.set_write_timeout(Some(WRITE_TIMEOUT))?;
         let (res_tx, res_rx) = mpsc::channel();
         let conn = Arc::new(Conn {
             fd: stream.as_raw_fd(),
-            writer: Mutex::new(stream.try_clone()?),
+            writer: Mutex::new(writer),
             res_tx,
             res_rx: Mutex::new(res_rx),
             ctx: Arc::new(ttrpc::ConnectionContext::default()),
+            closed: AtomicBool::new(false),
+            outbox: Mutex::default(),
         });
         std::thread::Builder::new()
             .name("conn".into())
@@ -160,94 +341,147 @@ impl Server {
 
     fn read_loop(self: Arc<Self>, mut stream: UnixStream, conn: Arc<Conn>) {
         loop {
-            let mut hdr = [0u8; MESSAGE_HEADER_LENGTH];
-            if stream.read_exact(&mut hdr).is_err() {
-                return; // closed
+            match read_frame(&mut stream) {
+                Ok((header, payload)) => {
+                    if header.type_ != MESSAGE_TYPE_REQUEST {
+                        continue; // streams are not used by containerd's shim APIs
+                    }
+                    self.dispatch(&conn, header, &payload);
+                }
+                Err(FrameError::TooLong { stream_id, length }) => {
+                    // Refused without reading the body, then the connection is dropped: we
+                    // cannot resynchronise on a stream whose length we refuse to read.
+                    respond_error(
+                        &conn,
+                        stream_id,
+                        Code::RESOURCE_EXHAUSTED,
+                        &format!(
+                            "message length {length} exceeds the maximum {MESSAGE_LENGTH_MAX}"
+                        ),
+                    );
+                    flush(&conn);
+                    break;
+                }
+                Err(FrameError::Closed) => break,
             }
-            let header = MessageHeader {
-                length: u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]),
-                stream_id: u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]),
-                type_: hdr[8],
-                flags: hdr[9],
-            };
-            if header.length as usize > MESSAGE_LENGTH_MAX {
-                // Reject without reading the body, then drop the connection: we cannot
-                // resynchronise on a stream whose length we refuse to read.
-                respond_error(
-                    &conn,
-                    header.stream_id,
-                    Code::RESOURCE_EXHAUSTED,
-                    &format!(
-                        "message length {} exceeds the maximum {MESSAGE_LENGTH_MAX}",
-                        header.length
-                    ),
-                );
-                flush(&conn);
-                return;
-            }
-            let mut payload = vec![0u8; header.length as usize];
-            if stream.read_exact(&mut payload).is_err() {
-                return;
-            }
-            if header.type_ != MESSAGE_TYPE_REQUEST {
-                continue; // streams are not used by containerd's shim APIs
-            }
-            self.pool.submit(
-                self.clone(),
-                Job {
-                    conn: conn.clone(),
-                    header,
-                    payload,
-                },
-            );
         }
+        conn.closed.store(true, Ordering::Relaxed);
     }
 
-    fn run(&self, job: Job) {
-        let Job {
-            conn,
-            header,
-            payload,
-        } = job;
-        let req = match <Request as Codec>::decode(&payload) {
+    /// Decodes a request; parked methods run right here (they never block), the rest on the
+    /// pool.
+    fn dispatch(&self, conn: &Arc<Conn>, header: MessageHeader, payload: &[u8]) {
+        let req = match <Request as Codec>::decode(payload) {
             Ok(r) => r,
             Err(e) => {
                 respond_error(
-                    &conn,
+                    conn,
                     header.stream_id,
                     Code::INVALID_ARGUMENT,
                     &format!("bad request: {e}"),
                 );
-                flush(&conn);
+                flush(conn);
                 return;
             }
         };
         let path = format!("/{}/{}", req.service, req.method);
-        match self.methods.get(&path) {
-            None => respond_error(
-                &conn,
+        if let Some(method) = self.parked.get(&path) {
+            let reply = Responder {
+                server: self.me.clone(),
+                conn: Arc::downgrade(conn),
+                stream_id: header.stream_id,
+            };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| method.call(&req.payload, reply))) {
+                respond_error(
+                    conn,
+                    header.stream_id,
+                    Code::INTERNAL,
+                    &format!("{path}: internal error: {}", panic_text(p.as_ref())),
+                );
+                flush(conn);
+            }
+            return;
+        }
+        let Some(server) = self.me.upgrade() else {
+            return;
+        };
+        self.pool.submit(
+            &server,
+            Job::Call {
+                conn: conn.clone(),
+                header,
+                req,
+            },
+        );
+    }
+
+    fn run(&self, job: Job) {
+        match job {
+            Job::Call { conn, header, req } => self.call(&conn, header, req),
+            Job::Drain(conn) => drain(&conn),
+        }
+    }
+
+    fn call(&self, conn: &Arc<Conn>, header: MessageHeader, req: Request) {
+        let path = format!("/{}/{}", req.service, req.method);
+        let started = Instant::now();
+        if let Some(handler) = self.methods.get(&path) {
+            let ctx = TtrpcContext {
+                fd: conn.fd,
+                cancel_rx: crossbeam_channel::never(),
+                mh: header,
+                res_tx: conn.res_tx.clone(),
+                metadata: ttrpc::context::from_pb(&req.metadata),
+                timeout_nano: req.timeout_nano,
+                conn_ctx: conn.ctx.clone(),
+            };
+            match catch_unwind(AssertUnwindSafe(|| handler.handler(ctx, req))) {
+                Ok(Ok(())) => {}
+                // The generated handler answers every error of the method itself; what comes
+                // back here failed before that (the request did not decode) or after it.
+                Ok(Err(e)) => {
+                    log::warn!("{path}: {e:?}");
+                    respond_error(
+                        conn,
+                        header.stream_id,
+                        Code::INVALID_ARGUMENT,
+                        &format!("{path}: {e:?}"),
+                    );
+                }
+                Err(p) => respond_error(
+                    conn,
+                    header.stream_id,
+                    Code::INTERNAL,
+                    &format!("{path}: internal error: {}", panic_text(p.as_ref())),
+                ),
+            }
+        } else {
+            respond_error(
+                conn,
                 header.stream_id,
                 Code::UNIMPLEMENTED,
                 &format!("{path} is not implemented"),
-            ),
-            Some(handler) => {
-                let ctx = TtrpcContext {
-                    fd: conn.fd,
-                    cancel_rx: crossbeam_channel::never(),
-                    mh: header,
-                    res_tx: conn.res_tx.clone(),
-                    metadata: ttrpc::context::from_pb(&req.metadata),
-                    timeout_nano: req.timeout_nano,
-                    conn_ctx: conn.ctx.clone(),
-                };
-                let started = Instant::now();
-                if let Err(e) = handler.handler(ctx, req) {
-                    log::warn!("{path}: {e:?}");
-                }
-                log::debug!("{path} took {:?}", started.elapsed());
-            }
+            );
         }
-        flush(&conn);
+        log::debug!("{path} took {:?}", started.elapsed());
+        flush(conn);
+    }
+}
+
+/// Writes the outbox until it is empty.
+fn drain(conn: &Conn) {
+    loop {
+        let frame = {
+            let mut outbox = conn.outbox.locked();
+            match outbox.frames.pop_front() {
+                Some(f) => f,
+                None => {
+                    outbox.draining = false;
+                    return;
+                }
+            }
+        };
+        write_frame(conn, &frame);
     }
 }
 
@@ -267,18 +501,22 @@ fn respond_error(conn: &Conn, stream_id: u32, code: Code, msg: &str) {
 
 /// Writes every queued response of `conn`, one whole frame at a time.
 fn flush(conn: &Conn) {
-    let rx = conn.res_rx.lock().unwrap();
-    while let Ok((header, body)) = rx.try_recv() {
-        let mut frame = Vec::with_capacity(MESSAGE_HEADER_LENGTH + body.len());
-        frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        frame.extend_from_slice(&header.stream_id.to_be_bytes());
-        frame.push(MESSAGE_TYPE_RESPONSE);
-        frame.push(0);
-        frame.extend_from_slice(&body);
-        let mut w = conn.writer.lock().unwrap();
-        if let Err(e) = w.write_all(&frame) {
-            log::debug!("ttrpc write: {e}");
-        }
+    let queued: Vec<_> = conn.res_rx.locked().try_iter().collect();
+    for (header, body) in queued {
+        write_frame(conn, &frame(header.stream_id, &body));
+    }
+}
+
+/// Writes one frame; a peer that does not read for [`WRITE_TIMEOUT`] loses its connection.
+fn write_frame(conn: &Conn, frame: &[u8]) {
+    if conn.closed.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut w = conn.writer.locked();
+    if let Err(e) = w.write_all(frame) {
+        log::warn!("ttrpc write: {e}; dropping the connection");
+        conn.closed.store(true, Ordering::Relaxed);
+        let _ = w.shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -290,13 +528,14 @@ fn needs_worker(queued: usize, idle: usize, threads: usize) -> bool {
 }
 
 impl Pool {
-    fn submit(self: &Arc<Self>, server: Arc<Server>, job: Job) {
-        let mut st = self.state.lock().unwrap();
+    fn submit(self: &Arc<Self>, server: &Arc<Server>, job: Job) {
+        let mut st = self.state.locked();
         st.jobs.push_back(job);
         st.in_flight += 1;
         if needs_worker(st.jobs.len(), st.idle, st.threads) {
             st.threads += 1;
             let pool = self.clone();
+            let server = server.clone();
             let spawned = std::thread::Builder::new()
                 .name("rpc".into())
                 .stack_size(512 * 1024)
@@ -313,13 +552,13 @@ impl Pool {
     fn worker(self: Arc<Self>, server: Arc<Server>) {
         loop {
             let job = {
-                let mut st = self.state.lock().unwrap();
+                let mut st = self.state.locked();
                 loop {
                     if let Some(job) = st.jobs.pop_front() {
                         break job;
                     }
                     st.idle += 1;
-                    let (next, timeout) = self.work.wait_timeout(st, WORKER_IDLE).unwrap();
+                    let (next, timeout) = self.work.wait_on_timeout(st, WORKER_IDLE);
                     st = next;
                     st.idle -= 1;
                     if timeout.timed_out() && st.jobs.is_empty() && st.threads > 1 {
@@ -329,7 +568,7 @@ impl Pool {
                 }
             };
             server.run(job);
-            let mut st = self.state.lock().unwrap();
+            let mut st = self.state.locked();
             st.in_flight -= 1;
             if st.in_flight == 0 {
                 self.done.notify_all();
@@ -345,17 +584,23 @@ pub struct ServerHandle {
 
 impl ServerHandle {
     /// Waits until no call is in flight except `except` (the caller's own), at most `timeout`.
+    /// Parked calls are not in flight.
     pub fn wait_idle(&self, except: usize, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut st = self.pool.state.lock().unwrap();
+        let mut st = self.pool.state.locked();
         while st.in_flight > except {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
             }
-            st = self.pool.done.wait_timeout(st, left).unwrap().0;
+            st = self.pool.done.wait_on_timeout(st, left).0;
         }
         true
+    }
+
+    /// Worker threads alive now (tests, diagnostics).
+    pub fn workers(&self) -> usize {
+        self.pool.state.locked().threads
     }
 }
 
@@ -378,6 +623,9 @@ mod tests {
         ) -> ttrpc::Result<ConnectResponse> {
             if req.id == "slow" {
                 std::thread::sleep(Duration::from_millis(300));
+            }
+            if req.id == "panic" {
+                panic!("handler bug for {}", req.id);
             }
             if req.id == "rendezvous" {
                 // Returns only once RENDEZVOUS calls are inside a handler at the same time.
@@ -403,18 +651,80 @@ mod tests {
         }
     }
 
-    fn serve(dir: &std::path::Path) -> String {
+    /// Parks every call with id "park" until `release` is called; answers others at once.
+    #[derive(Default)]
+    struct Parker {
+        parked: Mutex<Vec<Responder>>,
+    }
+    impl ParkedMethod for Parker {
+        fn call(&self, payload: &[u8], reply: Responder) {
+            let req: ConnectRequest = match protobuf::Message::parse_from_bytes(payload) {
+                Ok(r) => r,
+                Err(e) => {
+                    return reply.send::<ConnectResponse>(Err(ttrpc::Error::Others(e.to_string())));
+                }
+            };
+            match req.id.as_str() {
+                "park" => self.parked.lock().unwrap().push(reply),
+                "panic" => panic!("parked handler bug"),
+                other => reply.send(Ok(ConnectResponse {
+                    version: other.into(),
+                    ..Default::default()
+                })),
+            }
+        }
+    }
+    impl Parker {
+        fn release(&self) -> usize {
+            let all: Vec<_> = std::mem::take(&mut *self.parked.lock().unwrap());
+            let n = all.len();
+            for r in all {
+                r.send(Ok(ConnectResponse {
+                    version: "released".into(),
+                    ..Default::default()
+                }));
+            }
+            n
+        }
+    }
+
+    const PARKED_PATH: &str = "/containerd.task.v3.Task/Wait";
+
+    fn serve_with(dir: &std::path::Path, parker: Option<Arc<Parker>>) -> (String, ServerHandle) {
         let path = dir.join("s.sock");
         let listener = UnixListener::bind(&path).unwrap();
-        let mut server = Server::new();
-        server.register(create_task(Arc::new(Echo)));
-        server.register_renamed(
+        let mut b = ServerBuilder::default();
+        b.register(create_task(Arc::new(Echo)));
+        b.register_renamed(
             create_task(Arc::new(Echo)),
             "containerd.task.v3.Task",
             "containerd.task.v2.Task",
         );
-        server.start(listener).unwrap();
-        format!("unix://{}", path.display())
+        if let Some(p) = parker {
+            b.register_parked(PARKED_PATH, p);
+        }
+        let handle = b.build().start(listener).unwrap();
+        (format!("unix://{}", path.display()), handle)
+    }
+
+    fn serve(dir: &std::path::Path) -> String {
+        serve_with(dir, None).0
+    }
+
+    fn raw_call(client: &ttrpc::Client, path: &str, id: &str) -> ttrpc::Result<ConnectResponse> {
+        let (service, method) = path.trim_start_matches('/').split_once('/').unwrap();
+        let req = Request {
+            service: service.into(),
+            method: method.into(),
+            payload: protobuf::Message::write_to_bytes(&ConnectRequest {
+                id: id.into(),
+                ..Default::default()
+            })
+            .unwrap(),
+            ..Default::default()
+        };
+        let res = client.request(req)?;
+        Ok(protobuf::Message::parse_from_bytes(&res.payload).unwrap())
     }
 
     #[test]
@@ -526,5 +836,142 @@ mod tests {
         for c in calls {
             c.join().unwrap().unwrap();
         }
+    }
+
+    #[test]
+    fn parked_calls_hold_no_thread_and_never_delay_other_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        let parker = Arc::new(Parker::default());
+        let (addr, handle) = serve_with(dir.path(), Some(parker.clone()));
+        let client = ttrpc::Client::connect(&addr).unwrap();
+        const N: usize = 2000;
+        let callers: Vec<_> = (0..N)
+            .map(|_| {
+                let c = client.clone();
+                std::thread::Builder::new()
+                    .stack_size(64 * 1024)
+                    .spawn(move || raw_call(&c, PARKED_PATH, "park"))
+                    .unwrap()
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while parker.parked.lock().unwrap().len() < N {
+            assert!(Instant::now() < deadline, "calls did not all arrive");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            handle.workers() <= 8,
+            "{} workers for parked calls",
+            handle.workers()
+        );
+        // Another call on the same connection is answered right away.
+        let task = TaskClient::new(client.clone());
+        let start = Instant::now();
+        let r = task
+            .connect(
+                ttrpc::context::with_timeout(0),
+                &ConnectRequest {
+                    id: "state".into(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(r.version, "state");
+        assert!(
+            start.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(parker.release(), N);
+        for c in callers {
+            assert_eq!(c.join().unwrap().unwrap().version, "released");
+        }
+    }
+
+    #[test]
+    fn a_parked_method_may_answer_at_once_and_a_reply_after_close_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let parker = Arc::new(Parker::default());
+        let (addr, _h) = serve_with(dir.path(), Some(parker.clone()));
+        let client = ttrpc::Client::connect(&addr).unwrap();
+        assert_eq!(
+            raw_call(&client, PARKED_PATH, "now").unwrap().version,
+            "now"
+        );
+        let c2 = ttrpc::Client::connect(&addr).unwrap();
+        let t = std::thread::spawn(move || {
+            let _ = raw_call(&c2, PARKED_PATH, "park");
+        });
+        while parker.parked.lock().unwrap().is_empty() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(t); // the caller thread keeps its client; close ours instead
+        let r = parker.parked.lock().unwrap().pop().unwrap();
+        assert!(r.is_listening());
+        r.send::<ConnectResponse>(Ok(ConnectResponse::default()));
+    }
+
+    #[test]
+    fn a_panicking_handler_answers_internal_and_the_server_lives_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let parker = Arc::new(Parker::default());
+        let (addr, _h) = serve_with(dir.path(), Some(parker));
+        let client = ttrpc::Client::connect(&addr).unwrap();
+        for path in ["/containerd.task.v3.Task/Connect", PARKED_PATH] {
+            match raw_call(&client, path, "panic") {
+                Err(ttrpc::Error::RpcStatus(s)) => {
+                    assert_eq!(s.code(), Code::INTERNAL, "{path}");
+                    assert!(s.message().contains("internal error"), "{}", s.message());
+                }
+                other => panic!("{path}: expected INTERNAL, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            raw_call(&client, "/containerd.task.v3.Task/Connect", "ok")
+                .unwrap()
+                .version,
+            "ok"
+        );
+    }
+
+    #[test]
+    fn an_undecodable_request_body_is_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = serve(dir.path());
+        let client = ttrpc::Client::connect(&addr).unwrap();
+        let req = Request {
+            service: "containerd.task.v3.Task".into(),
+            method: "Connect".into(),
+            payload: vec![0xff, 0xff, 0xff],
+            ..Default::default()
+        };
+        match client.request(req) {
+            Err(ttrpc::Error::RpcStatus(s)) => assert_eq!(s.code(), Code::INVALID_ARGUMENT),
+            other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn frames_are_read_whole_and_oversized_ones_refused_unread() {
+        let mut wire = Vec::new();
+        wire.extend_from_slice(&3u32.to_be_bytes());
+        wire.extend_from_slice(&7u32.to_be_bytes());
+        wire.extend_from_slice(&[MESSAGE_TYPE_REQUEST, 0, b'a', b'b', b'c']);
+        wire.extend_from_slice(&u32::MAX.to_be_bytes());
+        wire.extend_from_slice(&9u32.to_be_bytes());
+        wire.extend_from_slice(&[MESSAGE_TYPE_REQUEST, 0]);
+        let mut r = io::Cursor::new(wire);
+        let (h, body) = read_frame(&mut r).unwrap();
+        assert_eq!((h.stream_id, body.as_slice()), (7, &b"abc"[..]));
+        assert_eq!(
+            read_frame(&mut r).unwrap_err(),
+            FrameError::TooLong {
+                stream_id: 9,
+                length: u32::MAX
+            }
+        );
+        assert_eq!(read_frame(&mut r).unwrap_err(), FrameError::Closed);
+        let mut short = io::Cursor::new(vec![0u8, 0, 0, 5, 0, 0, 0, 1, 1, 0, b'x']);
+        assert_eq!(read_frame(&mut short).unwrap_err(), FrameError::Closed);
     }
 }

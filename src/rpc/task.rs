@@ -15,9 +15,10 @@ use ttrpc::TtrpcContext;
 
 use crate::error::{Error, Result};
 use crate::mount::MountSpec;
+use crate::rpc::server::{ParkedMethod, Responder};
 use crate::runtime::RuncConfig;
 use crate::stdio::StdioRequest;
-use crate::task::{CreateRequest, Status, TaskManager};
+use crate::task::{CreateRequest, ExitInfo, ExitWaiter, Status, TaskManager};
 use crate::util::timestamp;
 
 /// The Task service.
@@ -125,37 +126,30 @@ impl Task for TaskService {
 
     fn delete(&self, _ctx: &TtrpcContext, req: DeleteRequest) -> R<DeleteResponse> {
         log::info!("delete {} {}", req.id, req.exec_id);
-        let (pid, code, at) = self.tm.delete(&req.id, &req.exec_id)?;
+        let (pid, exit) = self.tm.delete(&req.id, &req.exec_id)?;
         Ok(DeleteResponse {
             pid,
-            exit_status: code,
-            exited_at: MessageField::some(timestamp(at)),
+            exit_status: exit.status,
+            exited_at: MessageField::some(timestamp(exit.at)),
             ..Default::default()
         })
     }
 
     fn state(&self, _ctx: &TtrpcContext, req: StateRequest) -> R<StateResponse> {
-        let (c, p) = self.tm.process(&req.id, &req.exec_id)?;
-        let st = p.lock();
+        let st = self.tm.state(&req.id, &req.exec_id)?;
         let mut res = StateResponse {
             id: req.id.clone(),
-            bundle: c.bundle.display().to_string(),
-            pid: st.pid as u32,
-            status: status(if st.exit_published {
-                Status::Stopped
-            } else {
-                st.status
-            }),
-            stdin: p.stdio.stdin.clone(),
-            stdout: p.stdio.stdout.clone(),
-            stderr: p.stdio.stderr.clone(),
-            terminal: p.stdio.terminal,
+            bundle: st.bundle.display().to_string(),
+            pid: st.pid,
+            status: status(st.status),
+            stdin: st.stdio.stdin,
+            stdout: st.stdio.stdout,
+            stderr: st.stdio.stderr,
+            terminal: st.stdio.terminal,
             exec_id: req.exec_id.clone(),
             ..Default::default()
         };
-        if st.exit_published
-            && let Some(e) = st.exit
-        {
+        if let Some(e) = st.exit {
             res.exit_status = e.status;
             res.exited_at = MessageField::some(timestamp(e.at));
         }
@@ -261,13 +255,11 @@ impl Task for TaskService {
         Ok(Empty::new())
     }
 
+    /// Served by [`TaskWait`] on the shim's server (no thread is held); this blocking form is
+    /// for callers of the trait that own a thread (tests).
     fn wait(&self, _ctx: &TtrpcContext, req: WaitRequest) -> R<WaitResponse> {
-        let e = self.tm.wait(&req.id, &req.exec_id)?;
-        Ok(WaitResponse {
-            exit_status: e.status,
-            exited_at: MessageField::some(timestamp(e.at)),
-            ..Default::default()
-        })
+        let e = self.tm.wait_blocking(&req.id, &req.exec_id)?;
+        Ok(wait_response(e))
     }
 
     fn stats(&self, _ctx: &TtrpcContext, req: StatsRequest) -> R<StatsResponse> {
@@ -295,6 +287,56 @@ impl Task for TaskService {
         log::info!("shutdown {}", req.id);
         self.tm.shutdown();
         Ok(Empty::new())
+    }
+}
+
+fn wait_response(e: ExitInfo) -> WaitResponse {
+    WaitResponse {
+        exit_status: e.status,
+        exited_at: MessageField::some(timestamp(e.at)),
+        ..Default::default()
+    }
+}
+
+/// `Task.Wait` as a parked call: the reply waits in the process's waiter list.
+pub struct TaskWait {
+    tm: Arc<TaskManager>,
+}
+
+impl TaskWait {
+    pub fn new(tm: Arc<TaskManager>) -> Self {
+        TaskWait { tm }
+    }
+}
+
+/// A parked Wait's reply.
+struct WaitReply(Responder);
+
+impl ExitWaiter for WaitReply {
+    fn exited(self: Box<Self>, exit: ExitInfo) {
+        self.0.send(Ok(wait_response(exit)));
+    }
+    fn is_listening(&self) -> bool {
+        self.0.is_listening()
+    }
+}
+
+impl ParkedMethod for TaskWait {
+    fn call(&self, payload: &[u8], reply: Responder) {
+        let req = match WaitRequest::parse_from_bytes(payload) {
+            Ok(r) => r,
+            Err(e) => {
+                return reply
+                    .send::<WaitResponse>(Err(
+                        Error::invalid(format!("wait: bad request: {e}")).into()
+                    ));
+            }
+        };
+        // An unknown process is answered at once; otherwise the reply is parked.
+        match self.tm.waitable(&req.id, &req.exec_id) {
+            Ok(p) => p.wait(Box::new(WaitReply(reply))),
+            Err(e) => reply.send::<WaitResponse>(Err(e.into())),
+        }
     }
 }
 

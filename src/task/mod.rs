@@ -1,39 +1,44 @@
 //! The task manager: containers (one init plus execs each) run through the OCI runtime.
 //!
-//! It keeps one short lock for the container table and one lifecycle lock per container, so
-//! a slow `runc create` of one container never stalls another. Exits arrive from the reaper
-//! thread through [`TaskManager::on_exit`], which never blocks on a lifecycle lock: it records
-//! the exit and publishes it unless Start is still running, in which case Start publishes it
-//! right after TaskStart (containerd requires Create < Start < Exit < Delete). An init's exit is
-//! made visible only after its execs' exits, as containerd's own shim does.
+//! The verbs live one per file: [`create`](create.rs) (with an undo guard), [`start`](start.rs),
+//! [`exec`](exec.rs), [`exits`](exits.rs) (what the reaper reports, and the one place that
+//! orders events: Create < Start < Exit < Delete, an init's exit after its execs'), and
+//! [`delete`](delete.rs). Each process is one state machine ([`process`]); Waits are parked on
+//! it and answered by its terminal transition, so no thread blocks for a Wait.
+//!
+//! Locks, outermost first: the container table (short), a container's `op` lock (one lifecycle
+//! call at a time per container; it is held across runc), an init's state, the exec table, an
+//! exec's state. The reaper thread never takes an `op` lock, so a slow `runc` call never
+//! delays exit handling.
 
+mod create;
+mod delete;
+mod exec;
+mod exits;
 pub mod host;
 pub mod process;
+mod start;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::SystemTime;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::Instant;
 
-use containerd_shim_protos::events::task::{
-    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskPaused,
-    TaskResumed, TaskStart,
-};
-use protobuf::MessageField;
+use containerd_shim_protos::events::task::{TaskPaused, TaskResumed};
 
 use crate::cgroups::CgroupPaths;
 use crate::error::{Context, Error, Result};
 use crate::events::{Event, EventSink};
 use crate::mount::MountSpec;
 use crate::network::{NetworkProvider, NetworkRecord};
-use crate::reaper::{Exit, Reaper};
-use crate::runtime::{ProcessIo, RuncConfig, Runtime};
-use crate::stdio::{self, StdioRequest, TtyCopier};
-use crate::util::{timestamp, write_file_atomic};
+use crate::reaper::Reaper;
+use crate::runtime::{RuncConfig, Runtime};
+use crate::stdio::StdioRequest;
+use crate::sync::{Lock, Wait};
 use crate::validate;
 
 pub use host::{Host, LinuxHost};
-pub use process::{ExitInfo, Process, Status};
+pub use process::{ExitInfo, ExitWaiter, Phase, Process, Status, UNKNOWN_EXIT_STATUS};
 
 /// The file in a task bundle that tells the `delete` action how to clean up.
 pub const TASK_STATE_FILE: &str = "rsandbox-task.json";
@@ -71,22 +76,89 @@ pub trait PodHooks: Send + Sync {
     fn has_sandbox(&self) -> bool;
 }
 
+/// A shim without a pod (standalone `ctr run` tasks, tests).
+pub struct NoPod;
+
+impl PodHooks for NoPod {
+    fn prepare_spec(&self, _id: &str, _spec: &mut serde_json::Value) -> Result<bool> {
+        Ok(false)
+    }
+    fn sandbox_pid(&self, _id: &str) -> Option<u32> {
+        None
+    }
+    fn has_sandbox(&self) -> bool {
+        false
+    }
+}
+
+/// Everything the task manager is built with.
+pub struct TaskDeps {
+    pub namespace: String,
+    /// runc settings for tasks whose request carries none.
+    pub default_runc: RuncConfig,
+    pub host: Arc<dyn Host>,
+    pub events: Arc<dyn EventSink>,
+    /// The shim's exit monitor; `None` in tests that inject exits by hand.
+    pub reaper: Option<Arc<Reaper>>,
+    /// Shim-owned networking (also tears down what it made).
+    pub network: Option<Arc<dyn NetworkProvider>>,
+    /// Whether standalone tasks that ask for a new network namespace get a shim-owned network.
+    pub network_for_tasks: bool,
+    /// The sandbox, when the shim has one (a back edge: the sandbox owns the task manager).
+    pub pod: Weak<dyn PodHooks>,
+    /// Called when Shutdown decides the shim should exit.
+    pub on_shutdown: Arc<dyn Fn() + Send + Sync>,
+}
+
 /// One container.
 pub struct Container {
-    pub id: String,
-    pub bundle: PathBuf,
-    pub runtime: Arc<dyn Runtime>,
-    pub rootfs_mounted: bool,
-    pub init: Arc<Process>,
-    pub execs: Mutex<HashMap<String, Arc<Process>>>,
-    pub cgroup: Option<CgroupPaths>,
+    id: String,
+    bundle: PathBuf,
+    runtime: Arc<dyn Runtime>,
+    rootfs_mounted: bool,
+    init: Arc<Process>,
+    execs: Mutex<HashMap<String, Arc<Process>>>,
+    cgroup: Option<CgroupPaths>,
     /// The container has no pid namespace of its own: when its init exits, the rest of its
     /// processes must be killed explicitly.
-    pub shares_pid_ns: bool,
+    shares_pid_ns: bool,
     /// Shim-owned network of a standalone task.
-    pub network: Option<NetworkRecord>,
+    network: Option<NetworkRecord>,
     /// Serializes lifecycle operations on this container.
     op: Mutex<()>,
+}
+
+impl Container {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn bundle(&self) -> &Path {
+        &self.bundle
+    }
+
+    pub fn init(&self) -> &Arc<Process> {
+        &self.init
+    }
+
+    fn exec(&self, exec_id: &str) -> Option<Arc<Process>> {
+        self.execs.locked().get(exec_id).cloned()
+    }
+
+    /// Whether some exec was started and its exit is not visible yet: the init's exit waits.
+    fn execs_hold_init_exit(&self) -> bool {
+        self.execs
+            .locked()
+            .values()
+            .any(|e| e.state().holds_init_exit())
+    }
+}
+
+/// A row of the container table: an ID is reserved for the whole of a Create, so that two
+/// concurrent Creates of one ID cannot both proceed.
+enum Slot {
+    Creating,
+    Live(Arc<Container>),
 }
 
 /// The Task service's state and logic.
@@ -96,38 +168,47 @@ pub struct TaskManager {
     host: Arc<dyn Host>,
     events: Arc<dyn EventSink>,
     reaper: Option<Arc<Reaper>>,
-    containers: Mutex<HashMap<String, Arc<Container>>>,
-    creating: Mutex<HashSet<String>>,
+    network: Option<Arc<dyn NetworkProvider>>,
+    network_for_tasks: bool,
+    pod: Weak<dyn PodHooks>,
+    on_shutdown: Arc<dyn Fn() + Send + Sync>,
+    containers: Mutex<HashMap<String, Slot>>,
     by_pid: Mutex<HashMap<i32, Arc<Process>>>,
-    pod: Mutex<Option<Arc<dyn PodHooks>>>,
-    /// Shim-owned networking for standalone tasks: the provider (also used to tear down), and
-    /// whether new tasks get a network (off by default).
-    network: Mutex<(Option<Arc<dyn NetworkProvider>>, bool)>,
-    /// Called when Shutdown decides the shim should exit.
-    on_shutdown: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+    /// Bumped on every exit the reaper reports; [`TaskManager::wait_all`] waits on it.
+    exits_seen: (Mutex<u64>, Condvar),
     me: Weak<TaskManager>,
 }
 
+/// Releases a reserved container ID unless the Create filled it.
+struct Reservation<'a> {
+    tm: &'a TaskManager,
+    id: String,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut table = self.tm.containers.locked();
+        if matches!(table.get(&self.id), Some(Slot::Creating)) {
+            table.remove(&self.id);
+        }
+    }
+}
+
 impl TaskManager {
-    pub fn new(
-        namespace: &str,
-        default_runc: RuncConfig,
-        host: Arc<dyn Host>,
-        events: Arc<dyn EventSink>,
-        reaper: Option<Arc<Reaper>>,
-    ) -> Arc<Self> {
+    pub fn new(deps: TaskDeps) -> Arc<Self> {
         Arc::new_cyclic(|me| TaskManager {
-            namespace: namespace.to_string(),
-            default_runc,
-            host,
-            events,
-            reaper,
+            namespace: deps.namespace,
+            default_runc: deps.default_runc,
+            host: deps.host,
+            events: deps.events,
+            reaper: deps.reaper,
+            network: deps.network,
+            network_for_tasks: deps.network_for_tasks,
+            pod: deps.pod,
+            on_shutdown: deps.on_shutdown,
             containers: Mutex::default(),
-            creating: Mutex::default(),
             by_pid: Mutex::default(),
-            pod: Mutex::new(None),
-            network: Mutex::new((None, false)),
-            on_shutdown: Mutex::new(None),
+            exits_seen: (Mutex::new(0), Condvar::new()),
             me: me.clone(),
         })
     }
@@ -137,33 +218,30 @@ impl TaskManager {
         &self.namespace
     }
 
-    pub fn set_pod_hooks(&self, hooks: Arc<dyn PodHooks>) {
-        *self.pod.lock().unwrap() = Some(hooks);
-    }
-
-    /// Sets the network provider; `setup` enables shim-owned networking for standalone tasks
-    /// that ask for a network namespace.
-    pub fn set_network(&self, provider: Arc<dyn NetworkProvider>, setup: bool) {
-        *self.network.lock().unwrap() = (Some(provider), setup);
-    }
-
-    pub fn set_on_shutdown(&self, f: impl Fn() + Send + Sync + 'static) {
-        *self.on_shutdown.lock().unwrap() = Some(Box::new(f));
-    }
-
     fn pod(&self) -> Option<Arc<dyn PodHooks>> {
-        self.pod.lock().unwrap().clone()
+        self.pod.upgrade()
+    }
+
+    /// Reserves `id` for a Create, or AlreadyExists.
+    fn reserve(&self, id: &str) -> Result<Reservation<'_>> {
+        let mut table = self.containers.locked();
+        if table.contains_key(id) {
+            return Err(Error::already_exists(format!("task {id} already exists")));
+        }
+        table.insert(id.to_string(), Slot::Creating);
+        Ok(Reservation {
+            tm: self,
+            id: id.to_string(),
+        })
     }
 
     /// The container `id` or NotFound.
     pub fn container(&self, id: &str) -> Result<Arc<Container>> {
         validate::id("task id", id)?;
-        self.containers
-            .lock()
-            .unwrap()
-            .get(id)
-            .cloned()
-            .ok_or_else(|| Error::not_found(format!("task {id} not found")))
+        match self.containers.locked().get(id) {
+            Some(Slot::Live(c)) => Ok(c.clone()),
+            _ => Err(Error::not_found(format!("task {id} not found"))),
+        }
     }
 
     /// The process `exec_id` of container `id` (the init when `exec_id` is empty).
@@ -174,8 +252,7 @@ impl TaskManager {
             return Ok((c, p));
         }
         validate::id("exec id", exec_id)?;
-        let p = c.execs.lock().unwrap().get(exec_id).cloned();
-        match p {
+        match c.exec(exec_id) {
             Some(p) => Ok((c, p)),
             None => Err(Error::not_found(format!(
                 "exec {exec_id} of task {id} not found"
@@ -183,603 +260,92 @@ impl TaskManager {
         }
     }
 
-    /// Number of live containers.
+    /// Number of containers, including those being created.
     pub fn len(&self) -> usize {
-        self.containers.lock().unwrap().len()
+        self.containers.locked().len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    // ---- Create ----
-
-    /// Create: mount the rootfs, open stdio, `runc create`. Returns the init pid.
-    pub fn create(&self, req: CreateRequest) -> Result<u32> {
-        let id = req.id.clone();
-        self.create_inner(req)
-            .with_context(|| format!("create task {id}"))
-    }
-
-    fn create_inner(&self, req: CreateRequest) -> Result<u32> {
-        validate::id("task id", &req.id)?;
-        validate_bundle(&req.bundle)?;
-        req.stdio.validate()?;
-        crate::mount::validate(&req.rootfs)?;
-        if self.containers.lock().unwrap().contains_key(&req.id)
-            || !self.creating.lock().unwrap().insert(req.id.clone())
-        {
-            return Err(Error::already_exists(format!(
-                "task {} already exists",
-                req.id
-            )));
-        }
-        let r = self.create_reserved(&req);
-        self.creating.lock().unwrap().remove(&req.id);
-        r
-    }
-
-    fn create_reserved(&self, req: &CreateRequest) -> Result<u32> {
-        let config_path = req.bundle.join("config.json");
-        let raw = std::fs::read(&config_path)
-            .with_context(|| format!("read {}", config_path.display()))?;
-        let mut spec: serde_json::Value = serde_json::from_slice(&raw)
-            .map_err(|e| Error::invalid(format!("parse {}: {e}", config_path.display())))?;
-        check_spec(&spec, req.stdio.terminal)?;
-        let mut spec_changed = false;
-        let pod = self.pod().filter(|p| p.has_sandbox());
-        if let Some(pod) = &pod {
-            spec_changed |= pod
-                .prepare_spec(&req.id, &mut spec)
-                .context("add pod mounts")?;
-        }
-        let (provider, setup) = self.network.lock().unwrap().clone();
-        let mut network = None;
-        if pod.is_none()
-            && setup
-            && let Some(provider) = &provider
-            && wants_new_netns(&spec)
-        {
-            let net = provider
-                .setup(&self.namespace, &req.id, None)
-                .context("set up the task network")?;
-            set_netns_path(&mut spec, &net.netns);
-            spec_changed = true;
-            network = Some(net);
-        }
-        let undo_network = |network: &Option<NetworkRecord>| {
-            if let (Some(net), Some(p)) = (network, &provider)
-                && let Err(e) = p.teardown(net)
-            {
-                log::warn!("task {}: {e}", req.id);
-            }
-        };
-        let shares_pid_ns = shares_pid_namespace(&spec);
-        let runc = req
-            .runc
-            .clone()
-            .unwrap_or_else(|| self.default_runc.clone());
-        let rootfs = req.bundle.join("rootfs");
-        let record = TaskRecord {
-            id: req.id.clone(),
-            runc: runc.clone(),
-            rootfs_mounted: !req.rootfs.is_empty(),
-            network: network.clone(),
-        };
-        let prepared = (|| -> Result<()> {
-            if spec_changed {
-                let data = serde_json::to_vec(&spec).map_err(|e| Error::internal(e.to_string()))?;
-                write_file_atomic(&config_path, &data, 0o600).context("write config.json")?;
-            }
-            let data = serde_json::to_vec(&record).map_err(|e| Error::internal(e.to_string()))?;
-            write_file_atomic(&req.bundle.join(TASK_STATE_FILE), &data, 0o600)
-                .context("write task record")?;
-            if !req.rootfs.is_empty() {
-                self.host.mount_rootfs(&req.rootfs, &rootfs)?;
-            }
-            Ok(())
-        })();
-        if let Err(e) = prepared {
-            undo_network(&network);
-            return Err(e);
-        }
-        let runtime = self.host.runtime(&runc);
-        let init = Arc::new(Process::new(&req.id, None, req.stdio.clone(), None));
-        let created = self.spawn_init(req, &runtime, &init);
-        let pid = match created {
-            Ok(pid) => pid,
-            Err(e) => {
-                if !req.rootfs.is_empty() {
-                    let _ = self.host.unmount_rootfs(&rootfs);
-                }
-                undo_network(&network);
-                return Err(e);
-            }
-        };
-        let cgroup = match self.host.cgroup_paths(pid) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                log::warn!("task {}: no cgroup paths: {e}", req.id);
-                None
-            }
-        };
-        if let Some(paths) = &cgroup
-            && let Err(e) = self.host.watch_oom(&req.id, paths)
-        {
-            log::warn!("task {}: OOM events unavailable: {e}", req.id);
-        }
-        let container = Arc::new(Container {
-            id: req.id.clone(),
-            bundle: req.bundle.clone(),
-            runtime,
-            rootfs_mounted: !req.rootfs.is_empty(),
-            init: init.clone(),
-            execs: Mutex::default(),
-            cgroup,
-            shares_pid_ns,
-            network,
-            op: Mutex::new(()),
-        });
+    /// Every live container.
+    pub fn all(&self) -> Vec<Arc<Container>> {
         self.containers
-            .lock()
-            .unwrap()
-            .insert(req.id.clone(), container);
-        self.events.publish(Event::Create(TaskCreate {
-            container_id: req.id.clone(),
-            bundle: req.bundle.display().to_string(),
-            rootfs: req
-                .rootfs
-                .iter()
-                .map(|m| containerd_shim_protos::types::mount::Mount {
-                    type_: m.kind.clone(),
-                    source: m.source.clone(),
-                    target: m.target.clone(),
-                    options: m.options.clone(),
-                    ..Default::default()
-                })
-                .collect(),
-            io: MessageField::some(TaskIO {
-                stdin: req.stdio.stdin.clone(),
-                stdout: req.stdio.stdout.clone(),
-                stderr: req.stdio.stderr.clone(),
-                terminal: req.stdio.terminal,
-                ..Default::default()
-            }),
-            pid: pid as u32,
-            ..Default::default()
-        }));
-        // An exit that raced the table insert (the init was killed right away) was recorded
-        // by pid already; nothing more to do here.
-        Ok(pid as u32)
+            .locked()
+            .values()
+            .filter_map(|s| match s {
+                Slot::Live(c) => Some(c.clone()),
+                Slot::Creating => None,
+            })
+            .collect()
     }
 
-    /// `runc create` with stdio or a terminal; registers the pid before returning.
-    fn spawn_init(
-        &self,
-        req: &CreateRequest,
-        runtime: &Arc<dyn Runtime>,
-        init: &Arc<Process>,
-    ) -> Result<i32> {
-        let subscription = self.reaper.as_ref().map(|r| r.subscribe());
-        let (io, keepalive, stdin) = if req.stdio.terminal {
-            (ProcessIo::default(), Default::default(), None)
-        } else {
-            let o = stdio::open(&req.stdio)?;
-            (o.process, o.keepalive, o.stdin)
-        };
-        let spawned = runtime.create(&req.id, &req.bundle, req.stdio.terminal, io)?;
-        let pid = spawned.pid;
-        if let Err(e) = self.attach_io(init, spawned.console, keepalive, stdin) {
-            // The container exists but cannot be served: take it down again.
-            let _ = runtime.delete(&req.id, true);
-            return Err(e);
-        }
-        init.lock().pid = pid;
-        self.by_pid.lock().unwrap().insert(pid, init.clone());
-        if let Some(exit) = subscription.and_then(|s| s.take(pid)) {
-            self.on_exit(exit);
-        }
-        Ok(pid)
+    /// The IDs of every live container.
+    pub fn ids(&self) -> Vec<String> {
+        self.all().iter().map(|c| c.id.clone()).collect()
     }
 
-    /// Starts the stdin copier or the terminal copier of a freshly spawned process and keeps
-    /// its descriptors.
-    fn attach_io(
-        &self,
-        p: &Arc<Process>,
-        console: Option<std::fs::File>,
-        mut keepalive: stdio::Keepalive,
-        stdin: Option<stdio::StdinCopy>,
-    ) -> Result<()> {
-        if let Some(copy) = stdin {
-            keepalive.start_stdin(copy)?;
-        }
-        *p.keepalive.lock().unwrap() = keepalive;
-        match console {
-            Some(master) => *p.tty.lock().unwrap() = Some(self.start_tty(master, p)?),
-            None if p.stdio.terminal => {
-                return Err(Error::internal(
-                    "runc did not send a console for the terminal",
-                ));
+    // ---- Waiting ----
+
+    /// The process a Wait parks on ([`Process::wait`]); an unknown one is an error.
+    pub fn waitable(&self, id: &str, exec_id: &str) -> Result<Arc<Process>> {
+        self.process(id, exec_id)
+            .map(|(_, p)| p)
+            .with_context(|| format!("wait {id}"))
+    }
+
+    /// Blocks until the process ends (tests, and callers inside the shim that own a thread).
+    pub fn wait_blocking(&self, id: &str, exec_id: &str) -> Result<ExitInfo> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.waitable(id, exec_id)?
+            .wait(Box::new(crate::waiters::ChannelWaiter(tx)));
+        rx.recv()
+            .map_err(|_| Error::internal(format!("wait {id}: the process was dropped")))
+    }
+
+    /// SIGKILLs every container whose init has not ended (all its processes).
+    pub fn kill_all(&self) {
+        for c in self.all() {
+            if c.init.state().has_ended() {
+                continue;
             }
-            None => {}
-        }
-        Ok(())
-    }
-
-    fn start_tty(&self, master: std::fs::File, process: &Arc<Process>) -> Result<TtyCopier> {
-        let me = self.me.clone();
-        let p = process.clone();
-        TtyCopier::start(
-            master,
-            &process.stdio,
-            Box::new(move || {
-                if let Some(tm) = me.upgrade() {
-                    tm.output_drained(&p);
-                }
-            }),
-        )
-    }
-
-    // ---- Start ----
-
-    /// Start the init (`exec_id` empty) or an exec. Returns the pid.
-    pub fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
-        let what = if exec_id.is_empty() {
-            format!("start task {id}")
-        } else {
-            format!("start exec {exec_id} of task {id}")
-        };
-        self.start_inner(id, exec_id).context(&what)
-    }
-
-    fn start_inner(&self, id: &str, exec_id: &str) -> Result<u32> {
-        let (c, p) = self.process(id, exec_id)?;
-        let _op = c.op.lock().unwrap();
-        {
-            let mut st = p.lock();
-            if st.status != Status::Created || st.exit.is_some() {
-                return Err(Error::precondition(
-                    format!("{} is {:?}, not created", p.event_id(), st.status).to_lowercase(),
-                ));
-            }
-            st.starting = true;
-        }
-        let result = if p.exec_id.is_none() {
-            c.runtime.start(id).map(|_| p.lock().pid)
-        } else {
-            self.spawn_exec(&c, &p)
-        };
-        let mut st = p.lock();
-        st.starting = false;
-        let pid = match result {
-            Ok(pid) => pid,
-            Err(e) => {
-                drop(st);
-                if p.exec_id.is_some() {
-                    p.keepalive.lock().unwrap().release();
-                }
-                return Err(e);
-            }
-        };
-        if st.exit.is_none() {
-            st.status = Status::Running;
-        }
-        self.events.publish(match &p.exec_id {
-            None => Event::Start(TaskStart {
-                container_id: id.into(),
-                pid: pid as u32,
-                ..Default::default()
-            }),
-            Some(e) => Event::ExecStarted(TaskExecStarted {
-                container_id: id.into(),
-                exec_id: e.clone(),
-                pid: pid as u32,
-                ..Default::default()
-            }),
-        });
-        if st.exit_pending {
-            self.try_publish_exit(&c, &p, &mut st);
-        }
-        Ok(pid as u32)
-    }
-
-    fn spawn_exec(&self, c: &Arc<Container>, p: &Arc<Process>) -> Result<i32> {
-        let exec_id = p.exec_id.as_deref().unwrap_or_default();
-        let subscription = self.reaper.as_ref().map(|r| r.subscribe());
-        let (io, keepalive, stdin) = if p.stdio.terminal {
-            (ProcessIo::default(), Default::default(), None)
-        } else {
-            let o = stdio::open(&p.stdio)?;
-            (o.process, o.keepalive, o.stdin)
-        };
-        let spec = p.spec.as_deref().unwrap_or_default();
-        let spawned = c
-            .runtime
-            .exec(&c.id, &c.bundle, exec_id, spec, p.stdio.terminal, io)?;
-        if let Err(e) = self.attach_io(p, spawned.console, keepalive, stdin) {
-            // The process runs but cannot be served: kill it (the reaper collects it).
-            let _ = self.host.signal(spawned.pid, 9);
-            return Err(e);
-        }
-        p.lock().pid = spawned.pid;
-        self.by_pid.lock().unwrap().insert(spawned.pid, p.clone());
-        if let Some(exit) = subscription.and_then(|s| s.take(spawned.pid)) {
-            self.on_exit(exit);
-        }
-        Ok(spawned.pid)
-    }
-
-    // ---- Exits ----
-
-    /// Called by the reaper for every exited child. Must not block on lifecycle locks.
-    pub fn on_exit(&self, exit: Exit) {
-        let Some(p) = self.by_pid.lock().unwrap().remove(&exit.pid) else {
-            return;
-        };
-        {
-            let mut st = p.lock();
-            if st.exit.is_some() {
-                return;
-            }
-            st.exit = Some(ExitInfo {
-                status: exit.status as u32,
-                at: exit.at,
-            });
-            st.exit_pending = true;
-        }
-        log::info!(
-            "task {} process {} (pid {}) exited with status {}",
-            p.container_id,
-            p.event_id(),
-            exit.pid,
-            exit.status
-        );
-        p.keepalive.lock().unwrap().release();
-        match p.tty.lock().unwrap().as_ref() {
-            // The copier flushes the terminal output first, then calls output_drained.
-            Some(t) => t.process_exited(),
-            None => p.lock().io_drained = true,
-        }
-        self.publish_if_ready(&p);
-        if p.exec_id.is_none() {
-            self.after_init_exit(&p);
-        }
-    }
-
-    /// The terminal copier flushed the process's output.
-    fn output_drained(&self, p: &Arc<Process>) {
-        p.lock().io_drained = true;
-        self.publish_if_ready(p);
-    }
-
-    /// Publishes `p`'s exit if nothing holds it back any more; an exec's exit may in turn
-    /// release its init's.
-    fn publish_if_ready(&self, p: &Arc<Process>) {
-        let Ok(c) = self.container(&p.container_id) else {
-            // Deleted meanwhile: nobody is left to order events for; just wake waiters.
-            let mut st = p.lock();
-            if st.exit.is_some() {
-                p.publish_exit_locked(&mut st);
-            }
-            return;
-        };
-        let mut st = p.lock();
-        self.try_publish_exit(&c, p, &mut st);
-        drop(st);
-        // An exec finishing may unblock its init's exit.
-        if p.exec_id.is_some() {
-            let mut ist = c.init.lock();
-            if ist.exit_pending {
-                self.try_publish_exit(&c, &c.init, &mut ist);
+            if let Err(e) = c.runtime.kill(&c.id, 9, true) {
+                log::debug!("kill {}: {e}", c.id);
             }
         }
     }
 
-    /// Publishes the exit of `p` unless Start is running, terminal output is still draining,
-    /// or (for an init) an exec is still alive. Caller holds `p`'s state lock.
-    fn try_publish_exit(&self, c: &Container, p: &Process, st: &mut process::ProcState) {
-        let Some(exit) = st.exit else { return };
-        if st.exit_published || st.starting || !st.exit_pending {
-            return;
-        }
-        if !st.io_drained {
-            return;
-        }
-        if p.exec_id.is_none() {
-            let execs = c.execs.lock().unwrap();
-            let busy = execs.values().any(|e| {
-                let es = e.lock();
-                es.status != Status::Created && !es.exit_published
-            });
-            if busy {
-                return;
+    /// Waits until the init of every container has ended, at most until `deadline`. Returns
+    /// whether they all did.
+    pub fn wait_all(&self, deadline: Instant) -> bool {
+        let (lock, cond) = &self.exits_seen;
+        let mut seen = lock.locked();
+        loop {
+            // Checked under `exits_seen`: an exit reported meanwhile bumps it after we wait.
+            if self.all().iter().all(|c| c.init.state().has_ended()) {
+                return true;
             }
-        }
-        p.publish_exit_locked(st);
-        self.events.publish(Event::Exit(TaskExit {
-            container_id: p.container_id.clone(),
-            id: p.event_id().to_string(),
-            pid: st.pid as u32,
-            exit_status: exit.status,
-            exited_at: MessageField::some(timestamp(exit.at)),
-            ..Default::default()
-        }));
-    }
-
-    /// When a container without its own pid namespace loses its init, kill the rest of it.
-    fn after_init_exit(&self, init: &Arc<Process>) {
-        let Ok(c) = self.container(&init.container_id) else {
-            return;
-        };
-        if c.shares_pid_ns {
-            let runtime = c.runtime.clone();
-            let id = c.id.clone();
-            // Off the reaper thread: runc's own exit is reaped by it.
-            let _ = std::thread::Builder::new()
-                .stack_size(256 * 1024)
-                .spawn(move || {
-                    if let Err(e) = runtime.kill(&id, 9, true) {
-                        log::debug!("kill remaining processes of {id}: {e}");
-                    }
-                });
-        }
-    }
-
-    // ---- Delete ----
-
-    /// Delete the init (removing the task) or an exec. Returns (pid, exit status, exited at).
-    pub fn delete(&self, id: &str, exec_id: &str) -> Result<(u32, u32, SystemTime)> {
-        let what = if exec_id.is_empty() {
-            format!("delete task {id}")
-        } else {
-            format!("delete exec {exec_id} of task {id}")
-        };
-        self.delete_inner(id, exec_id).context(&what)
-    }
-
-    fn delete_inner(&self, id: &str, exec_id: &str) -> Result<(u32, u32, SystemTime)> {
-        let (c, p) = self.process(id, exec_id)?;
-        let _op = c.op.lock().unwrap();
-        let (pid, status, exit) = {
-            let st = p.lock();
-            (st.pid, st.status, st.exit)
-        };
-        if exit.is_none() && status != Status::Created {
-            return Err(Error::precondition(format!(
-                "{} is still running; kill it first",
-                p.event_id()
-            )));
-        }
-        let (code, at) = match exit {
-            Some(e) => (e.status, e.at),
-            None => (0, SystemTime::now()),
-        };
-        if let Some(exec_id) = &p.exec_id {
-            c.execs.lock().unwrap().remove(exec_id);
-            if exit.is_none() {
-                self.by_pid.lock().unwrap().remove(&pid);
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
             }
-            p.keepalive.lock().unwrap().release();
-            return Ok((pid as u32, code, at));
+            seen = cond.wait_on_timeout(seen, left).0;
         }
-        match c.runtime.delete(id, true) {
-            Ok(()) => {}
-            Err(e) if e.kind() == crate::error::Kind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-        if c.rootfs_mounted {
-            self.host.unmount_rootfs(&c.bundle.join("rootfs"))?;
-        }
-        self.host.unwatch_oom(id);
-        if let Some(net) = &c.network {
-            let provider = self.network.lock().unwrap().0.clone();
-            if let Err(e) = crate::network::teardown(provider.as_ref(), net) {
-                log::warn!("delete task {id}: {e}");
-            }
-        }
-        p.keepalive.lock().unwrap().release();
-        self.containers.lock().unwrap().remove(id);
-        {
-            let mut by_pid = self.by_pid.lock().unwrap();
-            by_pid.retain(|_, proc_| proc_.container_id != id);
-        }
-        self.events.publish(Event::Delete(TaskDelete {
-            container_id: id.into(),
-            pid: pid as u32,
-            exit_status: code,
-            exited_at: MessageField::some(timestamp(at)),
-            id: id.into(),
-            ..Default::default()
-        }));
-        Ok((pid as u32, code, at))
     }
 
-    // ---- Exec ----
-
-    /// Registers an exec process (started later by Start with the exec ID).
-    pub fn exec(
-        &self,
-        id: &str,
-        exec_id: &str,
-        stdio: StdioRequest,
-        spec_json: Vec<u8>,
-    ) -> Result<()> {
-        self.exec_inner(id, exec_id, stdio, spec_json)
-            .with_context(|| format!("exec {exec_id} in task {id}"))
-    }
-
-    fn exec_inner(
-        &self,
-        id: &str,
-        exec_id: &str,
-        stdio: StdioRequest,
-        spec_json: Vec<u8>,
-    ) -> Result<()> {
-        validate::id("exec id", exec_id)?;
-        stdio.validate()?;
-        let c = self.container(id)?;
-        let spec: serde_json::Value = serde_json::from_slice(&spec_json)
-            .map_err(|e| Error::invalid(format!("process spec is not JSON: {e}")))?;
-        if spec
-            .get("args")
-            .and_then(|a| a.as_array())
-            .is_none_or(|a| a.is_empty())
-        {
-            return Err(Error::invalid("process spec has no args"));
-        }
-        if spec
-            .get("terminal")
-            .and_then(|t| t.as_bool())
-            .unwrap_or(false)
-            != stdio.terminal
-        {
-            return Err(Error::invalid(
-                "process spec terminal does not match the request",
-            ));
-        }
-        {
-            let ist = c.init.lock();
-            if ist.exit.is_some() || ist.status != Status::Running && ist.status != Status::Paused {
-                return Err(Error::precondition(format!("task {id} is not running")));
-            }
-        }
-        let mut execs = c.execs.lock().unwrap();
-        if execs.contains_key(exec_id) {
-            return Err(Error::already_exists(format!(
-                "exec {exec_id} already exists"
-            )));
-        }
-        execs.insert(
-            exec_id.into(),
-            Arc::new(Process::new(
-                id,
-                Some(exec_id.into()),
-                stdio,
-                Some(spec_json),
-            )),
-        );
-        drop(execs);
-        self.events.publish(Event::ExecAdded(TaskExecAdded {
-            container_id: id.into(),
-            exec_id: exec_id.into(),
-            ..Default::default()
-        }));
-        Ok(())
-    }
-
-    // ---- Signals, state, waiting ----
+    // ---- Signals, state ----
 
     pub fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()> {
         let (c, p) = self
             .process(id, exec_id)
             .with_context(|| format!("kill {id}"))?;
-        let (pid, exited) = {
-            let st = p.lock();
-            (st.pid, st.exit.is_some())
+        let (pid, phase, ended) = {
+            let st = p.state();
+            (st.pid(), st.phase(), st.has_ended())
         };
-        if p.exec_id.is_none() {
-            if exited && !all {
+        if p.is_init() {
+            if ended && !all {
                 return Err(Error::not_found(format!(
                     "kill task {id}: process already finished"
                 )));
@@ -789,13 +355,13 @@ impl TaskManager {
                 .kill(id, signal, all)
                 .with_context(|| format!("kill task {id}"));
         }
-        if exited {
+        if ended {
             return Err(Error::not_found(format!(
                 "kill exec {}: process already finished",
                 p.event_id()
             )));
         }
-        if pid == 0 {
+        if pid == 0 || phase == Phase::Created {
             return Err(Error::precondition(format!(
                 "kill exec {}: not started",
                 p.event_id()
@@ -804,14 +370,6 @@ impl TaskManager {
         self.host
             .signal(pid, signal)
             .with_context(|| format!("kill exec {}", p.event_id()))
-    }
-
-    /// Blocks until the process exited; returns its exit.
-    pub fn wait(&self, id: &str, exec_id: &str) -> Result<ExitInfo> {
-        let (_, p) = self
-            .process(id, exec_id)
-            .with_context(|| format!("wait {id}"))?;
-        Ok(p.wait())
     }
 
     pub fn pause(&self, id: &str) -> Result<()> {
@@ -824,18 +382,21 @@ impl TaskManager {
 
     /// Pause (`freeze`) or resume a running task, with its event.
     fn freeze(&self, id: &str, freeze: bool) -> Result<()> {
-        let (verb, from, to) = if freeze {
-            ("pause", Status::Running, Status::Paused)
+        let (verb, from) = if freeze {
+            ("pause", Status::Running)
         } else {
-            ("resume", Status::Paused, Status::Running)
+            ("resume", Status::Paused)
         };
         let c = self.container(id).with_context(|| format!("{verb} {id}"))?;
-        let _op = c.op.lock().unwrap();
-        if c.init.lock().status != from {
-            return Err(Error::precondition(format!(
-                "{verb} {id}: task is not {}",
-                if freeze { "running" } else { "paused" }
-            )));
+        let _op = c.op.locked();
+        {
+            let st = c.init.state();
+            if st.status() != from || st.has_ended() {
+                return Err(Error::precondition(format!(
+                    "{verb} {id}: task is not {}",
+                    if freeze { "running" } else { "paused" }
+                )));
+            }
         }
         let r = if freeze {
             c.runtime.pause(id)
@@ -843,10 +404,8 @@ impl TaskManager {
             c.runtime.resume(id)
         };
         r.with_context(|| format!("{verb} {id}"))?;
-        let mut st = c.init.lock();
-        if st.exit.is_none() {
-            st.status = to;
-        }
+        let mut st = c.init.state();
+        st.set_paused(freeze);
         let container_id = id.to_string();
         self.events.publish(if freeze {
             Event::Paused(TaskPaused {
@@ -862,6 +421,26 @@ impl TaskManager {
         Ok(())
     }
 
+    /// What State reports for a process.
+    pub fn state(&self, id: &str, exec_id: &str) -> Result<ProcessStatus> {
+        let (c, p) = self.process(id, exec_id)?;
+        let (pid, mut status, exit) = {
+            let st = p.state();
+            (st.pid(), st.status(), st.visible_exit())
+        };
+        // The whole container is frozen: so are its execs.
+        if !p.is_init() && status == Status::Running && c.init.state().status() == Status::Paused {
+            status = Status::Paused;
+        }
+        Ok(ProcessStatus {
+            bundle: c.bundle.clone(),
+            pid: pid as u32,
+            status,
+            exit,
+            stdio: p.stdio().clone(),
+        })
+    }
+
     /// Pids of the container, with the exec ID of each exec process.
     pub fn pids(&self, id: &str) -> Result<Vec<(u32, Option<String>)>> {
         if let Some(pid) = self.pod().and_then(|p| p.sandbox_pid(id)) {
@@ -869,14 +448,19 @@ impl TaskManager {
         }
         let c = self.container(id).with_context(|| format!("pids {id}"))?;
         let pids = c.runtime.ps(id).with_context(|| format!("pids {id}"))?;
-        let execs = c.execs.lock().unwrap();
+        let execs: Vec<(i32, String)> = c
+            .execs
+            .locked()
+            .iter()
+            .map(|(exec_id, e)| (e.state().pid(), exec_id.clone()))
+            .collect();
         Ok(pids
             .into_iter()
             .map(|pid| {
                 let exec = execs
-                    .values()
-                    .find(|e| e.lock().pid == pid)
-                    .and_then(|e| e.exec_id.clone());
+                    .iter()
+                    .find(|(p, _)| *p == pid && pid != 0)
+                    .map(|(_, e)| e.clone());
                 (pid as u32, exec)
             })
             .collect())
@@ -904,13 +488,16 @@ impl TaskManager {
             .with_context(|| format!("update {id}"))
     }
 
+    /// CloseIO: the process's stdin reaches EOF once no client holds the fifo open; with a
+    /// terminal, the terminal's end-of-file character is sent.
     pub fn close_io(&self, id: &str, exec_id: &str, stdin: bool) -> Result<()> {
         let (_, p) = self
             .process(id, exec_id)
             .with_context(|| format!("close io of {id}"))?;
         if stdin {
-            p.keepalive.lock().unwrap().close_stdin();
-            if let Some(t) = p.tty.lock().unwrap().as_ref() {
+            let mut io = p.io();
+            io.keepalive.close_stdin();
+            if let Some(t) = io.tty.as_ref() {
                 t.close_stdin();
             }
         }
@@ -925,7 +512,7 @@ impl TaskManager {
             .map_err(|_| Error::invalid(format!("width {width} is too large")))?;
         let h = u16::try_from(height)
             .map_err(|_| Error::invalid(format!("height {height} is too large")))?;
-        match p.tty.lock().unwrap().as_ref() {
+        match p.io().tty.as_ref() {
             Some(t) => t.resize(w, h),
             None => Err(Error::precondition(format!(
                 "resize pty of {}: it has no terminal",
@@ -940,7 +527,7 @@ impl TaskManager {
             return Ok(pid);
         }
         let c = self.container(id)?;
-        Ok(c.init.lock().pid as u32)
+        Ok(c.init.state().pid() as u32)
     }
 
     /// Shutdown: the shim exits once it holds neither tasks nor a sandbox.
@@ -950,15 +537,19 @@ impl TaskManager {
             log::debug!("shutdown ignored: tasks or a sandbox remain");
             return;
         }
-        if let Some(f) = self.on_shutdown.lock().unwrap().as_ref() {
-            f();
-        }
+        (self.on_shutdown)();
     }
+}
 
-    /// Every container, for teardown of the pod.
-    pub fn all(&self) -> Vec<Arc<Container>> {
-        self.containers.lock().unwrap().values().cloned().collect()
-    }
+/// A process as State reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessStatus {
+    pub bundle: PathBuf,
+    pub pid: u32,
+    pub status: Status,
+    /// Set once the exit is visible.
+    pub exit: Option<ExitInfo>,
+    pub stdio: StdioRequest,
 }
 
 fn validate_bundle(bundle: &Path) -> Result<()> {
@@ -979,81 +570,6 @@ fn validate_bundle(bundle: &Path) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Minimal checks of an OCI spec before runc sees it.
-fn check_spec(spec: &serde_json::Value, terminal: bool) -> Result<()> {
-    let Some(obj) = spec.as_object() else {
-        return Err(Error::invalid("config.json is not a JSON object"));
-    };
-    if obj.get("ociVersion").and_then(|v| v.as_str()).is_none() {
-        return Err(Error::invalid("config.json has no ociVersion"));
-    }
-    if obj
-        .get("root")
-        .and_then(|r| r.get("path"))
-        .and_then(|p| p.as_str())
-        .is_none()
-    {
-        return Err(Error::invalid("config.json has no root.path"));
-    }
-    if let Some(p) = obj.get("process") {
-        if p.get("args")
-            .and_then(|a| a.as_array())
-            .is_none_or(|a| a.is_empty())
-        {
-            return Err(Error::invalid("config.json process has no args"));
-        }
-        let spec_terminal = p.get("terminal").and_then(|t| t.as_bool()).unwrap_or(false);
-        if spec_terminal != terminal {
-            return Err(Error::invalid(format!(
-                "config.json process.terminal is {spec_terminal} but the request asks for terminal={terminal}"
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// True when the spec asks for a new network namespace (an entry without a path).
-fn wants_new_netns(spec: &serde_json::Value) -> bool {
-    spec.pointer("/linux/namespaces")
-        .and_then(|n| n.as_array())
-        .is_some_and(|list| {
-            list.iter().any(|n| {
-                n.get("type").and_then(|t| t.as_str()) == Some("network")
-                    && n.get("path")
-                        .and_then(|p| p.as_str())
-                        .is_none_or(str::is_empty)
-            })
-        })
-}
-
-/// Points the spec's network namespace at `path`.
-fn set_netns_path(spec: &mut serde_json::Value, path: &Path) {
-    if let Some(list) = spec
-        .pointer_mut("/linux/namespaces")
-        .and_then(|n| n.as_array_mut())
-    {
-        for n in list {
-            if n.get("type").and_then(|t| t.as_str()) == Some("network") {
-                n["path"] = serde_json::json!(path);
-            }
-        }
-    }
-}
-
-/// True when the spec has no pid namespace of its own (host's, or joined by path).
-fn shares_pid_namespace(spec: &serde_json::Value) -> bool {
-    let ns = spec.pointer("/linux/namespaces").and_then(|n| n.as_array());
-    let own = ns.is_some_and(|list| {
-        list.iter().any(|n| {
-            n.get("type").and_then(|t| t.as_str()) == Some("pid")
-                && n.get("path")
-                    .and_then(|p| p.as_str())
-                    .is_none_or(str::is_empty)
-        })
-    });
-    !own
 }
 
 #[cfg(test)]

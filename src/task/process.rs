@@ -1,11 +1,59 @@
-//! One process of a task (the init or an exec): its state machine, exit, and waiters.
+//! One process of a task (the init or an exec): its lifecycle as one state machine, and the
+//! Waits parked on it.
+//!
+//! ```text
+//!   Created ──begin_start──▶ Starting ──started──▶ Running ⇄ Paused
+//!      │                        │                     │
+//!      │                        └─start_failed──▶ FailedToStart(255)
+//!      │                                              │
+//!      └────────────── publish_exit ──────────────▶ Exited(status)
+//!   (any phase) ──────────── delete ───────────────▶ Deleted(status or 255)
+//! ```
+//!
+//! The reaper's view and containerd's view differ for a moment: an exit the reaper saw is kept
+//! in `reaped` until it may be made visible (see `super::exits` for the ordering rules), and
+//! only [`ProcState::publish_exit`] moves the process to `Exited`. `Exited`, `FailedToStart`
+//! and `Deleted` are terminal: entering any of them hands back every parked waiter, so a Wait
+//! always returns, whatever happened to the process.
 
-use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::sync::Mutex;
 
+use crate::error::{Error, Result};
 use crate::stdio::{Keepalive, StdioRequest, TtyCopier};
+use crate::sync::Lock;
+pub use crate::waiters::{ExitInfo, ExitWaiter, UNKNOWN_EXIT_STATUS};
+use crate::waiters::{Waiters, wake};
 
-/// Lifecycle state of a process as containerd sees it.
+/// Where a process is in its life, as containerd sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Registered: an init is `runc create`d and waits for Start; an exec is only a spec.
+    Created,
+    /// Start (`runc start` / `runc exec`) is running.
+    Starting,
+    Running,
+    /// The container is frozen (init only).
+    Paused,
+    /// The exit is visible: Wait returns it, TaskExit was published.
+    Exited(ExitInfo),
+    /// Start failed: Wait returns [`UNKNOWN_EXIT_STATUS`]; no TaskExit (as containerd's runc
+    /// shim, which closes its wait channel when an exec fails to start).
+    FailedToStart(ExitInfo),
+    /// Deleted: Wait returns the exit, or [`UNKNOWN_EXIT_STATUS`] if none was seen.
+    Deleted(ExitInfo),
+}
+
+impl Phase {
+    /// The exit Wait returns, once the phase is terminal.
+    pub fn terminal_exit(self) -> Option<ExitInfo> {
+        match self {
+            Phase::Exited(e) | Phase::FailedToStart(e) | Phase::Deleted(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The Task API's status of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     Created,
@@ -14,44 +62,213 @@ pub enum Status {
     Stopped,
 }
 
-/// How a process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExitInfo {
-    pub status: u32,
-    pub at: SystemTime,
+/// Mutable state of a process (behind [`Process::state`]).
+pub struct ProcState {
+    pid: i32,
+    phase: Phase,
+    /// The exit the reaper saw, not visible yet.
+    reaped: Option<ExitInfo>,
+    /// No more output will come: no terminal, or its copier flushed.
+    output_done: bool,
+    waiters: Waiters,
 }
 
-/// Mutable state of a process, behind [`Process::state`].
-#[derive(Debug)]
-pub struct ProcState {
-    pub status: Status,
-    pub pid: i32,
-    /// Set as soon as the reaper saw the exit.
-    pub exit: Option<ExitInfo>,
-    /// Set when the exit is made visible (Wait returns, TaskExit published): after the output
-    /// was drained, after Start published TaskStart, and for an init after all its execs.
-    pub exit_published: bool,
-    /// Start (runc start / runc exec) is running: an exit seen now is published by Start,
-    /// after TaskStart, so events keep their order.
-    pub starting: bool,
-    /// The exit is recorded but waits for output to drain or for execs to finish.
-    pub exit_pending: bool,
-    /// No more output will come: no terminal, or its copier finished.
-    pub io_drained: bool,
+/// Waiters to answer once the state lock is released (see [`wake_all`]).
+#[must_use = "wake the waiters after unlocking"]
+pub struct Wakeup(Option<(Vec<Box<dyn ExitWaiter>>, ExitInfo)>);
+
+impl Wakeup {
+    pub fn none() -> Self {
+        Wakeup(None)
+    }
+    /// Answers the waiters. Call with no lock held.
+    pub fn wake(self) {
+        if let Some((list, exit)) = self.0 {
+            wake(list, exit);
+        }
+    }
+}
+
+impl ProcState {
+    fn new(output_done: bool) -> Self {
+        ProcState {
+            pid: 0,
+            phase: Phase::Created,
+            reaped: None,
+            output_done,
+            waiters: Waiters::default(),
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The Task API status: an exit that is not visible yet still reads as running.
+    pub fn status(&self) -> Status {
+        match self.phase {
+            Phase::Created | Phase::Starting => Status::Created,
+            Phase::Running => Status::Running,
+            Phase::Paused => Status::Paused,
+            Phase::Exited(_) | Phase::FailedToStart(_) | Phase::Deleted(_) => Status::Stopped,
+        }
+    }
+
+    /// The exit Wait and State report (terminal phases only).
+    pub fn visible_exit(&self) -> Option<ExitInfo> {
+        self.phase.terminal_exit()
+    }
+
+    /// The process is known to be gone: the reaper saw it, or the phase is terminal.
+    pub fn has_ended(&self) -> bool {
+        self.reaped.is_some() || self.phase.terminal_exit().is_some()
+    }
+
+    /// The exit as soon as the reaper saw it, visible or not.
+    pub fn known_exit(&self) -> Option<ExitInfo> {
+        self.reaped.or(self.phase.terminal_exit())
+    }
+
+    /// For an exec: its init's exit must wait for it (started, exit not visible yet).
+    pub fn holds_init_exit(&self) -> bool {
+        matches!(self.phase, Phase::Starting | Phase::Running | Phase::Paused)
+    }
+
+    fn set_terminal(&mut self, phase: Phase) -> Wakeup {
+        let Some(exit) = phase.terminal_exit() else {
+            return Wakeup::none();
+        };
+        self.phase = phase;
+        self.reaped = None;
+        Wakeup(Some((self.waiters.take(), exit)))
+    }
+
+    /// Created → Starting, or why not (named for the caller's message).
+    pub fn begin_start(&mut self) -> Result<()> {
+        let why = match self.phase {
+            Phase::Created if self.reaped.is_none() => {
+                self.phase = Phase::Starting;
+                return Ok(());
+            }
+            Phase::Created => "has already exited",
+            Phase::Starting => "is being started",
+            Phase::Running | Phase::Paused => "was already started",
+            Phase::Exited(_) => "has already exited",
+            Phase::FailedToStart(_) => "failed to start",
+            Phase::Deleted(_) => "was deleted",
+        };
+        Err(Error::precondition(why))
+    }
+
+    /// Starting → Running. An exit seen meanwhile stays in `reaped`, to be published after
+    /// TaskStart.
+    pub fn started(&mut self, pid: i32) {
+        if self.phase == Phase::Starting {
+            self.phase = Phase::Running;
+            if pid != 0 {
+                self.pid = pid;
+            }
+        }
+    }
+
+    /// Starting → FailedToStart: every waiter learns [`UNKNOWN_EXIT_STATUS`] (or the exit,
+    /// if the reaper saw the process end meanwhile).
+    pub fn start_failed(&mut self) -> Wakeup {
+        if self.phase != Phase::Starting {
+            return Wakeup::none();
+        }
+        let exit = self.reaped.unwrap_or_else(ExitInfo::unknown);
+        self.set_terminal(Phase::FailedToStart(exit))
+    }
+
+    pub fn set_pid(&mut self, pid: i32) {
+        self.pid = pid;
+    }
+
+    /// Records the reaper's exit. False if one was recorded already or the phase is terminal.
+    pub fn reap(&mut self, exit: ExitInfo) -> bool {
+        if self.has_ended() {
+            return false;
+        }
+        self.reaped = Some(exit);
+        true
+    }
+
+    /// The terminal copier flushed the output.
+    pub fn set_output_done(&mut self) {
+        self.output_done = true;
+    }
+
+    /// The reaped exit, if nothing but the caller's own rules (execs of an init) holds it
+    /// back: not while Start runs (TaskStart goes first), not before the output is flushed.
+    pub fn publishable_exit(&self) -> Option<ExitInfo> {
+        match self.phase {
+            Phase::Created | Phase::Running | Phase::Paused if self.output_done => self.reaped,
+            _ => None,
+        }
+    }
+
+    /// → Exited with the reaped exit. Call after [`ProcState::publishable_exit`] said so.
+    pub fn publish_exit(&mut self) -> Wakeup {
+        match self.publishable_exit() {
+            Some(exit) => self.set_terminal(Phase::Exited(exit)),
+            None => Wakeup::none(),
+        }
+    }
+
+    /// → Deleted; returns the exit Delete reports.
+    pub fn delete(&mut self) -> (ExitInfo, Wakeup) {
+        let exit = self.known_exit().unwrap_or_else(ExitInfo::unknown);
+        (exit, self.set_terminal(Phase::Deleted(exit)))
+    }
+
+    /// Running ⇄ Paused (init only).
+    pub fn set_paused(&mut self, paused: bool) {
+        self.phase = match (self.phase, paused) {
+            (Phase::Running, true) => Phase::Paused,
+            (Phase::Paused, false) => Phase::Running,
+            (p, _) => p,
+        };
+    }
+
+    /// Parks `w` until the process ends, or hands it back with the exit if it has.
+    pub fn park(&mut self, w: Box<dyn ExitWaiter>) -> Option<(Box<dyn ExitWaiter>, ExitInfo)> {
+        match self.phase.terminal_exit() {
+            Some(exit) => Some((w, exit)),
+            None => {
+                self.waiters.push(w);
+                None
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub fn parked(&self) -> usize {
+        self.waiters.len()
+    }
+}
+
+/// The descriptors and helper threads of a process's stdio.
+#[derive(Default)]
+pub struct ProcessIo {
+    pub keepalive: Keepalive,
+    pub tty: Option<TtyCopier>,
 }
 
 /// An init or exec process.
 pub struct Process {
-    pub container_id: String,
+    container_id: String,
     /// `None` for the init process.
-    pub exec_id: Option<String>,
-    pub stdio: StdioRequest,
-    /// Exec process spec (JSON), for execs.
-    pub spec: Option<Vec<u8>>,
+    exec_id: Option<String>,
+    stdio: StdioRequest,
+    /// The exec's process spec (JSON).
+    spec: Option<Vec<u8>>,
     state: Mutex<ProcState>,
-    exited: Condvar,
-    pub keepalive: Mutex<Keepalive>,
-    pub tty: Mutex<Option<TtyCopier>>,
+    io: Mutex<ProcessIo>,
 }
 
 impl Process {
@@ -61,24 +278,36 @@ impl Process {
         stdio: StdioRequest,
         spec: Option<Vec<u8>>,
     ) -> Self {
+        // A terminal's output is flushed by its copier; without one nothing is buffered.
+        let output_done = !stdio.terminal;
         Process {
             container_id: container_id.to_string(),
             exec_id,
             stdio,
             spec,
-            state: Mutex::new(ProcState {
-                status: Status::Created,
-                pid: 0,
-                exit: None,
-                exit_published: false,
-                starting: false,
-                exit_pending: false,
-                io_drained: false,
-            }),
-            exited: Condvar::new(),
-            keepalive: Mutex::new(Keepalive::default()),
-            tty: Mutex::new(None),
+            state: Mutex::new(ProcState::new(output_done)),
+            io: Mutex::default(),
         }
+    }
+
+    pub fn container_id(&self) -> &str {
+        &self.container_id
+    }
+
+    pub fn exec_id(&self) -> Option<&str> {
+        self.exec_id.as_deref()
+    }
+
+    pub fn is_init(&self) -> bool {
+        self.exec_id.is_none()
+    }
+
+    pub fn stdio(&self) -> &StdioRequest {
+        &self.stdio
+    }
+
+    pub fn spec(&self) -> &[u8] {
+        self.spec.as_deref().unwrap_or_default()
     }
 
     /// The process's ID as containerd names it in events (exec ID, or the container ID).
@@ -86,34 +315,169 @@ impl Process {
         self.exec_id.as_deref().unwrap_or(&self.container_id)
     }
 
-    pub fn lock(&self) -> MutexGuard<'_, ProcState> {
-        self.state.lock().unwrap()
+    pub fn state(&self) -> std::sync::MutexGuard<'_, ProcState> {
+        self.state.locked()
     }
 
-    /// Marks the exit visible and wakes every waiter. Caller holds the state lock.
-    pub fn publish_exit_locked(&self, st: &mut ProcState) {
-        st.exit_published = true;
-        st.exit_pending = false;
-        st.status = Status::Stopped;
-        self.exited.notify_all();
+    pub fn io(&self) -> std::sync::MutexGuard<'_, ProcessIo> {
+        self.io.locked()
     }
 
-    /// Blocks until the exit is visible.
-    pub fn wait(&self) -> ExitInfo {
-        let mut st = self.lock();
-        loop {
-            if st.exit_published
-                && let Some(e) = st.exit
-            {
-                return e;
-            }
-            st = self.exited.wait(st).unwrap();
+    /// Parks `w` until the process reaches a terminal phase (answers at once if it has).
+    pub fn wait(&self, w: Box<dyn ExitWaiter>) {
+        let ready = self.state().park(w);
+        if let Some((w, exit)) = ready {
+            w.exited(exit);
         }
     }
 
-    /// The exit if visible, without waiting.
-    pub fn exit_if_published(&self) -> Option<ExitInfo> {
-        let st = self.lock();
-        if st.exit_published { st.exit } else { None }
+    /// Drops the stdio the shim holds for the process: output readers see EOF, stdin closes.
+    pub fn release_io(&self) {
+        self.io().keepalive.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::waiters::ChannelWaiter;
+    use std::sync::mpsc;
+    use std::time::SystemTime;
+
+    fn exit(status: u32) -> ExitInfo {
+        ExitInfo {
+            status,
+            at: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    fn parked(st: &mut ProcState) -> mpsc::Receiver<ExitInfo> {
+        let (tx, rx) = mpsc::channel();
+        assert!(st.park(Box::new(ChannelWaiter(tx))).is_none());
+        rx
+    }
+
+    #[test]
+    fn normal_life_created_starting_running_exited_deleted() {
+        let mut st = ProcState::new(true);
+        let rx = parked(&mut st);
+        assert_eq!(st.status(), Status::Created);
+        st.begin_start().unwrap();
+        assert_eq!(st.status(), Status::Created);
+        st.started(42);
+        assert_eq!((st.status(), st.pid()), (Status::Running, 42));
+        assert!(st.reap(exit(3)));
+        assert!(!st.reap(exit(4)), "a second exit is ignored");
+        assert_eq!(st.status(), Status::Running, "not visible before publish");
+        assert!(st.has_ended());
+        assert_eq!(st.publishable_exit(), Some(exit(3)));
+        st.publish_exit().wake();
+        assert_eq!(rx.try_recv().unwrap(), exit(3));
+        assert_eq!(
+            (st.status(), st.visible_exit()),
+            (Status::Stopped, Some(exit(3)))
+        );
+        let (e, w) = st.delete();
+        w.wake();
+        assert_eq!(e, exit(3));
+        assert_eq!(st.phase(), Phase::Deleted(exit(3)));
+    }
+
+    #[test]
+    fn an_exit_during_start_waits_for_started() {
+        let mut st = ProcState::new(true);
+        st.begin_start().unwrap();
+        assert!(st.reap(exit(1)));
+        assert_eq!(st.publishable_exit(), None, "TaskStart goes first");
+        st.started(7);
+        assert_eq!(st.publishable_exit(), Some(exit(1)));
+    }
+
+    #[test]
+    fn a_failed_start_wakes_waiters_with_unknown_status() {
+        let mut st = ProcState::new(true);
+        let rx = parked(&mut st);
+        st.begin_start().unwrap();
+        st.start_failed().wake();
+        assert_eq!(rx.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
+        assert!(matches!(st.phase(), Phase::FailedToStart(_)));
+        assert_eq!(st.status(), Status::Stopped);
+        assert!(st.begin_start().is_err());
+        // A late wait answers at once.
+        let (tx, rx) = mpsc::channel();
+        let back = st.park(Box::new(ChannelWaiter(tx)));
+        let (w, e) = back.expect("terminal: answered at once");
+        w.exited(e);
+        assert_eq!(rx.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
+    }
+
+    #[test]
+    fn deleting_a_process_nobody_started_wakes_its_waiters() {
+        let mut st = ProcState::new(true);
+        let rx = parked(&mut st);
+        let (e, w) = st.delete();
+        w.wake();
+        assert_eq!(e.status, UNKNOWN_EXIT_STATUS);
+        assert_eq!(rx.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
+    }
+
+    #[test]
+    fn a_created_init_that_dies_is_published_without_start() {
+        let mut st = ProcState::new(true);
+        assert!(st.reap(exit(137)));
+        assert_eq!(st.publishable_exit(), Some(exit(137)));
+        let e = st.begin_start().unwrap_err();
+        assert_eq!(e.message(), "has already exited");
+        st.publish_exit().wake();
+        assert_eq!(st.phase(), Phase::Exited(exit(137)));
+    }
+
+    #[test]
+    fn terminal_output_holds_the_exit_until_flushed() {
+        let mut st = ProcState::new(false);
+        st.begin_start().unwrap();
+        st.started(5);
+        st.reap(exit(0));
+        assert_eq!(st.publishable_exit(), None);
+        st.set_output_done();
+        assert_eq!(st.publishable_exit(), Some(exit(0)));
+    }
+
+    #[test]
+    fn pause_and_resume_only_from_the_right_phase() {
+        let mut st = ProcState::new(true);
+        st.set_paused(true);
+        assert_eq!(st.phase(), Phase::Created);
+        st.begin_start().unwrap();
+        st.started(1);
+        st.set_paused(true);
+        assert_eq!(st.status(), Status::Paused);
+        assert!(st.holds_init_exit());
+        st.set_paused(false);
+        assert_eq!(st.status(), Status::Running);
+    }
+
+    #[test]
+    fn begin_start_names_why_not() {
+        let mut st = ProcState::new(true);
+        st.begin_start().unwrap();
+        assert_eq!(st.begin_start().unwrap_err().message(), "is being started");
+        st.started(1);
+        assert_eq!(
+            st.begin_start().unwrap_err().message(),
+            "was already started"
+        );
+        st.delete().1.wake();
+        assert_eq!(st.begin_start().unwrap_err().message(), "was deleted");
+    }
+
+    #[test]
+    fn exited_is_final_for_reap_and_publish() {
+        let mut st = ProcState::new(true);
+        st.reap(exit(2));
+        st.publish_exit().wake();
+        assert!(!st.reap(exit(9)));
+        assert_eq!(st.publishable_exit(), None);
+        assert_eq!(st.visible_exit(), Some(exit(2)));
     }
 }

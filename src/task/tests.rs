@@ -16,11 +16,14 @@ use crate::testutil::*;
 
 use super::*;
 use crate::events::RecordingSink;
+use crate::reaper::Exit;
 use crate::rpc::task::TaskService;
-use crate::runtime::Spawned;
+use crate::runtime::{ProcessIo, Spawned};
 
 /// Fake pids start above the kernel's pid_max, so they can never be real processes.
 const FAKE_PID_BASE: i32 = 1 << 23;
+
+type Hook = Mutex<Option<Box<dyn Fn(i32) + Send>>>;
 
 #[derive(Default)]
 struct FakeRuntime {
@@ -28,7 +31,20 @@ struct FakeRuntime {
     next_pid: AtomicI32,
     fail: Mutex<HashMap<&'static str, Error>>,
     on_start: Mutex<Option<Box<dyn Fn() + Send>>>,
+    /// Runs inside `create` with the new pid, before it returns.
+    on_create: Hook,
+    /// Process specs given to `exec`.
+    exec_specs: Mutex<Vec<serde_json::Value>>,
     ps: Mutex<Vec<i32>>,
+}
+
+/// A terminal for a fake process: the master, as runc would send it (the slave is closed at
+/// once, so the copier sees the "process" gone and reports its output flushed).
+fn fake_console(terminal: bool) -> Option<std::fs::File> {
+    terminal.then(|| {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        std::fs::File::from(pty.master)
+    })
 }
 
 impl FakeRuntime {
@@ -53,10 +69,11 @@ impl Runtime for FakeRuntime {
     fn create(&self, id: &str, _bundle: &Path, _terminal: bool, _io: ProcessIo) -> Result<Spawned> {
         self.record(format!("create {id}"));
         self.check("create")?;
-        Ok(Spawned {
-            pid: self.pid(),
-            console: None,
-        })
+        let pid = self.pid();
+        if let Some(f) = self.on_create.lock().unwrap().as_ref() {
+            f(pid);
+        }
+        Ok(Spawned { pid, console: None })
     }
     fn start(&self, id: &str) -> Result<()> {
         self.record(format!("start {id}"));
@@ -71,15 +88,19 @@ impl Runtime for FakeRuntime {
         id: &str,
         _b: &Path,
         exec_id: &str,
-        _spec: &[u8],
-        _t: bool,
+        spec: &[u8],
+        terminal: bool,
         _io: ProcessIo,
     ) -> Result<Spawned> {
         self.record(format!("exec {id} {exec_id}"));
+        self.exec_specs
+            .lock()
+            .unwrap()
+            .push(serde_json::from_slice(spec).unwrap());
         self.check("exec")?;
         Ok(Spawned {
             pid: self.pid(),
-            console: None,
+            console: fake_console(terminal),
         })
     }
     fn kill(&self, id: &str, signal: u32, all: bool) -> Result<()> {
@@ -164,18 +185,33 @@ struct Fixture {
     host: Arc<FakeHost>,
     events: Arc<RecordingSink>,
     dir: tempfile::TempDir,
+    /// How often Shutdown let the shim exit.
+    shutdowns: Arc<AtomicI32>,
 }
 
 fn fixture() -> Fixture {
+    fixture_with(None)
+}
+
+/// A fixture whose task manager subscribes to `reaper` before spawning, as the daemon's does.
+fn fixture_with(reaper: Option<Arc<Reaper>>) -> Fixture {
     let host = Arc::new(FakeHost::default());
     let events = Arc::new(RecordingSink::default());
-    let tm = TaskManager::new(
-        "default",
-        RuncConfig::defaults("default"),
-        host.clone(),
-        events.clone(),
-        None,
-    );
+    let shutdowns = Arc::new(AtomicI32::new(0));
+    let s2 = shutdowns.clone();
+    let tm = TaskManager::new(TaskDeps {
+        namespace: "default".into(),
+        default_runc: RuncConfig::defaults("default"),
+        host: host.clone(),
+        events: events.clone(),
+        reaper,
+        network: None,
+        network_for_tasks: false,
+        pod: Weak::<NoPod>::new(),
+        on_shutdown: Arc::new(move || {
+            s2.fetch_add(1, Ordering::SeqCst);
+        }),
+    });
     let svc = TaskService::new(tm.clone());
     Fixture {
         tm,
@@ -183,6 +219,7 @@ fn fixture() -> Fixture {
         host,
         events,
         dir: tempfile::tempdir().unwrap(),
+        shutdowns,
     }
 }
 
@@ -278,7 +315,7 @@ fn lifecycle_publishes_events_in_order_and_cleans_up() {
     assert_eq!(f.start("t1", "").unwrap().pid, pid);
 
     let tm = f.tm.clone();
-    let waiter = std::thread::spawn(move || tm.wait("t1", "").unwrap());
+    let waiter = std::thread::spawn(move || tm.wait_blocking("t1", "").unwrap());
     f.exit(pid, 3);
     assert_eq!(waiter.join().unwrap().status, 3);
     let st = f
@@ -355,7 +392,7 @@ fn an_exit_during_start_is_published_after_start() {
         f.events.topics(),
         ["/tasks/create", "/tasks/start", "/tasks/exit"]
     );
-    assert_eq!(f.tm.wait("t1", "").unwrap().status, 0);
+    assert_eq!(f.tm.wait_blocking("t1", "").unwrap().status, 0);
 }
 
 #[test]
@@ -681,12 +718,10 @@ fn exec_lifecycle_and_init_exit_waits_for_execs() {
 
     // The init dies first; its exit must still come after the exec's.
     f.exit(init, 137);
-    assert!(
-        f.tm.process("t1", "")
-            .unwrap()
-            .1
-            .exit_if_published()
-            .is_none()
+    assert_eq!(
+        f.tm.process("t1", "").unwrap().1.state().visible_exit(),
+        None,
+        "the init's exit waits for its exec's"
     );
     f.exit(epid, 143);
     assert_eq!(
@@ -835,9 +870,6 @@ fn pause_resume_update_stats_and_checkpoint() {
 #[test]
 fn shutdown_exits_only_without_tasks() {
     let f = fixture();
-    let fired = Arc::new(Mutex::new(0));
-    let fc = fired.clone();
-    f.tm.set_on_shutdown(move || *fc.lock().unwrap() += 1);
     let pid = f.create("t1").unwrap().pid;
     f.svc
         .shutdown(
@@ -848,7 +880,7 @@ fn shutdown_exits_only_without_tasks() {
             },
         )
         .unwrap();
-    assert_eq!(*fired.lock().unwrap(), 0);
+    assert_eq!(f.shutdowns.load(Ordering::SeqCst), 0);
     f.start("t1", "").unwrap();
     f.exit(pid, 0);
     f.svc
@@ -869,7 +901,7 @@ fn shutdown_exits_only_without_tasks() {
             },
         )
         .unwrap();
-    assert_eq!(*fired.lock().unwrap(), 1);
+    assert_eq!(f.shutdowns.load(Ordering::SeqCst), 1);
 }
 
 #[test]
@@ -922,4 +954,281 @@ fn a_terminal_without_a_console_takes_the_container_down_again() {
     assert!(message(r).contains("runc did not send a console"));
     assert_eq!(f.host.runtime.calls(), ["create t1", "delete t1 true"]);
     assert!(f.tm.is_empty());
+}
+
+/// Parks a Wait on `id`/`exec_id` and returns where its answer arrives.
+fn park_wait(f: &Fixture, id: &str, exec_id: &str) -> std::sync::mpsc::Receiver<ExitInfo> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    f.tm.waitable(id, exec_id)
+        .unwrap()
+        .wait(Box::new(crate::waiters::ChannelWaiter(tx)));
+    rx
+}
+
+fn running(f: &Fixture, id: &str) -> u32 {
+    let pid = f.create(id).unwrap().pid;
+    f.start(id, "").unwrap();
+    pid
+}
+
+#[test]
+fn failed_exec_starts_answer_their_waits_and_leave_nothing_behind() {
+    let f = fixture();
+    let init = running(&f, "t1");
+    f.host.runtime.fail.lock().unwrap().insert(
+        "exec",
+        Error::internal("exec: \"nope\": executable file not found in $PATH"),
+    );
+    for i in 0..300 {
+        let e = format!("probe{i}");
+        f.exec("t1", &e).unwrap();
+        let waited = park_wait(&f, "t1", &e);
+        assert_eq!(code(f.start("t1", &e)), Code::INTERNAL);
+        let exit = waited
+            .recv_timeout(std::time::Duration::from_secs(1))
+            .expect("a failed exec start must answer its Wait");
+        assert_eq!(exit.status, UNKNOWN_EXIT_STATUS);
+        // Wait after the failure answers at once, State says stopped.
+        assert_eq!(f.tm.wait_blocking("t1", &e).unwrap().status, 255);
+        assert_eq!(f.tm.state("t1", &e).unwrap().status, super::Status::Stopped);
+        f.svc
+            .delete(
+                &ctx(),
+                DeleteRequest {
+                    id: "t1".into(),
+                    exec_id: e,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+    }
+    assert_eq!(
+        f.tm.by_pid.lock().unwrap().len(),
+        1,
+        "only the init is watched"
+    );
+    assert!(
+        f.tm.container("t1")
+            .unwrap()
+            .execs
+            .lock()
+            .unwrap()
+            .is_empty()
+    );
+    // No TaskExit for an exec that never ran (containerd's runc shim publishes none either),
+    // and failed execs do not hold the init's exit back.
+    assert!(!f.events.topics().contains(&"/tasks/exec-started"));
+    f.exit(init, 0);
+    assert_eq!(f.events.topics().last(), Some(&"/tasks/exit"));
+}
+
+#[test]
+fn deleting_processes_nobody_started_answers_their_waits() {
+    let f = fixture();
+    running(&f, "t1");
+    f.exec("t1", "e1").unwrap();
+    let exec_wait = park_wait(&f, "t1", "e1");
+    f.svc
+        .delete(
+            &ctx(),
+            DeleteRequest {
+                id: "t1".into(),
+                exec_id: "e1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(exec_wait.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
+
+    // A created, never started init (e.g. `ctr run` whose start failed).
+    f.create("t2").unwrap();
+    let init_wait = park_wait(&f, "t2", "");
+    f.svc
+        .delete(
+            &ctx(),
+            DeleteRequest {
+                id: "t2".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(init_wait.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
+
+    // Deleting a container answers the Waits of its execs too.
+    f.exec("t1", "e2").unwrap();
+    let e2 = park_wait(&f, "t1", "e2");
+    let pid = f.tm.task_pid("t1").unwrap();
+    f.exit(pid, 9);
+    f.svc
+        .delete(
+            &ctx(),
+            DeleteRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(e2.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
+}
+
+#[test]
+fn a_failed_init_start_answers_its_waits() {
+    let f = fixture();
+    f.create("t1").unwrap();
+    let waited = park_wait(&f, "t1", "");
+    f.host
+        .runtime
+        .fail
+        .lock()
+        .unwrap()
+        .insert("start", Error::internal("start failed"));
+    assert_eq!(code(f.start("t1", "")), Code::INTERNAL);
+    assert_eq!(waited.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
+    let m = message(f.start("t1", ""));
+    assert!(m.contains("failed to start"), "{m}");
+    // It can still be deleted (runc delete --force takes the created container down).
+    f.svc
+        .delete(
+            &ctx(),
+            DeleteRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(f.tm.is_empty());
+}
+
+#[test]
+fn an_init_killed_during_create_gets_its_task_exit_after_task_create() {
+    let reaper = Reaper::new_for_test();
+    let f = fixture_with(Some(reaper.clone()));
+    let r = reaper.clone();
+    *f.host.runtime.on_create.lock().unwrap() = Some(Box::new(move |pid| {
+        // The reaper reports the exit before `create` even returned the pid.
+        r.inject(Exit {
+            pid,
+            status: 137,
+            at: SystemTime::now(),
+        })
+    }));
+    let pid = f.create("t1").unwrap().pid;
+    assert_eq!(f.events.topics(), ["/tasks/create", "/tasks/exit"]);
+    assert_eq!(f.tm.wait_blocking("t1", "").unwrap().status, 137);
+    let m = message(f.start("t1", ""));
+    assert!(m.contains("has already exited"), "{m}");
+    assert_eq!(f.tm.state("t1", "").unwrap().pid, pid);
+}
+
+#[test]
+fn two_concurrent_creates_of_one_id_one_wins() {
+    let f = Arc::new(fixture());
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (inside_tx, inside_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = Mutex::new(go_rx);
+    *f.host.runtime.on_create.lock().unwrap() = Some(Box::new(move |_| {
+        let _ = inside_tx.send(());
+        let _ = go_rx
+            .lock()
+            .unwrap()
+            .recv_timeout(std::time::Duration::from_secs(5));
+    }));
+    let f2 = f.clone();
+    let first = std::thread::spawn(move || f2.create("t1").map(|r| r.pid));
+    inside_rx.recv().unwrap(); // the first Create is inside runc create
+    assert_eq!(code(f.create("t1")), Code::ALREADY_EXISTS);
+    go_tx.send(()).unwrap();
+    first.join().unwrap().unwrap();
+    assert_eq!(f.tm.len(), 1);
+    assert_eq!(
+        f.host
+            .runtime
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("create"))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn the_exec_request_decides_the_terminal() {
+    let f = fixture();
+    running(&f, "t1");
+    // The container's own process spec (terminal false), with a request asking for a tty: what
+    // containerd's Go client sends for task.Exec(..., cio.WithTerminal).
+    f.svc
+        .exec(
+            &ctx(),
+            ExecProcessRequest {
+                id: "t1".into(),
+                exec_id: "tty".into(),
+                terminal: true,
+                spec: MessageField::some(Any {
+                    type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
+                    value: br#"{"args":["sh"],"terminal":false,"cwd":"/"}"#.to_vec(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    f.start("t1", "tty").unwrap();
+    let specs = f.host.runtime.exec_specs.lock().unwrap().clone();
+    assert_eq!(specs.len(), 1);
+    assert_eq!(specs[0]["terminal"], serde_json::json!(true));
+    assert_eq!(specs[0]["cwd"], serde_json::json!("/"));
+}
+
+#[test]
+fn kill_all_and_wait_all_cover_every_live_container() {
+    let f = Arc::new(fixture());
+    let p1 = running(&f, "a");
+    let p2 = running(&f, "b");
+    f.tm.kill_all();
+    let kills: Vec<String> = f
+        .host
+        .runtime
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with("kill"))
+        .collect();
+    assert_eq!(kills.len(), 2, "{kills:?}");
+    assert!(kills.iter().all(|k| k.ends_with(" 9 true")));
+    let soon = std::time::Instant::now() + std::time::Duration::from_millis(50);
+    assert!(!f.tm.wait_all(soon), "nothing exited yet");
+    let f2 = f.clone();
+    let exits = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        f2.exit(p1, 137);
+        f2.exit(p2, 137);
+    });
+    let later = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    assert!(f.tm.wait_all(later));
+    exits.join().unwrap();
+    // A second kill_all skips ended containers.
+    f.tm.kill_all();
+    assert_eq!(
+        f.host
+            .runtime
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("kill"))
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn wait_on_an_unknown_process_is_not_found_and_parks_nothing() {
+    let f = fixture();
+    running(&f, "t1");
+    for (id, exec) in [("t1", "nope"), ("nope", "")] {
+        match f.tm.waitable(id, exec) {
+            Err(e) => assert_eq!(e.kind(), crate::error::Kind::NotFound),
+            Ok(_) => panic!("{id}/{exec} found"),
+        }
+    }
+    let p = f.tm.waitable("t1", "").unwrap();
+    assert_eq!(p.state().parked(), 0);
 }

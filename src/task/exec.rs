@@ -1,0 +1,90 @@
+//! Exec: registering an exec process, and spawning it (`runc exec`) when it is started.
+
+use std::sync::Arc;
+
+use containerd_shim_protos::events::task::TaskExecAdded;
+
+use super::{Container, TaskManager};
+use crate::error::{Context, Error, Result};
+use crate::events::Event;
+use crate::oci;
+use crate::runtime::ProcessIo;
+use crate::stdio::{self, StdioRequest};
+use crate::sync::Lock;
+use crate::task::process::Process;
+use crate::validate;
+
+impl TaskManager {
+    /// Registers an exec process (started later by Start with the exec ID).
+    pub fn exec(
+        &self,
+        id: &str,
+        exec_id: &str,
+        stdio: StdioRequest,
+        spec_json: Vec<u8>,
+    ) -> Result<()> {
+        self.exec_inner(id, exec_id, stdio, spec_json)
+            .with_context(|| format!("exec {exec_id} in task {id}"))
+    }
+
+    fn exec_inner(
+        &self,
+        id: &str,
+        exec_id: &str,
+        stdio: StdioRequest,
+        spec_json: Vec<u8>,
+    ) -> Result<()> {
+        validate::id("exec id", exec_id)?;
+        stdio.validate()?;
+        let c = self.container(id)?;
+        let spec = oci::exec_process_spec(&spec_json, stdio.terminal)?;
+        {
+            let ist = c.init.state();
+            if ist.has_ended()
+                || !matches!(ist.status(), super::Status::Running | super::Status::Paused)
+            {
+                return Err(Error::precondition(format!("task {id} is not running")));
+            }
+        }
+        let mut execs = c.execs.locked();
+        if execs.contains_key(exec_id) {
+            return Err(Error::already_exists(format!(
+                "exec {exec_id} already exists"
+            )));
+        }
+        execs.insert(
+            exec_id.into(),
+            Arc::new(Process::new(id, Some(exec_id.into()), stdio, Some(spec))),
+        );
+        drop(execs);
+        self.events.publish(Event::ExecAdded(TaskExecAdded {
+            container_id: id.into(),
+            exec_id: exec_id.into(),
+            ..Default::default()
+        }));
+        Ok(())
+    }
+
+    /// `runc exec` of a registered exec; registers its pid. On error nothing runs.
+    pub(super) fn spawn_exec(&self, c: &Arc<Container>, p: &Arc<Process>) -> Result<i32> {
+        let exec_id = p.exec_id().unwrap_or_default();
+        let subscription = self.reaper.as_ref().map(|r| r.subscribe());
+        let (io, keepalive) = if p.stdio().terminal {
+            (ProcessIo::default(), Default::default())
+        } else {
+            let o = stdio::open(p.stdio())?;
+            (o.process, o.keepalive)
+        };
+        let spawned =
+            c.runtime
+                .exec(&c.id, &c.bundle, exec_id, p.spec(), p.stdio().terminal, io)?;
+        if let Err(e) = self.attach_io(p, spawned.console, keepalive) {
+            // The process runs but cannot be served: kill it (the reaper collects it).
+            let _ = self.host.signal(spawned.pid, 9);
+            return Err(e);
+        }
+        p.state().set_pid(spawned.pid);
+        self.register_pid(spawned.pid, p, subscription);
+        Ok(spawned.pid)
+    }
+}
