@@ -2,15 +2,28 @@
 # hack/setup.sh - one idempotent command that sets up the rsandbox bench on a
 # fresh Debian machine (run as root):
 #   host packages from the host's release (runc, iptables, iproute2, gcc,
-#   libc6-dev, protobuf-compiler, ...); containerd 2.1.9 + CNI plugins (and
-#   crictl, when Debian has it) from sid into $RSANDBOX_PREFIX (/opt/rsandbox);
-#   busybox-static -> local OCI images localhost/busybox:latest and
-#   localhost/pause:3.10, imported into namespaces default and k8s.io;
-#   containerd config + CNI conflist; containerd started.
+#   libc6-dev, protobuf-compiler, ...); cargo-machete (pinned, crates.io);
+#   containerd 2.1.9 + CNI plugins (and crictl, when Debian has it) from sid
+#   into $RSANDBOX_PREFIX (/opt/rsandbox); busybox-static -> local OCI images
+#   localhost/busybox:latest and localhost/pause:3.10, imported into
+#   namespaces default and k8s.io; containerd config + CNI conflists;
+#   containerd started.
 # A second run only checks and is fast. It does not build the shim: that is
 # hack/build.sh. Environment: see hack/lib.sh.
 set -euo pipefail
 # shellcheck source=hack/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-setup
+need_root
+deps
+rust_tools
+fetch
+if config && pid=$(containerd_pid); then
+	log "config changed while containerd runs (pid $pid): restarting it"
+	stop
+fi
+start
+: >"$SETUP_DONE"
+log "$(head -n1 "$P/VERSIONS")"
+log "crictl: $(sed -n 's/^crictl: //p' "$P/VERSIONS")"
+log "setup complete; env: eval \"\$(hack/containerd.sh env)\""

@@ -198,3 +198,227 @@ mod tests {
         );
     }
 }
+
+// --- CNI errors -------------------------------------------------------------------------------
+
+/// A CNI failure keeps its kind to the wire, and its text (errno, plugin message) in the message.
+impl From<crate::cni::CniError> for Error {
+    fn from(e: crate::cni::CniError) -> Self {
+        Error::new(cni_kind(&e), e.to_string())
+    }
+}
+
+/// The kind of a CNI failure:
+/// - the node's CNI setup is unusable (no or bad config, a plugin missing or not executable, a
+///   plugin rejecting its config: CNI codes 1, 2, 7, and 50/51 "plugin not available"):
+///   FailedPrecondition, as retrying cannot help until the node is fixed;
+/// - a value of the request (the container ID, pod metadata in `CNI_ARGS`) that CNI cannot
+///   carry: InvalidArgument;
+/// - anything else (a plugin's own failure, a crash, output that is not a result, cache I/O, a
+///   timeout): Internal.
+///
+/// Never NotFound or Unavailable: containerd treats NotFound from ShutdownSandbox, and NotFound
+/// or Unavailable from StopSandbox, as "already gone", and the netns and IP lease would leak. No
+/// DeadlineExceeded for a timeout either: containerd turns that code into its own
+/// `context.DeadlineExceeded`, as if its request had timed out; the message says "timed out".
+fn cni_kind(e: &crate::cni::CniError) -> Kind {
+    use crate::cni::{CniError, ExecError};
+    match e {
+        CniError::NoConfig { .. }
+        | CniError::ReadConfDir { .. }
+        | CniError::NoValidConfig { .. }
+        | CniError::InvalidConfig { .. }
+        | CniError::InvalidPluginType(_)
+        | CniError::PluginNotFound { .. }
+        | CniError::CheckNotSupported(_)
+        | CniError::NoCachedResult { .. } => Kind::FailedPrecondition,
+        CniError::InvalidName { what, .. } if *what == "container ID" => Kind::InvalidArgument,
+        // the network name and the interface name come from the node's config
+        CniError::InvalidName { .. } => Kind::FailedPrecondition,
+        CniError::InvalidArg { .. } => Kind::InvalidArgument,
+        CniError::Plugin { code, .. } => match code {
+            1 | 2 | 7 | 50 | 51 => Kind::FailedPrecondition,
+            _ => Kind::Internal,
+        },
+        CniError::Exec {
+            source: ExecError::Spawn { source, .. },
+            ..
+        } if matches!(
+            source.raw_os_error(),
+            Some(libc::ENOENT | libc::EACCES | libc::ENOEXEC)
+        ) =>
+        {
+            Kind::FailedPrecondition
+        }
+        CniError::Exec { .. } | CniError::InvalidResult { .. } | CniError::Cache { .. } => {
+            Kind::Internal
+        }
+    }
+}
+
+#[cfg(test)]
+mod cni_tests {
+    use std::io;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::cni::{CniError, Command, ExecError, ResultError};
+
+    fn plugin(code: u64) -> CniError {
+        CniError::Plugin {
+            plugin: "bridge".into(),
+            command: Command::Add,
+            code,
+            msg: "failed to set bridge addr".into(),
+            details: Some("could not add IP address to \"cni0\": permission denied".into()),
+        }
+    }
+
+    fn exec(source: ExecError) -> CniError {
+        CniError::Exec {
+            plugin: "bridge".into(),
+            command: Command::Add,
+            source,
+        }
+    }
+
+    fn spawn(errno: i32) -> CniError {
+        exec(ExecError::Spawn {
+            path: "/opt/cni/bin/bridge".into(),
+            source: io::Error::from_raw_os_error(errno),
+        })
+    }
+
+    #[test]
+    fn cni_errors_map_to_their_kinds() {
+        use Kind::{FailedPrecondition as Pre, Internal, InvalidArgument as Inv};
+        let cases: Vec<(CniError, Kind)> = vec![
+            (
+                CniError::NoConfig {
+                    dir: "/etc/cni/net.d".into(),
+                },
+                Pre,
+            ),
+            (
+                CniError::ReadConfDir {
+                    dir: "/etc/cni/net.d".into(),
+                    source: io::Error::from_raw_os_error(libc::EACCES),
+                },
+                Pre,
+            ),
+            (
+                CniError::NoValidConfig {
+                    dir: "/etc/cni/net.d".into(),
+                    errors: vec!["10-a.conflist: no cniVersion".into()],
+                },
+                Pre,
+            ),
+            (
+                CniError::InvalidConfig {
+                    source_name: "10-a.conflist".into(),
+                    reason: "plugin list is empty".into(),
+                },
+                Pre,
+            ),
+            (CniError::InvalidPluginType("../x".into()), Pre),
+            (
+                CniError::PluginNotFound {
+                    plugin: "bridge".into(),
+                    dirs: vec!["/opt/cni/bin".into()],
+                },
+                Pre,
+            ),
+            (CniError::CheckNotSupported("0.3.1".into()), Pre),
+            (
+                CniError::NoCachedResult {
+                    network: "n".into(),
+                    container_id: "c".into(),
+                    ifname: "eth0".into(),
+                },
+                Pre,
+            ),
+            (
+                crate::cni::validate_name("container ID", "a/b").unwrap_err(),
+                Inv,
+            ),
+            (
+                crate::cni::validate_name("network name", "a/b").unwrap_err(),
+                Pre,
+            ),
+            (crate::cni::validate_ifname("a/b").unwrap_err(), Pre),
+            (
+                crate::cni::format_cni_args(&[("K8S_POD_NAME".into(), "a;b".into())]).unwrap_err(),
+                Inv,
+            ),
+            (plugin(1), Pre),
+            (plugin(2), Pre),
+            (plugin(7), Pre),
+            (plugin(50), Pre),
+            (plugin(51), Pre),
+            (plugin(3), Internal),
+            (plugin(5), Internal),
+            (plugin(11), Internal),
+            (plugin(999), Internal),
+            (spawn(libc::ENOENT), Pre),
+            (spawn(libc::EACCES), Pre),
+            (spawn(libc::ENOEXEC), Pre),
+            (spawn(libc::ENOMEM), Internal),
+            (
+                exec(ExecError::Io {
+                    path: "/opt/cni/bin/bridge".into(),
+                    source: io::Error::from_raw_os_error(libc::EPIPE),
+                }),
+                Internal,
+            ),
+            (
+                exec(ExecError::Failed {
+                    path: "/opt/cni/bin/bridge".into(),
+                    code: Some(1),
+                    signal: None,
+                    stdout: Vec::new(),
+                    stderr: b"panic: runtime error".to_vec(),
+                }),
+                Internal,
+            ),
+            (
+                exec(ExecError::Timeout {
+                    path: "/opt/cni/bin/bridge".into(),
+                    timeout: Duration::from_secs(60),
+                }),
+                Internal,
+            ),
+            (
+                CniError::InvalidResult {
+                    plugin: "bridge".into(),
+                    command: Command::Add,
+                    source: ResultError::Empty,
+                },
+                Internal,
+            ),
+            (
+                CniError::Cache {
+                    path: "/var/lib/cni/results/x".into(),
+                    reason: "No space left on device (os error 28)".into(),
+                },
+                Internal,
+            ),
+        ];
+        for (cni, kind) in cases {
+            let text = cni.to_string();
+            let e = Error::from(cni);
+            assert_eq!(e.kind(), kind, "{text}");
+            assert_eq!(e.message(), text, "the CNI text is kept whole");
+        }
+    }
+
+    #[test]
+    fn the_errno_and_the_plugin_message_survive() {
+        let e = Error::from(spawn(libc::EACCES)).context("CNI ADD");
+        assert!(e.message().starts_with("CNI ADD: "), "{e}");
+        assert!(e.message().contains("Permission denied"), "{e}");
+        let e = Error::from(plugin(7));
+        assert!(e.message().contains("CNI error code 7"), "{e}");
+        assert!(e.message().contains("failed to set bridge addr"), "{e}");
+        assert!(e.message().contains("permission denied"), "{e}");
+    }
+}

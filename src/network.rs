@@ -123,29 +123,29 @@ impl PluginExec for SpawnerExec {
         cmd.env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir("/");
-        let out = self
-            .0
-            .output_in_group(&mut cmd, Some(stdin), timeout)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::TimedOut {
-                    ExecError::Timeout {
-                        path: path.to_path_buf(),
-                        timeout,
-                    }
-                } else if e.kind() == std::io::ErrorKind::NotFound
-                    || e.raw_os_error() == Some(libc::EACCES)
-                {
-                    ExecError::Spawn {
-                        path: path.to_path_buf(),
-                        source: e,
-                    }
-                } else {
-                    ExecError::Io {
-                        path: path.to_path_buf(),
-                        source: e,
-                    }
+        let out = crate::cni::retry_text_busy(timeout, |left| {
+            self.0.output_in_group(&mut cmd, Some(stdin), left)
+        })
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                ExecError::Timeout {
+                    path: path.to_path_buf(),
+                    timeout,
                 }
-            })?;
+            } else if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::EACCES)
+            {
+                ExecError::Spawn {
+                    path: path.to_path_buf(),
+                    source: e,
+                }
+            } else {
+                ExecError::Io {
+                    path: path.to_path_buf(),
+                    source: e,
+                }
+            }
+        })?;
         if out.status != 0 {
             let (code, signal) = if out.status > 128 {
                 (None, Some(out.status - 128))
@@ -270,13 +270,9 @@ pub fn teardown_with(record: &NetworkRecord, exec: Arc<dyn PluginExec>) -> Resul
             .map_err(|e| Error::internal(e.to_string()).context("remove netns"));
     }
     let cni = cni_for(record, exec);
-    let net = cni
-        .load_network()
-        .map_err(|e| Error::internal(e.to_string()).context("load CNI config for DEL"))?;
+    let net = cni.load_network().context("load CNI config for DEL")?;
     let rt = runtime_conf(record, None);
-    let del = cni
-        .del(&net, &rt)
-        .map_err(|e| Error::internal(e.to_string()).context("CNI DEL"));
+    let del = cni.del(&net, &rt).context("CNI DEL");
     let rm = NetNs::remove(&record.netns)
         .map_err(|e| Error::internal(e.to_string()).context("remove netns"));
     del.and(rm)
@@ -315,9 +311,7 @@ impl NetworkProvider for Networker {
                 );
                 None
             }
-            Err(e) => {
-                return Err(Error::precondition(e.to_string()).context("load CNI config"));
-            }
+            Err(e) => return Err(Error::from(e).context("load CNI config")),
         };
         let netns = NetNs::create(&self.cfg.netns_dir, &netns_name(ns, id))
             .map_err(|e| Error::internal(e.to_string()).context("create network namespace"))?;
@@ -332,7 +326,7 @@ impl NetworkProvider for Networker {
         };
         match cni
             .add(&net, &runtime_conf(&record, pod))
-            .map_err(|e| Error::internal(e.to_string()).context("CNI ADD"))
+            .context("CNI ADD")
         {
             Ok(res) => {
                 record.ips = res

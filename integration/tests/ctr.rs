@@ -468,9 +468,14 @@ fn pause_resume_metrics_ps() {
 
     ctr(NS, &["task", "pause", &id]).expect_ok("pause");
     wait_status(&id, "PAUSED");
-    let freezer = format!("/sys/fs/cgroup/freezer/{NS}/{id}/freezer.state");
-    if let Ok(s) = std::fs::read_to_string(&freezer) {
-        assert_eq!(s.trim(), "FROZEN", "{freezer}");
+    // The container's cgroup is frozen: cgroup v1's freezer.state or v2's cgroup.freeze, one of
+    // which must exist (a missing cgroup is a failure, not a skipped check).
+    let v1 = format!("/sys/fs/cgroup/freezer/{NS}/{id}/freezer.state");
+    let v2 = format!("/sys/fs/cgroup/{NS}/{id}/cgroup.freeze");
+    match (std::fs::read_to_string(&v1), std::fs::read_to_string(&v2)) {
+        (Ok(s), _) => assert_eq!(s.trim(), "FROZEN", "{v1}"),
+        (_, Ok(s)) => assert_eq!(s.trim(), "1", "{v2}"),
+        (Err(e1), Err(e2)) => panic!("no freezer state of {id}: {v1}: {e1}; {v2}: {e2}"),
     }
     let n1 = std::fs::read_to_string(format!("/proc/{pid}/root/tmp/n")).unwrap();
     std::thread::sleep(Duration::from_millis(600));

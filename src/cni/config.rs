@@ -9,24 +9,13 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::error::CniError;
+use super::util::parse_version;
 
 /// The newest spec version this library speaks (used to pick from a 1.1 `cniVersions` list).
 pub const SUPPORTED_MAX_VERSION: &str = "1.1.0";
 
 /// File extensions of network configs, as containerd's go-cni loads them.
 pub const CONF_EXTENSIONS: [&str; 3] = ["conf", "conflist", "json"];
-
-/// Parses `"x.y.z"` (a missing patch or minor counts as 0, like libcni's version parser).
-pub fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
-    let mut it = v.split('.');
-    let major = it.next()?.parse().ok()?;
-    let minor = it.next().map_or(Some(0), |s| s.parse().ok())?;
-    let patch = it.next().map_or(Some(0), |s| s.parse().ok())?;
-    if it.next().is_some() {
-        return None;
-    }
-    Some((major, minor, patch))
-}
 
 /// One plugin of a network config list.
 #[derive(Debug, Clone, PartialEq)]
@@ -381,16 +370,6 @@ mod tests {
     const LIST_A: &str = r#"{"cniVersion":"1.0.0","name":"alpha","plugins":[
         {"type":"bridge","bridge":"cni0","ipam":{"type":"host-local"}},
         {"type":"portmap","capabilities":{"portMappings":true,"bandwidth":false},"x-unknown":[1]}]}"#;
-
-    #[test]
-    fn version_parsing() {
-        assert_eq!(parse_version("1.0.0"), Some((1, 0, 0)));
-        assert_eq!(parse_version("0.4"), Some((0, 4, 0)));
-        assert_eq!(parse_version("1.1.0"), Some((1, 1, 0)));
-        assert_eq!(parse_version("1.x"), None);
-        assert_eq!(parse_version(""), None);
-        assert_eq!(parse_version("1.0.0.0"), None);
-    }
 
     #[test]
     fn lexical_order_over_all_extensions() {

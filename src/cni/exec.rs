@@ -1,16 +1,16 @@
-//! Plugin execution: the narrow [`PluginExec`] trait and the std-based [`StdExec`].
+//! Plugin execution: the narrow [`PluginExec`] trait, its [`ExecError`], and the `ETXTBSY`
+//! retry every implementation wraps its spawn in ([`retry_text_busy`]).
 //!
-//! Inside the shim daemon a single global reaper owns `waitpid(-1)`, so the daemon supplies its
-//! own [`PluginExec`] built on that reaper. [`StdExec`] is for code outside the daemon (tools,
-//! tests): it reaps its own child with `try_wait`.
+//! The shim runs plugins through its own implementation on top of its process spawner (in the
+//! daemon a single global reaper owns `waitpid(-1)`, so plugins must be reaped through it); this
+//! module only says what running a plugin means.
 
-use std::io::{self, Read, Write};
-use std::os::unix::process::CommandExt;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+
+use super::util::truncate;
 
 /// Runs one CNI plugin binary.
 pub trait PluginExec: Send + Sync {
@@ -86,177 +86,95 @@ fn output_suffix(label: &str, data: &[u8]) -> String {
     }
 }
 
-/// Shortens `s` to at most `max` bytes (on a char boundary), marking the cut.
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
-
-/// [`PluginExec`] on top of `std::process`: spawn, feed stdin and drain stdout/stderr on
-/// threads, poll `try_wait` until the deadline, then SIGKILL and reap.
-///
-/// Must not be used inside the shim daemon (its global reaper would steal the exit status).
-/// All pipe fds are `O_CLOEXEC` (std guarantees this). The plugin runs in its own process
-/// group; on timeout the whole group is SIGKILLed. Spawning is retried a few times on
-/// `ETXTBSY` like libcni's `RawExec` does ("text file busy" while a plugin is being installed).
-#[derive(Debug, Clone, Default)]
-pub struct StdExec;
-
+/// How often a spawn failing with `ETXTBSY` is retried, and how long to wait before each retry.
 const ETXTBSY_RETRIES: u32 = 5;
 const ETXTBSY_BACKOFF: Duration = Duration::from_millis(200);
 
-impl PluginExec for StdExec {
-    fn exec(
-        &self,
-        path: &Path,
-        env: &[(String, String)],
-        stdin: &[u8],
-        timeout: Duration,
-    ) -> Result<Vec<u8>, ExecError> {
-        let deadline = Instant::now() + timeout;
-        let mut attempt = 0;
-        let mut child = loop {
-            let spawned = Command::new(path)
-                // own process group, so a timeout also kills whatever the plugin forked
-                .process_group(0)
-                .env_clear()
-                .envs(env.iter().map(|(k, v)| (k, v)))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn();
-            match spawned {
-                Ok(c) => break c,
-                Err(e)
-                    if e.raw_os_error() == Some(libc::ETXTBSY)
-                        && attempt < ETXTBSY_RETRIES
-                        && Instant::now() < deadline =>
-                {
-                    attempt += 1;
-                    thread::sleep(ETXTBSY_BACKOFF);
-                }
-                Err(source) => {
-                    return Err(ExecError::Spawn {
-                        path: path.to_path_buf(),
-                        source,
-                    });
-                }
+/// Runs `spawn` (given the time left of `timeout`) and runs it again while it fails with
+/// `ETXTBSY`, at most 5 more times, 200 ms apart, and not past `timeout`: libcni's `RawExec`
+/// does the same, as "text file busy" happens while a plugin binary is being installed (or
+/// while a forked child of another thread still holds it open for writing).
+///
+/// Only a spawn fails with `ETXTBSY` (execve), so `spawn` may also run the plugin to the end:
+/// any other error, and success, are returned at once.
+pub fn retry_text_busy<T>(
+    timeout: Duration,
+    mut spawn: impl FnMut(Duration) -> io::Result<T>,
+) -> io::Result<T> {
+    let deadline = Instant::now() + timeout;
+    let mut attempt = 0;
+    loop {
+        match spawn(deadline.saturating_duration_since(Instant::now())) {
+            Err(e)
+                if e.raw_os_error() == Some(libc::ETXTBSY)
+                    && attempt < ETXTBSY_RETRIES
+                    && Instant::now() + ETXTBSY_BACKOFF < deadline =>
+            {
+                attempt += 1;
+                log::debug!("plugin spawn: {e}; retry {attempt} of {ETXTBSY_RETRIES}");
+                thread::sleep(ETXTBSY_BACKOFF);
             }
-        };
-
-        // stdin on its own thread: a plugin that never reads must not block us (EPIPE ignored).
-        let mut child_stdin = child.stdin.take().expect("stdin is piped");
-        let input = stdin.to_vec();
-        thread::spawn(move || {
-            let _ = child_stdin.write_all(&input);
-            // dropping closes the pipe → EOF for the plugin
-        });
-        let (tx, rx) = mpsc::channel::<(bool, io::Result<Vec<u8>>)>();
-        let mut out = child.stdout.take().expect("stdout is piped");
-        let tx_out = tx.clone();
-        thread::spawn(move || {
-            let mut buf = Vec::new();
-            let r = out.read_to_end(&mut buf).map(|_| buf);
-            let _ = tx_out.send((true, r));
-        });
-        let mut err = child.stderr.take().expect("stderr is piped");
-        thread::spawn(move || {
-            let mut buf = Vec::new();
-            let r = err.read_to_end(&mut buf).map(|_| buf);
-            let _ = tx.send((false, r));
-        });
-
-        let kill = |child: &mut std::process::Child| {
-            // The group leader is not reaped yet, so its pid still names the group.
-            if let Ok(pid) = i32::try_from(child.id()) {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        };
-
-        // Poll for exit with a gently growing interval.
-        let mut interval = Duration::from_millis(2);
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) => {}
-                Err(source) => {
-                    kill(&mut child);
-                    return Err(ExecError::Io {
-                        path: path.to_path_buf(),
-                        source,
-                    });
-                }
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                kill(&mut child);
-                return Err(ExecError::Timeout {
-                    path: path.to_path_buf(),
-                    timeout,
-                });
-            }
-            thread::sleep(interval.min(deadline - now));
-            interval = (interval * 2).min(Duration::from_millis(50));
-        };
-
-        // The plugin exited; collect its output. A daemonised grandchild could keep the pipes
-        // open forever, so the same deadline applies (reader threads are then left behind until
-        // the pipes close).
-        let mut stdout = None;
-        let mut stderr = None;
-        while stdout.is_none() || stderr.is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok((is_out, r)) => {
-                    let data = r.map_err(|source| ExecError::Io {
-                        path: path.to_path_buf(),
-                        source,
-                    })?;
-                    if is_out {
-                        stdout = Some(data);
-                    } else {
-                        stderr = Some(data);
-                    }
-                }
-                Err(_) => {
-                    return Err(ExecError::Timeout {
-                        path: path.to_path_buf(),
-                        timeout,
-                    });
-                }
-            }
+            other => return other,
         }
-        let (stdout, stderr) = (stdout.unwrap_or_default(), stderr.unwrap_or_default());
+    }
+}
 
-        if status.success() {
-            if !stderr.is_empty() {
-                log::debug!(
-                    "CNI plugin {} stderr: {}",
-                    path.display(),
-                    truncate(String::from_utf8_lossy(&stderr).trim(), 4096)
-                );
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_busy() -> io::Error {
+        io::Error::from_raw_os_error(libc::ETXTBSY)
+    }
+
+    #[test]
+    fn text_busy_is_retried_until_the_spawn_succeeds() {
+        let mut calls = 0;
+        let r = retry_text_busy(Duration::from_secs(10), |left| {
+            calls += 1;
+            assert!(left <= Duration::from_secs(10));
+            if calls < 3 {
+                Err(text_busy())
+            } else {
+                Ok(calls)
             }
-            Ok(stdout)
-        } else {
-            use std::os::unix::process::ExitStatusExt;
-            Err(ExecError::Failed {
-                path: path.to_path_buf(),
-                code: status.code(),
-                signal: status.signal(),
-                stdout,
-                stderr,
-            })
-        }
+        });
+        assert_eq!(r.unwrap(), 3);
+    }
+
+    #[test]
+    fn text_busy_is_retried_five_times_then_returned() {
+        let mut calls = 0;
+        let r: io::Result<()> = retry_text_busy(Duration::from_secs(10), |_| {
+            calls += 1;
+            Err(text_busy())
+        });
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::ETXTBSY));
+        assert_eq!(calls, 1 + ETXTBSY_RETRIES);
+    }
+
+    #[test]
+    fn text_busy_is_not_retried_past_the_timeout() {
+        let mut calls = 0;
+        let r: io::Result<()> = retry_text_busy(Duration::from_millis(300), |_| {
+            calls += 1;
+            Err(text_busy())
+        });
+        assert!(r.is_err());
+        assert_eq!(
+            calls, 2,
+            "one retry fits into 300 ms, a second one does not"
+        );
+    }
+
+    #[test]
+    fn other_errors_are_returned_at_once() {
+        let mut calls = 0;
+        let r: io::Result<()> = retry_text_busy(Duration::from_secs(10), |_| {
+            calls += 1;
+            Err(io::Error::from_raw_os_error(libc::ENOENT))
+        });
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::ENOENT));
+        assert_eq!(calls, 1);
     }
 }

@@ -8,8 +8,9 @@
 //!   `cniVersion`, `prevResult` and the declared capabilities' `runtimeConfig`.
 //! * Results are cached in libcni's `cniCacheV1` format under `<cache_dir>/results`.
 //!
-//! Plugins are run through [`PluginExec`] so the shim daemon can route them through its single
-//! reaper; [`StdExec`] is the std-based implementation for everything else.
+//! Plugins are run through [`PluginExec`], implemented by the shim on top of its spawner so that
+//! the daemon's single reaper reaps them; every implementation retries a spawn failing with
+//! `ETXTBSY` ([`retry_text_busy`]). The tests run plugins through a std-based implementation.
 //!
 //! Deviations from libcni, on purpose:
 //! * A failed ADD is rolled back here: DEL runs for the whole list (reverse order, best effort,
@@ -32,7 +33,10 @@ mod config;
 mod error;
 mod exec;
 mod result;
+mod util;
 
+#[cfg(test)]
+mod std_exec;
 #[cfg(test)]
 mod tests;
 
@@ -45,11 +49,12 @@ use serde_json::{Map, Value};
 pub use cache::{CACHE_KIND, CacheEntry, ResultCache};
 pub use config::{
     CONF_EXTENSIONS, NetworkConfig, PluginConfig, SUPPORTED_MAX_VERSION, conf_files, find_plugin,
-    load_network, parse_version, validate_ifname, validate_name, validate_plugin_type,
+    load_network, validate_ifname, validate_name, validate_plugin_type,
 };
 pub use error::{CniError, Command};
-pub use exec::{ExecError, PluginExec, StdExec};
+pub use exec::{ExecError, PluginExec, retry_text_busy};
 pub use result::{CniResult, Dns, Interface, IpConfig, IpNet, ResultError, Route};
+pub use util::parse_version;
 
 /// Default config dir (containerd/CRI-O).
 pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";

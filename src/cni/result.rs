@@ -6,6 +6,8 @@ use std::str::FromStr;
 
 use serde_json::Value;
 
+use super::util::{parse_version, truncate};
+
 /// Why a plugin's output is not a usable CNI result.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ResultError {
@@ -130,7 +132,7 @@ impl CniResult {
         }
         let value: Value = serde_json::from_slice(output).map_err(|e| ResultError::NotJson {
             error: e.to_string(),
-            output: crate::cni::exec::truncate(&String::from_utf8_lossy(output), 512),
+            output: truncate(&String::from_utf8_lossy(output), 512),
         })?;
         Self::from_value(value, default_version)
     }
@@ -152,7 +154,7 @@ impl CniResult {
                 )));
             }
         };
-        let v = crate::cni::config::parse_version(&cni_version)
+        let v = parse_version(&cni_version)
             .ok_or_else(|| ResultError::Invalid(format!("invalid cniVersion {cni_version:?}")))?;
         if v < (0, 3, 0) {
             return Err(ResultError::Invalid(format!(

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::std_exec::StdExec;
 use super::*;
 
 const TEST_PATH_ENV: &str = "/usr/bin:/bin";
@@ -770,6 +771,32 @@ fn std_exec_reports_exit_code_and_survives_unread_stdin() {
         Duration::from_secs(1),
     );
     assert!(matches!(missing, Err(ExecError::Spawn { .. })));
+}
+
+#[test]
+fn a_plugin_still_open_for_writing_is_run_once_it_is_closed() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("p");
+    let mut f = fs::File::create(&p).unwrap();
+    std::io::Write::write_all(&mut f, b"#!/bin/sh\necho ran\n").unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+    // executing a file open for writing fails with ETXTBSY until the writer closes it
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        drop(f);
+    });
+    let start = Instant::now();
+    let out = StdExec
+        .exec(
+            &p,
+            &[("PATH".into(), TEST_PATH_ENV.into())],
+            b"",
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    writer.join().unwrap();
+    assert_eq!(out, b"ran\n");
+    assert!(start.elapsed() >= Duration::from_millis(200), "no retry");
 }
 
 #[test]
