@@ -17,9 +17,10 @@ pub mod sandbox;
 pub mod spec;
 
 pub use files::{PodFiles, mount_shm, unmount_shm};
+pub use spec::decode::decode_pod_config;
 pub use spec::{
     CgroupParent, Dns, IpcMode, NetworkMode, PidMode, PodSpec, PortMapping, Protocol, SpecError,
-    SysctlDefaults, decode_pod_config,
+    SysctlDefaults,
 };
 
 #[cfg(test)]

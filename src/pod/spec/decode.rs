@@ -18,7 +18,7 @@ use super::{
     SpecError, invalid,
 };
 use crate::cri;
-use crate::network::Bandwidth;
+use crate::network::{self, Bandwidth, DnsConf, PodNetworkConf};
 
 /// Longest hostname the kernel accepts (`HOST_NAME_MAX`).
 pub const MAX_HOSTNAME_LEN: usize = 64;
@@ -35,6 +35,46 @@ pub const MAX_PORT_MAPPINGS: usize = 1024;
 
 const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
 const EMPTY_TYPE: &str = "google.protobuf.Empty";
+
+impl PodSpec {
+    /// Validates and converts a decoded CRI config.
+    pub fn from_cri(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
+        convert(cfg)
+    }
+
+    /// What shim-run CNI needs to know about the pod (identity, host ports, DNS, bandwidth), as
+    /// containerd's CRI passes it. Fails only on bad bandwidth annotations (see
+    /// [`bandwidth_of`]), which are checked here and not when decoding: CRI accepts them
+    /// on pods whose network it does not set up.
+    pub fn network_conf(&self) -> Result<PodNetworkConf, SpecError> {
+        Ok(PodNetworkConf {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            uid: self.uid.clone(),
+            port_mappings: self
+                .port_mappings
+                .iter()
+                .filter(|p| p.host_port != 0)
+                .map(|p| network::PortMapping {
+                    protocol: match p.protocol {
+                        Protocol::Tcp => "tcp",
+                        Protocol::Udp => "udp",
+                        Protocol::Sctp => "sctp",
+                    },
+                    container_port: p.container_port,
+                    host_port: p.host_port,
+                    host_ip: p.host_ip,
+                })
+                .collect(),
+            dns: self.dns.as_ref().map(|d| DnsConf {
+                servers: d.servers.clone(),
+                searches: d.searches.clone(),
+                options: d.options.clone(),
+            }),
+            bandwidth: bandwidth_of(&self.annotations)?,
+        })
+    }
+}
 
 /// Decodes `CreateSandboxRequest.options` into a validated [`PodSpec`].
 ///
@@ -186,7 +226,8 @@ pub(super) fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError>
         }
         for (k, v) in &l.sysctls {
             let field = format!("linux.sysctls[{k:?}]");
-            let name = check_sysctl(k, v, network, ipc).map_err(|r| invalid(&field, r))?;
+            let name = check_sysctl(k, v, network == NetworkMode::Host, ipc == IpcMode::Host)
+                .map_err(|r| invalid(&field, r))?;
             if sysctls.insert(name, v.clone()).is_some() {
                 return Err(invalid(field, "set twice (in dot and slash form)"));
             }

@@ -1,8 +1,12 @@
 //! The pod's configuration as plain Rust: [`PodSpec`] and its parts, free of protobuf types.
 //!
 //! * [`decode`]: decode the CRI `PodSandboxConfig` that containerd forwards in
-//!   `CreateSandboxRequest.options` and validate it into a [`PodSpec`];
+//!   `CreateSandboxRequest.options` and validate it into a [`PodSpec`] (and the pod annotations
+//!   into what CNI is told);
 //! * [`sysctl`]: pod sysctls (names, `/proc/sys` paths, containerd's defaults, validation).
+//!
+//! Dependencies point one way: `decode` uses this module and `sysctl`; this module uses only
+//! `sysctl` (a leaf), so nothing here names `decode` (`hack/check-cycles.sh`).
 //!
 //! Everything here is pure (no syscalls) except [`SysctlDefaults::detect`].
 
@@ -10,16 +14,9 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Component, Path, PathBuf};
 
-use crate::cri;
-use crate::network::{self, DnsConf, PodNetworkConf};
-
 pub mod decode;
 pub mod sysctl;
 
-pub use decode::{
-    MAX_DNS_ENTRY_LEN, MAX_DNS_OPTIONS, MAX_DNS_SEARCHES, MAX_DNS_SERVERS, MAX_HOSTNAME_LEN,
-    MAX_PORT_MAPPINGS, check_hostname, decode_pod_config,
-};
 pub use sysctl::{
     MAX_SYSCTL_NAME_LEN, MAX_SYSCTL_VALUE_LEN, MAX_SYSCTLS, SysctlDefaults, canonical_sysctl_name,
     running_in_user_ns, sysctl_path,
@@ -276,7 +273,7 @@ impl PodSpec {
     /// The pod's sysctls plus containerd's podsandbox defaults that `defaults` allows, sorted
     /// by name (see [`sysctl::with_defaults`]).
     pub fn effective_sysctls(&self, defaults: SysctlDefaults) -> Vec<(String, String)> {
-        sysctl::with_defaults(&self.sysctls, self.network, defaults)
+        sysctl::with_defaults(&self.sysctls, self.network == NetworkMode::Host, defaults)
     }
 
     /// The classified cgroup parent, if any (already validated by [`decode_pod_config`]).
@@ -344,44 +341,6 @@ impl PodSpec {
     /// network, as in containerd).
     pub fn host_uts(&self) -> bool {
         self.network == NetworkMode::Host
-    }
-
-    /// What shim-run CNI needs to know about the pod (identity, host ports, DNS, bandwidth), as
-    /// containerd's CRI passes it. Fails only on bad bandwidth annotations (see
-    /// [`decode::bandwidth_of`]), which are checked here and not when decoding: CRI accepts them
-    /// on pods whose network it does not set up.
-    pub fn network_conf(&self) -> Result<PodNetworkConf, SpecError> {
-        Ok(PodNetworkConf {
-            name: self.name.clone(),
-            namespace: self.namespace.clone(),
-            uid: self.uid.clone(),
-            port_mappings: self
-                .port_mappings
-                .iter()
-                .filter(|p| p.host_port != 0)
-                .map(|p| network::PortMapping {
-                    protocol: match p.protocol {
-                        Protocol::Tcp => "tcp",
-                        Protocol::Udp => "udp",
-                        Protocol::Sctp => "sctp",
-                    },
-                    container_port: p.container_port,
-                    host_port: p.host_port,
-                    host_ip: p.host_ip,
-                })
-                .collect(),
-            dns: self.dns.as_ref().map(|d| DnsConf {
-                servers: d.servers.clone(),
-                searches: d.searches.clone(),
-                options: d.options.clone(),
-            }),
-            bandwidth: decode::bandwidth_of(&self.annotations)?,
-        })
-    }
-
-    /// Validates and converts a decoded CRI config.
-    pub fn from_cri(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
-        decode::convert(cfg)
     }
 }
 
@@ -499,7 +458,7 @@ mod tests {
         );
         assert_eq!(
             conf.port_mappings,
-            [network::PortMapping {
+            [crate::network::PortMapping {
                 protocol: "udp",
                 container_port: 53,
                 host_port: 5353,

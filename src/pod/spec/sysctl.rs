@@ -2,12 +2,11 @@
 //! defaults, and which ones a pod may set.
 //!
 //! [`sysctl_path`] is the one place a sysctl name becomes a file: the pause process writes the
-//! pod's sysctls through it too.
+//! pod's sysctls through it too. A leaf: it knows nothing of the pod spec (the caller says which
+//! namespaces are the node's).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-use super::{IpcMode, NetworkMode};
 
 /// Longest sysctl name we accept.
 pub const MAX_SYSCTL_NAME_LEN: usize = 256;
@@ -74,11 +73,11 @@ const PORT_START_PATH: &str = "/proc/sys/net/ipv4/ip_unprivileged_port_start";
 ///   is [`SysctlDefaults::detect`], the latter cannot happen since we reject those pods).
 pub fn with_defaults(
     user: &BTreeMap<String, String>,
-    network: NetworkMode,
+    host_network: bool,
     defaults: SysctlDefaults,
 ) -> Vec<(String, String)> {
     let mut out = user.clone();
-    if network != NetworkMode::Host {
+    if !host_network {
         if defaults.unprivileged_ports {
             out.entry("net.ipv4.ip_unprivileged_port_start".into())
                 .or_insert_with(|| "0".into());
@@ -154,8 +153,8 @@ pub fn sysctl_path(name: &str) -> PathBuf {
 pub(super) fn check_sysctl(
     name: &str,
     value: &str,
-    net: NetworkMode,
-    ipc: IpcMode,
+    host_network: bool,
+    host_ipc: bool,
 ) -> Result<String, String> {
     if name.is_empty() || name.len() > MAX_SYSCTL_NAME_LEN {
         return Err(format!("name must be 1-{MAX_SYSCTL_NAME_LEN} bytes"));
@@ -181,11 +180,11 @@ pub(super) fn check_sysctl(
         return Err("value contains NUL or a line break".into());
     }
     if is_ipc_sysctl(&dotted) {
-        if ipc == IpcMode::Host {
+        if host_ipc {
             return Err("not allowed: the pod uses the host IPC namespace".into());
         }
     } else if is_net_sysctl(&dotted) {
-        if net == NetworkMode::Host {
+        if host_network {
             return Err("not allowed: the pod uses the host network namespace".into());
         }
     } else {
@@ -204,9 +203,10 @@ mod tests {
 
     #[test]
     fn sysctl_rules() {
-        let ok = |name: &str, net: NetworkMode, ipc: IpcMode| check_sysctl(name, "1", net, ipc);
-        let (p, h) = (NetworkMode::Pod, NetworkMode::Host);
-        let (ip, ih) = (IpcMode::Pod, IpcMode::Host);
+        let ok = |name: &str, net: bool, ipc: bool| check_sysctl(name, "1", net, ipc);
+        // (pod network, host network), (pod IPC, host IPC)
+        let (p, h) = (false, true);
+        let (ip, ih) = (false, true);
         for n in [
             "kernel.shmmax",
             "kernel.shm_rmid_forced",
@@ -319,28 +319,25 @@ mod tests {
     fn defaults_are_added_only_where_allowed() {
         let mut user = BTreeMap::new();
         user.insert("kernel.shmmax".to_string(), "1".to_string());
-        let names = |d: SysctlDefaults, net: NetworkMode| -> Vec<String> {
-            with_defaults(&user, net, d)
+        let names = |d: SysctlDefaults, host_network: bool| -> Vec<String> {
+            with_defaults(&user, host_network, d)
                 .into_iter()
                 .map(|(k, _)| k)
                 .collect()
         };
         let userns = SysctlDefaults::from_host(Some("0 100000 65536"), true);
         assert_eq!(
-            names(userns, NetworkMode::Pod),
+            names(userns, false),
             ["kernel.shmmax", "net.ipv4.ip_unprivileged_port_start"]
         );
         assert_eq!(
-            names(SysctlDefaults::default(), NetworkMode::Pod),
+            names(SysctlDefaults::default(), false),
             [
                 "kernel.shmmax",
                 "net.ipv4.ip_unprivileged_port_start",
                 "net.ipv4.ping_group_range"
             ]
         );
-        assert_eq!(
-            names(SysctlDefaults::default(), NetworkMode::Host),
-            ["kernel.shmmax"]
-        );
+        assert_eq!(names(SysctlDefaults::default(), true), ["kernel.shmmax"]);
     }
 }
