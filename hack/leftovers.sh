@@ -31,11 +31,17 @@ note() { printf 'note     %-10s %s\n' "[$1]" "$2"; }
 cmdline_of() { tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | cut -c1-200; }
 
 is_our_shim() { # pid: a shim (or pause process) of this bench's containerd
-	local cmd
+	local cmd ppid
 	cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 1
 	# Only shims of this bench's containerd (another containerd on this machine may run
-	# rsandbox shims too). Pause processes are forked copies: same command line.
-	[[ "$cmd" == *containerd-shim*" -address $SOCK "* ]]
+	# rsandbox shims too).
+	[[ "$cmd" == *containerd-shim*" -address $SOCK "* ]] && return 0
+	# Pause processes are forked shims that call themselves `rsandbox-pause <pod id>`: ours
+	# when their parent is one of our shims, and any orphaned one (its shim is gone).
+	[[ "$cmd" == "rsandbox-pause "* ]] || return 1
+	ppid=$(awk '{ print $4 }' "/proc/$1/stat" 2>/dev/null) || return 0
+	is_our_shim "$ppid" && return 0
+	! tr '\0' ' ' 2>/dev/null <"/proc/$ppid/cmdline" | grep -q containerd-shim-rsandbox
 }
 
 # --- containerd's objects ------------------------------------------------------

@@ -8,8 +8,12 @@
 //! ```toml
 //! [network]
 //! # Pods created without a netns_path (containerd's sandbox controller API, not CRI) get a
-//! # network namespace and the CNI chain from the shim.
+//! # network namespace and the CNI chain from the shim. Off: such a sandbox without a CRI pod
+//! # config runs in the host network; one whose pod config asks for a pod network is refused.
 //! sandboxes = true
+//! # With no CNI network config in cni_conf_dir, shim-owned namespaces get loopback only (and a
+//! # warning in the log). true: that is an error instead.
+//! require_cni = false
 //! # Containers run with `ctr run --runtime io.containerd.rsandbox.v1` that ask for a new
 //! # network namespace get one with CNI too. Off: they behave exactly as with runc.
 //! standalone_tasks = false
@@ -45,6 +49,8 @@ pub struct ShimConfig {
 pub struct NetworkConfig {
     pub sandboxes: bool,
     pub standalone_tasks: bool,
+    /// A missing CNI network config fails the create instead of giving loopback only.
+    pub require_cni: bool,
     pub cni_conf_dir: PathBuf,
     pub cni_bin_dirs: Vec<PathBuf>,
     pub cni_cache_dir: PathBuf,
@@ -58,6 +64,7 @@ impl Default for NetworkConfig {
         NetworkConfig {
             sandboxes: true,
             standalone_tasks: false,
+            require_cni: false,
             cni_conf_dir: PathBuf::from(crate::cni::DEFAULT_CONF_DIR),
             cni_bin_dirs: vec![PathBuf::from(crate::cni::DEFAULT_BIN_DIR)],
             cni_cache_dir: PathBuf::from(crate::cni::DEFAULT_CACHE_DIR),
@@ -132,6 +139,7 @@ mod tests {
         let cfg = ShimConfig::load_from(Path::new("/nonexistent/rsandbox.toml")).unwrap();
         assert_eq!(cfg, ShimConfig::default());
         assert!(cfg.network.sandboxes && !cfg.network.standalone_tasks);
+        assert!(!cfg.network.require_cni);
         assert_eq!(ShimConfig::parse("").unwrap(), ShimConfig::default());
     }
 
@@ -148,6 +156,12 @@ mod tests {
         );
         assert_eq!(cfg.network.cni_settings().timeout, Duration::from_secs(5));
         assert_eq!(cfg.network.netns_dir, PathBuf::from("/var/run/netns"));
+        assert!(
+            ShimConfig::parse("[network]\nrequire_cni = true\n")
+                .unwrap()
+                .network
+                .require_cni
+        );
         let e = ShimConfig::parse("[network]\nstandalone_task = true\n").unwrap_err();
         assert!(e.message().contains("standalone_task"), "{}", e.message());
         let e = ShimConfig::parse("[network]\nnetns_dir = \"relative\"\n").unwrap_err();

@@ -141,6 +141,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
             host: Arc::new(LinuxPodHost {
                 host_etc: PathBuf::from("/etc"),
                 unified,
+                sysctl_defaults: crate::pod::SysctlDefaults::detect(),
             }),
             reaper: Some(reaper.clone()),
             network: Some(networker.clone()),

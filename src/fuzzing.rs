@@ -34,7 +34,9 @@ pub fn pod_config(data: &[u8]) {
         ..Default::default()
     };
     if let Ok(spec) = crate::pod::decode_pod_config(&any) {
-        let _ = spec.effective_sysctls();
+        let _ = spec.effective_sysctls(Default::default());
+        // The bandwidth annotations (resource quantities) are decoded here.
+        let _ = spec.network_conf();
     }
 }
 

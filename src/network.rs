@@ -3,21 +3,30 @@
 //! `ctr run`). Under CRI, containerd makes the netns and runs CNI itself; this is never used
 //! there.
 //!
-//! Everything needed to undo the setup is in a [`NetworkRecord`] kept in the bundle, so
-//! teardown works from the daemon, from ShutdownSandbox, and from the `delete` action after a
-//! crash. Teardown is idempotent: CNI DEL tolerates a missing netns and a missing cache entry.
+//! With no CNI network config at all ([`CniError::NoConfig`]) the namespace gets loopback only
+//! (a warning in the log, no IPs), unless `[network] require_cni = true` makes that an error. A
+//! config that exists but is broken is always an error.
+//!
+//! The pod is described by a [`PodNetworkConf`] that `pod/` builds from its spec: this module does
+//! not know the pod spec. Everything needed to undo the setup is in a [`NetworkRecord`] kept in
+//! the bundle, so teardown works from the daemon, from ShutdownSandbox, and from the `delete`
+//! action after a crash. Teardown is idempotent: CNI DEL tolerates a missing netns and a missing
+//! cache entry.
+//!
+//! [`NetworkProvider`] is the narrow trait the sandbox and task code use, so their tests run
+//! against `FakeNetwork` (test builds only) instead of namespaces and plugins.
 
 use std::hash::{Hash, Hasher};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cni::{Cni, CniResult, ExecError, PluginExec, PodArgs, RuntimeConf};
+use crate::cni::{Cni, CniError, ExecError, PluginExec, PodArgs, RuntimeConf};
 use crate::config::NetworkConfig;
 use crate::error::{Context, Error, Result};
 use crate::netns::NetNs;
-use crate::pod::spec::PodSpec;
 use crate::reaper::Spawner;
 
 /// What was set up, and how to take it down again.
@@ -36,12 +45,65 @@ pub struct NetworkRecord {
     pub pod: Option<(String, String, String, String)>,
     /// Addresses of the interface, as `addr/prefix`.
     pub ips: Vec<String>,
+    /// No CNI network config existed: the netns has loopback only and no plugin ran (teardown
+    /// only removes the netns).
+    #[serde(default)]
+    pub loopback_only: bool,
 }
 
-/// Sets up and tears down shim-owned networks (a trait so tests can fake it).
+/// What CNI needs to know about a pod (libcni's `RuntimeConf` minus the netns), as containerd's
+/// CRI passes it: the `K8S_POD_*` CNI_ARGS and the `portMappings`, `dns` and `bandwidth`
+/// capability args. Built by `pod/` from the pod's spec.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodNetworkConf {
+    /// `K8S_POD_NAME`.
+    pub name: String,
+    /// `K8S_POD_NAMESPACE`.
+    pub namespace: String,
+    /// `K8S_POD_UID`.
+    pub uid: String,
+    /// Host ports (entries without a host port are not passed, as in containerd).
+    pub port_mappings: Vec<PortMapping>,
+    /// The pod's DNS settings, for plugins that declare the `dns` capability.
+    pub dns: Option<DnsConf>,
+    /// Traffic shaping, for plugins that declare the `bandwidth` capability.
+    pub bandwidth: Option<Bandwidth>,
+}
+
+/// One `portMappings` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortMapping {
+    /// `tcp`, `udp` or `sctp`.
+    pub protocol: &'static str,
+    pub container_port: u16,
+    pub host_port: u16,
+    /// Host address to bind, `None` for all.
+    pub host_ip: Option<IpAddr>,
+}
+
+/// The `dns` capability arg.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DnsConf {
+    pub servers: Vec<String>,
+    pub searches: Vec<String>,
+    pub options: Vec<String>,
+}
+
+/// The `bandwidth` capability arg, in bits per second and bits (containerd: the pod's
+/// `kubernetes.io/{ingress,egress}-bandwidth` annotations, bursts `u32::MAX`); 0 means no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bandwidth {
+    pub ingress_rate: u64,
+    pub ingress_burst: u64,
+    pub egress_rate: u64,
+    pub egress_burst: u64,
+}
+
+/// Sets up and tears down shim-owned networks (a trait so tests can fake it: `FakeNetwork`).
 pub trait NetworkProvider: Send + Sync {
-    /// Creates the netns for `id` (namespace `ns`) and runs CNI ADD.
-    fn setup(&self, ns: &str, id: &str, pod: Option<&PodSpec>) -> Result<NetworkRecord>;
+    /// Creates the netns for `id` (namespace `ns`) and runs CNI ADD (or leaves it with loopback
+    /// only when there is no CNI config; see the module docs).
+    fn setup(&self, ns: &str, id: &str, pod: Option<&PodNetworkConf>) -> Result<NetworkRecord>;
     /// CNI DEL and netns removal.
     fn teardown(&self, record: &NetworkRecord) -> Result<()>;
 }
@@ -116,16 +178,7 @@ pub fn netns_name(ns: &str, id: &str) -> String {
     format!("rsandbox-{:016x}", h.finish())
 }
 
-fn pod_args(pod: &PodSpec, sandbox_id: &str) -> PodArgs {
-    PodArgs {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        infra_container_id: sandbox_id.into(),
-        uid: pod.uid.clone(),
-    }
-}
-
-fn runtime_conf(record: &NetworkRecord, pod: Option<&PodSpec>) -> RuntimeConf {
+fn runtime_conf(record: &NetworkRecord, pod: Option<&PodNetworkConf>) -> RuntimeConf {
     let mut rt = RuntimeConf::new(
         record.container_id.clone(),
         record.netns.display().to_string(),
@@ -139,26 +192,46 @@ fn runtime_conf(record: &NetworkRecord, pod: Option<&PodSpec>) -> RuntimeConf {
             uid: uid.clone(),
         });
     }
-    if let Some(pod) = pod {
-        let ports: Vec<serde_json::Value> = pod
-            .port_mappings
-            .iter()
-            .filter(|p| p.host_port != 0)
-            .map(|p| {
-                let mut m = serde_json::json!({
-                    "hostPort": p.host_port,
-                    "containerPort": p.container_port,
-                    "protocol": format!("{:?}", p.protocol).to_lowercase(),
-                });
-                if let Some(ip) = p.host_ip {
-                    m["hostIP"] = serde_json::json!(ip.to_string());
-                }
-                m
-            })
-            .collect();
-        if !ports.is_empty() {
-            rt = rt.with_capability("portMappings", serde_json::Value::Array(ports));
-        }
+    let Some(pod) = pod else { return rt };
+    let ports: Vec<serde_json::Value> = pod
+        .port_mappings
+        .iter()
+        .filter(|p| p.host_port != 0)
+        .map(|p| {
+            let mut m = serde_json::json!({
+                "hostPort": p.host_port,
+                "containerPort": p.container_port,
+                "protocol": p.protocol,
+            });
+            if let Some(ip) = p.host_ip {
+                m["hostIP"] = serde_json::json!(ip.to_string());
+            }
+            m
+        })
+        .collect();
+    if !ports.is_empty() {
+        rt = rt.with_capability("portMappings", serde_json::Value::Array(ports));
+    }
+    if let Some(dns) = &pod.dns {
+        rt = rt.with_capability(
+            "dns",
+            serde_json::json!({
+                "servers": dns.servers,
+                "searches": dns.searches,
+                "options": dns.options,
+            }),
+        );
+    }
+    if let Some(b) = pod.bandwidth {
+        rt = rt.with_capability(
+            "bandwidth",
+            serde_json::json!({
+                "ingressRate": b.ingress_rate,
+                "ingressBurst": b.ingress_burst,
+                "egressRate": b.egress_rate,
+                "egressBurst": b.egress_burst,
+            }),
+        );
     }
     rt
 }
@@ -192,6 +265,10 @@ pub fn teardown(provider: Option<&Arc<dyn NetworkProvider>>, record: &NetworkRec
 
 /// Tears down `record` with `exec` (the `delete` action uses a direct spawner).
 pub fn teardown_with(record: &NetworkRecord, exec: Arc<dyn PluginExec>) -> Result<()> {
+    if record.loopback_only {
+        return NetNs::remove(&record.netns)
+            .map_err(|e| Error::internal(e.to_string()).context("remove netns"));
+    }
     let cni = cni_for(record, exec);
     let net = cni.load_network().context("load CNI config for DEL")?;
     let rt = runtime_conf(record, None);
@@ -202,11 +279,9 @@ pub fn teardown_with(record: &NetworkRecord, exec: Arc<dyn PluginExec>) -> Resul
 }
 
 impl NetworkProvider for Networker {
-    fn setup(&self, ns: &str, id: &str, pod: Option<&PodSpec>) -> Result<NetworkRecord> {
-        let netns = NetNs::create(&self.cfg.netns_dir, &netns_name(ns, id))
-            .map_err(|e| Error::internal(e.to_string()).context("create network namespace"))?;
+    fn setup(&self, ns: &str, id: &str, pod: Option<&PodNetworkConf>) -> Result<NetworkRecord> {
         let mut record = NetworkRecord {
-            netns: netns.path().to_path_buf(),
+            netns: self.cfg.netns_dir.join(netns_name(ns, id)),
             container_id: id.to_string(),
             ifname: self.cfg.ifname.clone(),
             conf_dir: self.cfg.cni_conf_dir.clone(),
@@ -214,18 +289,45 @@ impl NetworkProvider for Networker {
             cache_dir: self.cfg.cni_cache_dir.clone(),
             timeout_seconds: self.cfg.plugin_timeout_seconds,
             pod: pod.map(|p| {
-                let a = pod_args(p, id);
-                (a.namespace, a.name, a.infra_container_id, a.uid)
+                (
+                    p.namespace.clone(),
+                    p.name.clone(),
+                    id.to_string(),
+                    p.uid.clone(),
+                )
             }),
             ips: Vec::new(),
+            loopback_only: false,
         };
         let cni = cni_for(&record, self.exec.clone());
-        let result: Result<CniResult> = (|| {
-            let net = cni.load_network().context("load CNI config")?;
-            cni.add(&net, &runtime_conf(&record, pod))
-                .context("CNI ADD")
-        })();
-        match result {
+        // The config first: a broken one fails before anything exists.
+        let net = match cni.load_network() {
+            Ok(net) => Some(net),
+            Err(CniError::NoConfig { dir }) if !self.cfg.require_cni => {
+                log::warn!(
+                    "{id}: no CNI network config in {}: the network namespace gets loopback only \
+                     (set [network] require_cni = true to make this an error)",
+                    dir.display()
+                );
+                None
+            }
+            Err(e) => return Err(Error::from(e).context("load CNI config")),
+        };
+        let netns = NetNs::create(&self.cfg.netns_dir, &netns_name(ns, id))
+            .map_err(|e| Error::internal(e.to_string()).context("create network namespace"))?;
+        record.netns = netns.path().to_path_buf();
+        let Some(net) = net else {
+            record.loopback_only = true;
+            log::info!(
+                "{id}: network namespace {} with loopback only",
+                record.netns.display()
+            );
+            return Ok(record);
+        };
+        match cni
+            .add(&net, &runtime_conf(&record, pod))
+            .context("CNI ADD")
+        {
             Ok(res) => {
                 record.ips = res
                     .sandbox_ips(&record.ifname)
@@ -253,6 +355,83 @@ impl NetworkProvider for Networker {
     }
 }
 
+/// A [`NetworkProvider`] for tests: records every call, answers as scripted, touches nothing.
+#[cfg(test)]
+#[derive(Default)]
+pub struct FakeNetwork {
+    /// `setup <ns> <id> <pod name or ->` / `teardown <id>`, in order.
+    pub calls: std::sync::Mutex<Vec<String>>,
+    /// The pod confs `setup` was given.
+    pub confs: std::sync::Mutex<Vec<Option<PodNetworkConf>>>,
+    /// When set, `setup` fails with this error (once).
+    pub fail_setup: std::sync::Mutex<Option<Error>>,
+    /// When set, `teardown` fails with this error (once).
+    pub fail_teardown: std::sync::Mutex<Option<Error>>,
+    /// `setup` reports loopback only (no CNI config) instead of an IP.
+    pub loopback_only: std::sync::atomic::AtomicBool,
+}
+
+#[cfg(test)]
+impl FakeNetwork {
+    /// The netns path `setup` reports for `id`.
+    pub fn netns_of(id: &str) -> PathBuf {
+        PathBuf::from("/fake/netns").join(id)
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+#[cfg(test)]
+impl NetworkProvider for FakeNetwork {
+    fn setup(&self, ns: &str, id: &str, pod: Option<&PodNetworkConf>) -> Result<NetworkRecord> {
+        self.calls.lock().unwrap().push(format!(
+            "setup {ns} {id} {}",
+            pod.map_or("-", |p| p.name.as_str())
+        ));
+        self.confs.lock().unwrap().push(pod.cloned());
+        if let Some(e) = self.fail_setup.lock().unwrap().take() {
+            return Err(e);
+        }
+        let loopback_only = self.loopback_only.load(std::sync::atomic::Ordering::SeqCst);
+        Ok(NetworkRecord {
+            netns: Self::netns_of(id),
+            container_id: id.into(),
+            ifname: "eth0".into(),
+            conf_dir: "/fake/cni".into(),
+            bin_dirs: vec![],
+            cache_dir: "/fake/cache".into(),
+            timeout_seconds: 1,
+            pod: pod.map(|p| {
+                (
+                    p.namespace.clone(),
+                    p.name.clone(),
+                    id.into(),
+                    p.uid.clone(),
+                )
+            }),
+            ips: if loopback_only {
+                vec![]
+            } else {
+                vec!["10.90.0.2/16".into()]
+            },
+            loopback_only,
+        })
+    }
+
+    fn teardown(&self, record: &NetworkRecord) -> Result<()> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("teardown {}", record.container_id));
+        match self.fail_teardown.lock().unwrap().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,22 +444,8 @@ mod tests {
         assert_ne!(a, netns_name("default", &"f".repeat(128)));
     }
 
-    #[test]
-    fn port_mappings_become_the_port_mappings_capability() {
-        let mut pod = PodSpec::default();
-        pod.port_mappings.push(crate::pod::spec::PortMapping {
-            protocol: crate::pod::spec::Protocol::Tcp,
-            container_port: 80,
-            host_port: 8080,
-            host_ip: None,
-        });
-        pod.port_mappings.push(crate::pod::spec::PortMapping {
-            protocol: crate::pod::spec::Protocol::Udp,
-            container_port: 53,
-            host_port: 0,
-            host_ip: None,
-        });
-        let rec = NetworkRecord {
+    fn record() -> NetworkRecord {
+        NetworkRecord {
             netns: "/run/netns/x".into(),
             container_id: "c".into(),
             ifname: "eth0".into(),
@@ -290,16 +455,151 @@ mod tests {
             timeout_seconds: 1,
             pod: Some(("ns".into(), "name".into(), "c".into(), "uid".into())),
             ips: vec![],
+            loopback_only: false,
+        }
+    }
+
+    #[test]
+    fn the_pod_conf_becomes_args_and_capabilities() {
+        let pod = PodNetworkConf {
+            name: "name".into(),
+            namespace: "ns".into(),
+            uid: "uid".into(),
+            port_mappings: vec![
+                PortMapping {
+                    protocol: "tcp",
+                    container_port: 80,
+                    host_port: 8080,
+                    host_ip: None,
+                },
+                PortMapping {
+                    protocol: "udp",
+                    container_port: 53,
+                    host_port: 0,
+                    host_ip: None,
+                },
+                PortMapping {
+                    protocol: "sctp",
+                    container_port: 9,
+                    host_port: 9,
+                    host_ip: Some("::1".parse().unwrap()),
+                },
+            ],
+            dns: Some(DnsConf {
+                servers: vec!["10.96.0.10".into()],
+                searches: vec!["svc.cluster.local".into()],
+                options: vec!["ndots:5".into()],
+            }),
+            bandwidth: Some(Bandwidth {
+                ingress_rate: 1_000_000,
+                ingress_burst: u32::MAX as u64,
+                ..Default::default()
+            }),
         };
-        let rt = runtime_conf(&rec, Some(&pod));
+        let rt = runtime_conf(&record(), Some(&pod));
         assert_eq!(
             rt.capability_args["portMappings"],
-            serde_json::json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}])
+            serde_json::json!([
+                {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+                {"hostPort": 9, "containerPort": 9, "protocol": "sctp", "hostIP": "::1"}
+            ])
+        );
+        assert_eq!(
+            rt.capability_args["dns"],
+            serde_json::json!({"servers": ["10.96.0.10"], "searches": ["svc.cluster.local"], "options": ["ndots:5"]})
+        );
+        assert_eq!(
+            rt.capability_args["bandwidth"],
+            serde_json::json!({"ingressRate": 1_000_000, "ingressBurst": 4294967295u64, "egressRate": 0, "egressBurst": 0})
         );
         assert!(
             rt.args
                 .iter()
                 .any(|(k, v)| k == "K8S_POD_NAME" && v == "name")
         );
+        // Teardown passes no capabilities; a pod without any passes none either.
+        assert!(runtime_conf(&record(), None).capability_args.is_empty());
+        assert!(
+            runtime_conf(&record(), Some(&PodNetworkConf::default()))
+                .capability_args
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn old_records_are_cni_networks() {
+        let mut v = serde_json::to_value(record()).unwrap();
+        v.as_object_mut().unwrap().remove("loopback_only");
+        let r: NetworkRecord = serde_json::from_value(v).unwrap();
+        assert!(!r.loopback_only);
+    }
+
+    fn networker(conf_dir: &Path, netns_dir: &Path, require_cni: bool) -> Networker {
+        let cfg = NetworkConfig {
+            cni_conf_dir: conf_dir.into(),
+            netns_dir: netns_dir.into(),
+            require_cni,
+            ..Default::default()
+        };
+        Networker::new(cfg, Arc::new(SpawnerExec(Spawner::direct())))
+    }
+
+    #[test]
+    fn require_cni_makes_a_missing_config_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("net.d");
+        std::fs::create_dir(&empty).unwrap();
+        let netns_dir = dir.path().join("netns");
+        let e = networker(&empty, &netns_dir, true)
+            .setup("default", "p1", None)
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition);
+        assert!(
+            e.message().contains("no CNI network config found"),
+            "{}",
+            e.message()
+        );
+        assert!(!netns_dir.exists(), "nothing was created");
+    }
+
+    #[test]
+    fn a_broken_config_is_an_error_even_without_require_cni() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("10-x.conflist"), "{not json").unwrap();
+        let netns_dir = dir.path().join("netns");
+        let e = networker(dir.path(), &netns_dir, false)
+            .setup("default", "p1", None)
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition);
+        assert!(!netns_dir.exists(), "nothing was created");
+    }
+
+    #[test]
+    #[ignore = "needs root: creates a network namespace"]
+    fn no_config_gives_a_loopback_only_netns() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("net.d");
+        let netns_dir = dir.path().join("netns");
+        let n = networker(&empty, &netns_dir, false);
+        let rec = n.setup("default", "p1", None).unwrap();
+        struct Remove(PathBuf);
+        impl Drop for Remove {
+            fn drop(&mut self) {
+                let _ = NetNs::remove(&self.0);
+            }
+        }
+        let _rm = Remove(rec.netns.clone());
+        assert!(rec.loopback_only && rec.ips.is_empty(), "{rec:?}");
+        assert_eq!(rec.netns, netns_dir.join(netns_name("default", "p1")));
+        assert_eq!(
+            nix::sys::statfs::statfs(&rec.netns)
+                .unwrap()
+                .filesystem_type(),
+            nix::sys::statfs::NSFS_MAGIC
+        );
+        // Teardown runs no plugin (there is no config to run) and removes the netns.
+        n.teardown(&rec).unwrap();
+        assert!(!rec.netns.exists());
+        n.teardown(&rec).unwrap();
     }
 }

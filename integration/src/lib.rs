@@ -21,8 +21,10 @@ pub use k8s_cri::v1 as cri;
 
 pub mod controller;
 
-/// Name of our shim binary (and of the pause process, a forked copy of it).
+/// Name of our shim binary (and the executable of the pause process, a forked copy of it).
 pub const SHIM: &str = "containerd-shim-rsandbox-v1";
+/// `argv[0]` of a pause process (it rewrites its command line to `rsandbox-pause <pod id>`).
+pub const PAUSE_ARGV0: &str = "rsandbox-pause";
 /// Runtime type for `ctr run --runtime`.
 pub const RUNTIME: &str = "io.containerd.rsandbox.v1";
 /// CRI runtime handler of the shim sandboxer.
@@ -221,19 +223,41 @@ pub fn ctr_force_remove(ns: &str, ids: &[String]) {
 pub struct Proc {
     pub pid: i32,
     pub ppid: i32,
+    /// NULs replaced by blanks, trailing blanks removed.
     pub cmdline: String,
     pub cwd: String,
     pub exe: String,
 }
 
+impl Proc {
+    /// A pause process (a forked shim that renamed itself).
+    pub fn is_pause(&self) -> bool {
+        self.cmdline.split(' ').next() == Some(PAUSE_ARGV0)
+    }
+}
+
 /// All processes whose executable is our shim (shims and pause processes alike) and that
-/// serve the bench's containerd (`-address <its socket>`: another containerd on the machine
-/// may run shims of its own).
+/// serve the bench's containerd: shims started with `-address <its socket>` (another
+/// containerd on the machine may run shims of its own), and pause processes whose parent is
+/// one of those.
 pub fn shim_procs() -> Vec<Proc> {
     let addr = format!(" -address {} ", address().display());
+    let all = all_shim_procs();
+    let shims: BTreeSet<i32> = all
+        .iter()
+        .filter(|p| format!("{} ", p.cmdline).contains(&addr))
+        .map(|p| p.pid)
+        .collect();
+    all.into_iter()
+        .filter(|p| shims.contains(&p.pid) || (p.is_pause() && shims.contains(&p.ppid)))
+        .collect()
+}
+
+/// Pause processes (of any shim) of the pod `id`: command line `rsandbox-pause <id>`.
+pub fn pause_procs_of(id: &str) -> Vec<Proc> {
     all_shim_procs()
         .into_iter()
-        .filter(|p| format!("{} ", p.cmdline).contains(&addr))
+        .filter(|p| p.is_pause() && p.cmdline.split(' ').nth(1) == Some(id))
         .collect()
 }
 
@@ -252,7 +276,12 @@ pub fn all_shim_procs() -> Vec<Proc> {
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
         let cmdline = fs::read(d.join("cmdline"))
-            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .replace('\0', " ")
+                    .trim_end()
+                    .to_string()
+            })
             .unwrap_or_default();
         let first = cmdline.split(' ').next().unwrap_or("");
         let is_shim = exe.trim_end_matches(" (deleted)").ends_with(SHIM) || first.ends_with(SHIM);
@@ -280,12 +309,19 @@ pub fn all_shim_procs() -> Vec<Proc> {
     v
 }
 
-/// Shim processes that belong to `id` (their cwd is its bundle, or their command line names it).
+/// Shim processes that belong to `id` (their cwd is its bundle, or their command line names
+/// it), and its pause processes, even orphaned ones.
 pub fn shim_procs_of(id: &str) -> Vec<Proc> {
-    shim_procs()
+    let mut v: Vec<Proc> = shim_procs()
         .into_iter()
         .filter(|p| p.cwd.ends_with(&format!("/{id}")) || p.cmdline.split(' ').any(|w| w == id))
-        .collect()
+        .collect();
+    for p in pause_procs_of(id) {
+        if !v.iter().any(|q| q.pid == p.pid) {
+            v.push(p);
+        }
+    }
+    v
 }
 
 fn sockets() -> BTreeSet<String> {

@@ -471,12 +471,10 @@ async fn shared_pid_namespace() {
         let comm = field("Name:");
         ensure!(comm == "pause", "pid 1 is not named pause: {status}");
         let cmdline = p.out(&b, &["cat", "/proc/1/cmdline"]).await?;
+        let args: Vec<&str> = cmdline.split('\0').filter(|a| !a.is_empty()).collect();
         ensure!(
-            cmdline
-                .split('\0')
-                .next()
-                .is_some_and(|a| a.ends_with(SHIM)),
-            "pid 1 is not our pause process (a copy of the shim): {cmdline:?}"
+            args == [PAUSE_ARGV0, id.as_str()],
+            "pid 1 is not our pause process (rsandbox-pause <pod id>): {cmdline:?}"
         );
         ensure!(field("Uid:").starts_with("65535"), "pause uid: {status}");
         for (c, other) in [(&a, "4321"), (&b, "1234")] {

@@ -4,7 +4,15 @@
 //!   and an IP from the shim; a container created in it (`ctr run --sandbox`) has eth0 with that
 //!   IP and reaches the bridge; after teardown the netns, veth, lease and cache entry are gone;
 //! - two `ctr run` containers with shim networking turned on reach each other;
-//! - a broken conflist fails the create with the plugin's message and leaks nothing.
+//! - a broken conflist fails the create with the plugin's message and leaks nothing;
+//! - the rest of the README's decision table: no CNI network config gives a loopback-only
+//!   netns (or an error with `require_cni`), and `sandboxes = false` without a pod config gives
+//!   the host network; member containers run in each.
+//!
+//! Tests that need another shim configuration rewrite the bench's config file
+//! (`$RSANDBOX_CONFIG` in containerd's shim environment) and restore it on drop: a shim reads it
+//! once when it starts, containerd cannot give one test a config of its own, and the tests run
+//! one at a time (`--test-threads=1`, the bench lock), so no other shim starts meanwhile.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -285,4 +293,207 @@ fn standalone_tasks_with_shim_networking_reach_each_other() {
         ctr(NS, &["container", "rm", id]);
     }
     g.assert_clean(&[a, b]);
+}
+
+/// Rewrites the `[network]` keys of the shim's config file for the life of the value (the old
+/// file comes back on drop); `keys` replace the lines of the same keys or are appended.
+struct ShimConfig {
+    _restore: Restore,
+}
+
+impl ShimConfig {
+    fn with(keys: &[(&str, &str)]) -> ShimConfig {
+        let restore = Restore::new(shim_config());
+        let old = std::fs::read_to_string(shim_config()).unwrap();
+        assert!(old.contains("[network]"), "unexpected bench config: {old}");
+        let mut lines: Vec<String> = old
+            .lines()
+            .filter(|l| {
+                let key = l.split('=').next().unwrap_or("").trim();
+                !keys.iter().any(|(k, _)| *k == key)
+            })
+            .map(str::to_string)
+            .collect();
+        for (k, v) in keys {
+            lines.push(format!("{k} = {v}"));
+        }
+        std::fs::write(shim_config(), lines.join("\n") + "\n").unwrap();
+        ShimConfig { _restore: restore }
+    }
+}
+
+/// An empty directory to point `cni_conf_dir` at, removed on drop.
+struct EmptyDir(PathBuf);
+
+impl EmptyDir {
+    fn new(id: &str) -> EmptyDir {
+        let d = std::env::temp_dir().join(format!("rsandbox-{id}-no-cni"));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        EmptyDir(d)
+    }
+    fn toml(&self) -> String {
+        format!("'{}'", self.0.display())
+    }
+}
+
+impl Drop for EmptyDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The interfaces (names) in the netns of `pid`.
+fn links_of(pid: u32) -> Vec<String> {
+    let mut cmd = std::process::Command::new("nsenter");
+    cmd.args(["-t", &pid.to_string(), "-n", "ip", "-o", "link", "show"]);
+    run_timeout(cmd, None, Duration::from_secs(10))
+        .stdout
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        .collect()
+}
+
+fn netns_link(pid: &str) -> Result<PathBuf, String> {
+    std::fs::read_link(format!("/proc/{pid}/ns/net")).map_err(|e| e.to_string())
+}
+
+/// `ctr run --rm --sandbox <id>` printing the container's netns and interfaces.
+fn member_container(id: &str, cid: &str) -> Result<String, String> {
+    let out = ctr(
+        NS,
+        &[
+            "run",
+            "--rm",
+            "--sandbox",
+            id,
+            "--runtime",
+            RUNTIME,
+            BUSYBOX,
+            cid,
+            "sh",
+            "-c",
+            "readlink /proc/self/ns/net; ip -o link show",
+        ],
+    );
+    if out.ok() {
+        Ok(out.stdout)
+    } else {
+        Err(format!("container in the pod: {out:?}"))
+    }
+}
+
+async fn verbose_info(c: &mut Ctl, id: &str) -> Result<String, String> {
+    let s = c
+        .status(req(ControllerStatusRequest {
+            sandbox_id: id.into(),
+            verbose: true,
+            sandboxer: "shim".into(),
+        }))
+        .await
+        .map_err(|e| e.message().to_string())?
+        .into_inner();
+    Ok(s.info.get("info").cloned().unwrap_or_default())
+}
+
+#[tokio::test]
+async fn no_cni_config_gives_a_loopback_only_sandbox() {
+    let g = Guard::new();
+    let id = unique_id("netlo");
+    let cid = unique_id("netloctr");
+    let _objs = CtrObjects {
+        ns: NS,
+        ids: vec![cid.clone()],
+    };
+    let empty = EmptyDir::new(&id);
+    let _cfg = ShimConfig::with(&[("cni_conf_dir", &empty.toml())]);
+    store_record(&id).await;
+    let mut c = controller().await;
+    let res: Result<(), String> = async {
+        let pid = create_and_start(&mut c, &id, "").await?;
+        let pod = netns_link(&pid.to_string())?;
+        if pod == netns_link("self")? {
+            return Err(format!("the pause process {pid} is in the host's netns"));
+        }
+        let links = links_of(pid);
+        if links != ["lo"] {
+            return Err(format!("interfaces in the pod netns: {links:?}, want [lo]"));
+        }
+        let info = verbose_info(&mut c, &id).await?;
+        if !info.contains("\"ips\":[]") || !info.contains("loopback only") {
+            return Err(format!("status info: {info}"));
+        }
+        let out = member_container(&id, &cid)?;
+        if !out.contains(&pod.display().to_string()) || out.contains("eth0") {
+            return Err(format!("container in the pod (pod netns {pod:?}): {out}"));
+        }
+        Ok(())
+    }
+    .await;
+    let errs = stop_and_shutdown(&mut c, &id).await;
+    drop_store_record(&id).await;
+    if let Err(e) = res {
+        panic!("{e}\n--- containerd log ---\n{}", log_lines(&id, 20));
+    }
+    assert!(errs.is_empty(), "{errs:?}");
+    g.assert_clean(&[id, cid]);
+}
+
+#[tokio::test]
+async fn require_cni_refuses_a_sandbox_without_cni_config() {
+    let g = Guard::new();
+    let id = unique_id("netreq");
+    let empty = EmptyDir::new(&id);
+    let _cfg = ShimConfig::with(&[("cni_conf_dir", &empty.toml()), ("require_cni", "true")]);
+    let mut c = controller().await;
+    let r = create_and_start(&mut c, &id, "").await;
+    let errs = stop_and_shutdown(&mut c, &id).await;
+    let err = r.expect_err("create without CNI config succeeded with require_cni = true");
+    assert!(
+        err.contains("set up the pod network") && err.contains("no CNI network config found"),
+        "error does not name the cause: {err}"
+    );
+    assert!(errs.iter().all(|e| e.contains("not found")), "{errs:?}");
+    g.assert_clean(&[id]);
+}
+
+#[tokio::test]
+async fn without_shim_networking_a_sandbox_without_pod_config_uses_the_host_network() {
+    let g = Guard::new();
+    let id = unique_id("nethost");
+    let cid = unique_id("nethostctr");
+    let _objs = CtrObjects {
+        ns: NS,
+        ids: vec![cid.clone()],
+    };
+    let _cfg = ShimConfig::with(&[("sandboxes", "false")]);
+    store_record(&id).await;
+    let mut c = controller().await;
+    let res: Result<(), String> = async {
+        let pid = create_and_start(&mut c, &id, "").await?;
+        let host = netns_link("self")?;
+        if netns_link(&pid.to_string())? != host {
+            return Err(format!(
+                "the pause process {pid} is not in the host's netns"
+            ));
+        }
+        let info = verbose_info(&mut c, &id).await?;
+        if !info.contains("\"networkOwner\":\"host\"") {
+            return Err(format!("status info: {info}"));
+        }
+        let out = member_container(&id, &cid)?;
+        if !out.contains(&host.display().to_string()) {
+            return Err(format!("container not in the host netns {host:?}: {out}"));
+        }
+        Ok(())
+    }
+    .await;
+    let errs = stop_and_shutdown(&mut c, &id).await;
+    drop_store_record(&id).await;
+    if let Err(e) = res {
+        panic!("{e}\n--- containerd log ---\n{}", log_lines(&id, 20));
+    }
+    assert!(errs.is_empty(), "{errs:?}");
+    g.assert_clean(&[id, cid]);
 }

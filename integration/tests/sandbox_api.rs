@@ -1,6 +1,7 @@
 //! containerd's sandbox controller API (`containerd.services.sandbox.v1.Controller`) with the
 //! `shim` sandboxer and our runtime, without CRI, with a netns made by the test (`ip netns
-//! add`). Without a netns the shim owns the pod's network: see `network.rs`.
+//! add`): the lifecycle, and the pause process's name. Without a netns the shim owns the pod's
+//! network: see `network.rs`.
 
 use std::time::Duration;
 
@@ -63,6 +64,77 @@ async fn controller_lifecycle_with_a_netns() {
         }
         if shim_daemons_for(&id).len() != 1 {
             return Err(format!("shims for {id}: {:?}", shim_procs()));
+        }
+        Ok(())
+    }
+    .await;
+    let errs = stop_and_shutdown(&mut c, &id).await;
+    drop(netns);
+    if let Err(e) = res {
+        panic!("{e}\n--- containerd log ---\n{}", log_lines(&id, 20));
+    }
+    assert!(errs.is_empty(), "{errs:?}");
+    g.assert_clean(&[id]);
+}
+
+/// `pgrep -f <pattern>`: the matching pids.
+fn pgrep_f(pattern: &str) -> Vec<u32> {
+    let mut cmd = std::process::Command::new("pgrep");
+    cmd.args(["-f", pattern]);
+    run_timeout(cmd, None, Duration::from_secs(10))
+        .stdout
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// The pause process is not taken for a shim: `pgrep -f containerd-shim-rsandbox-v1` finds one
+/// process per pod, and the pause process reads `rsandbox-pause <pod id>`, comm `pause`.
+#[tokio::test]
+async fn the_pause_process_is_recognisable() {
+    let g = Guard::new();
+    let id = unique_id("pausename");
+    let netns = NetNs::new(&id);
+    let mut c = controller().await;
+    let res: Result<(), String> = async {
+        let pid = create_and_start(&mut c, &id, &netns.path()).await?;
+        let raw = std::fs::read(format!("/proc/{pid}/cmdline")).map_err(|e| e.to_string())?;
+        let args: Vec<&[u8]> = raw.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
+        if args != [PAUSE_ARGV0.as_bytes(), id.as_bytes()] {
+            return Err(format!(
+                "/proc/{pid}/cmdline: {:?}",
+                String::from_utf8_lossy(&raw)
+            ));
+        }
+        let comm =
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).map_err(|e| e.to_string())?;
+        if comm.trim() != "pause" {
+            return Err(format!("comm of the pause process: {comm:?}"));
+        }
+        // One shim for the pod, found by its command line; the pause process is not among them.
+        let shims: Vec<u32> = pgrep_f(SHIM)
+            .into_iter()
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .map(|c| {
+                        String::from_utf8_lossy(&c)
+                            .replace('\0', " ")
+                            .contains(&format!(" -id {id} "))
+                    })
+                    .unwrap_or(false)
+            })
+            .collect();
+        if shims.len() != 1 || shims.contains(&pid) {
+            return Err(format!("pgrep -f {SHIM} for {id}: {shims:?} (pause {pid})"));
+        }
+        if pgrep_f(SHIM).contains(&pid) {
+            return Err(format!("pgrep -f {SHIM} matches the pause process {pid}"));
+        }
+        let pauses = pgrep_f(&format!("^{PAUSE_ARGV0} {id}( |$)"));
+        if pauses != [pid] {
+            return Err(format!(
+                "pgrep -f 'rsandbox-pause {id}': {pauses:?}, want [{pid}]"
+            ));
         }
         Ok(())
     }

@@ -2,7 +2,9 @@
 //! `sandboxer = "shim"` runtime must do itself:
 //!
 //! * [`spec`]: decode `CreateSandboxRequest.options` (a CRI `PodSandboxConfig`) and validate
-//!   it into a plain [`PodSpec`];
+//!   it into a plain [`PodSpec`] (`spec::decode`), the pod sysctls (`spec::sysctl`), and the
+//!   pod-level decisions: where its network comes from, what member containers join, what CNI
+//!   is told about it;
 //! * [`files`]: the pod's `/etc/hosts`, `/etc/resolv.conf`, `/etc/hostname` and `/dev/shm`;
 //! * [`pause`]: the process that holds the pod's namespaces;
 //! * [`cgroup`]: the pod cgroup;
@@ -15,9 +17,10 @@ pub mod sandbox;
 pub mod spec;
 
 pub use files::{PodFiles, mount_shm, unmount_shm};
+pub use spec::decode::decode_pod_config;
 pub use spec::{
     CgroupParent, Dns, IpcMode, NetworkMode, PidMode, PodSpec, PortMapping, Protocol, SpecError,
-    SysctlDefaults, decode_pod_config,
+    SysctlDefaults,
 };
 
 #[cfg(test)]

@@ -16,7 +16,9 @@ use protobuf::well_known_types::any::Any;
 
 use super::cgroup::PodCgroup;
 use super::pause::PauseConfig;
-use super::spec::{CgroupParent, IpcMode, NetworkMode, PidMode, PodSpec};
+use super::spec::{
+    CgroupParent, IpcMode, MemberNamespace, NetworkMode, NetworkPlan, PodSpec, SysctlDefaults,
+};
 use crate::error::{Context, Error, Result};
 use crate::network::{NetworkProvider, NetworkRecord};
 use crate::reaper::{Exit, Reaper};
@@ -40,6 +42,8 @@ pub trait PodHost: Send + Sync {
     fn remove_cgroup(&self, cg: &PodCgroup);
     fn kill(&self, pid: i32);
     fn metrics(&self, pid: i32) -> Result<Any>;
+    /// Which of containerd's default pod sysctls this host accepts (detected once at start-up).
+    fn sysctl_defaults(&self) -> SysctlDefaults;
 }
 
 /// What `delete` reads to clean up after a dead shim.
@@ -185,10 +189,20 @@ impl SandboxManager {
             }
         }
         let provider = self.network.clone().filter(|_| self.network_for_pods);
-        if req.spec.network == NetworkMode::Pod && req.netns.is_none() && provider.is_none() {
-            return Err(Error::invalid(
-                "no netns_path for a pod that does not ask for the host network, and shim-owned networking is disabled ([network] sandboxes = false)",
-            ));
+        let mut req = req;
+        let plan = req
+            .spec
+            .network_plan(req.netns.is_some(), provider.is_some())
+            .map_err(Error::invalid)?;
+        match plan {
+            // The pod is then on the host network for everything that follows: the pause
+            // process, containerd's default net.* sysctls (never written into the host's
+            // netns), and the member containers.
+            NetworkPlan::Host => {
+                req.spec.network = NetworkMode::Host;
+                req.netns = None;
+            }
+            NetworkPlan::Given | NetworkPlan::ShimOwned => {}
         }
         let _op = self.op.locked();
         if let Some(s) = self.lock().as_ref() {
@@ -218,12 +232,19 @@ impl SandboxManager {
                     .context("mount the pod's /dev/shm")?;
                 record.shm = Some(shm.clone());
             }
-            if req.spec.network == NetworkMode::Pod
-                && netns.is_none()
+            if plan == NetworkPlan::ShimOwned
                 && let Some(provider) = &provider
             {
+                // Without a CRI pod config there is no pod identity to pass (no K8S_POD_*).
+                let conf = req
+                    .spec
+                    .cri_config
+                    .then(|| req.spec.network_conf())
+                    .transpose()
+                    .map_err(|e| Error::invalid(e.to_string()))
+                    .context("set up the pod network")?;
                 let net = provider
-                    .setup(self.tm.namespace(), &req.id, Some(&req.spec))
+                    .setup(self.tm.namespace(), &req.id, conf.as_ref())
                     .context("set up the pod network")?;
                 netns = Some(net.netns.clone());
                 record.network = Some(net);
@@ -288,22 +309,8 @@ impl SandboxManager {
                 "sandbox {id} was already started"
             )));
         }
-        let cfg = PauseConfig {
-            netns: if s.spec.network == NetworkMode::Host {
-                None
-            } else {
-                s.netns.clone()
-            },
-            new_ipc: s.spec.ipc == IpcMode::Pod,
-            new_uts: !s.spec.host_uts(),
-            // As containerd's podsandbox: the pause process gets a PID namespace of its own
-            // unless the pod asks for the node's. CRI puts a container whose own
-            // namespace_options say pid=POD into /proc/<pause>/ns/pid whatever the pod's mode;
-            // a pause left in the host's PID namespace would hand it the node's processes.
-            new_pid: s.spec.pid != PidMode::Host,
-            hostname: Some(s.spec.hostname.clone()).filter(|h| !h.is_empty()),
-            sysctls: s.spec.effective_sysctls(),
-        };
+        let cfg =
+            PauseConfig::for_pod(id, &s.spec, s.netns.as_deref(), self.host.sysctl_defaults());
         // Subscribed before the fork: an exit of the pause process before its pid is stored
         // below is caught here, never lost (and never confused with a recycled pid).
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
@@ -540,7 +547,12 @@ impl SandboxManager {
             "pid": s.pid,
             "netns": s.netns,
             "ips": s.record.network.as_ref().map(|n| n.ips.clone()).unwrap_or_default(),
-            "networkOwner": if s.record.network.is_some() { "rsandbox (CNI run by the shim)" } else if s.netns.is_some() { "caller (CRI)" } else { "host" },
+            "networkOwner": match &s.record.network {
+                Some(n) if n.loopback_only => "rsandbox (loopback only: no CNI network config)",
+                Some(_) => "rsandbox (CNI run by the shim)",
+                None if s.netns.is_some() => "caller (CRI)",
+                None => "host",
+            },
             "hostname": s.spec.hostname,
             "networkMode": format!("{:?}", s.spec.network),
             "ipcMode": format!("{:?}", s.spec.ipc),
@@ -548,7 +560,7 @@ impl SandboxManager {
             "podFiles": s.record.files_dir,
             "shm": s.record.shm,
             "cgroup": s.record.cgroup.dirs,
-            "sysctls": s.spec.effective_sysctls(),
+            "sysctls": s.spec.effective_sysctls(self.host.sysctl_defaults()),
             "pause": "forked by the shim (no image), uid 65535",
             "containers": self.tm.ids(),
         })
@@ -586,39 +598,39 @@ fn check_abs_dir(what: &str, p: &Path) -> Result<()> {
 }
 
 /// Makes a container that asks for new network, IPC or UTS namespaces (and a new PID namespace
-/// when the pod shares one) join the pause process's instead: a container of a pod lives in
-/// the pod. CRI already sends these paths; other clients (containerd's API, `ctr run
-/// --sandbox`) do not. Returns whether the spec changed.
+/// when the pod shares one) join the pod's instead: the pause process's, or the node's where
+/// the pod uses the node's ([`PodSpec::member_namespace`]). A container of a pod lives in the
+/// pod. Returns whether the spec changed.
 fn join_pod_namespaces(s: &Sandbox, spec: &mut serde_json::Value) -> bool {
-    if s.pid == 0 || s.exit.is_some() {
-        return false;
-    }
+    let pause_alive = s.pid != 0 && s.exit.is_none();
     let Some(list) = spec
         .pointer_mut("/linux/namespaces")
         .and_then(|n| n.as_array_mut())
     else {
         return false;
     };
+    let before = list.len();
     let mut changed = false;
-    for ns in list {
-        let kind = ns.get("type").and_then(|t| t.as_str()).unwrap_or("");
-        let proc_name = match kind {
-            "network" => "net",
-            "ipc" => "ipc",
-            "uts" => "uts",
-            "pid" if s.spec.pid == PidMode::Pod => "pid",
-            _ => continue,
-        };
+    list.retain_mut(|ns| {
         let has_path = ns
             .get("path")
             .and_then(|p| p.as_str())
             .is_some_and(|p| !p.is_empty());
-        if !has_path {
-            ns["path"] = serde_json::json!(format!("/proc/{}/ns/{proc_name}", s.pid));
-            changed = true;
+        if has_path {
+            return true;
         }
-    }
-    changed
+        let kind = ns.get("type").and_then(|t| t.as_str()).unwrap_or("");
+        match s.spec.member_namespace(kind) {
+            MemberNamespace::Host => false,
+            MemberNamespace::Pause(name) if pause_alive => {
+                ns["path"] = serde_json::json!(format!("/proc/{}/ns/{name}", s.pid));
+                changed = true;
+                true
+            }
+            MemberNamespace::Pause(_) | MemberNamespace::Own => true,
+        }
+    });
+    changed || list.len() != before
 }
 
 /// Paths that the pod provides to each container, and where they come from.
@@ -711,6 +723,8 @@ impl PodHooks for SandboxManager {
 pub struct LinuxPodHost {
     pub host_etc: PathBuf,
     pub unified: bool,
+    /// [`SysctlDefaults::detect`], once when the daemon starts.
+    pub sysctl_defaults: SysctlDefaults,
 }
 
 impl PodHost for LinuxPodHost {
@@ -757,6 +771,9 @@ impl PodHost for LinuxPodHost {
     fn metrics(&self, pid: i32) -> Result<Any> {
         crate::cgroups::CgroupPaths::of_pid(pid, self.unified)?.metrics()
     }
+    fn sysctl_defaults(&self) -> SysctlDefaults {
+        self.sysctl_defaults
+    }
 }
 
 /// `delete` for a sandbox bundle: kill the pause process if it still runs (and is still ours),
@@ -767,6 +784,8 @@ pub fn cleanup_from_bundle(bundle: &Path) -> Option<u32> {
     let host = LinuxPodHost {
         host_etc: PathBuf::from("/etc"),
         unified: crate::cgroups::is_unified(Path::new("/sys/fs/cgroup")),
+        // Unused: `delete` starts no pause process.
+        sysctl_defaults: SysctlDefaults::default(),
     };
     if record.pause_pid > 0 {
         // Only while the pid still names the pause process we started.

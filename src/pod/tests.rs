@@ -15,9 +15,10 @@ use crate::testutil::*;
 use super::cgroup::PodCgroup;
 use super::pause::PauseConfig;
 use super::sandbox::*;
-use super::spec::PodSpec;
+use super::spec::{PodSpec, SysctlDefaults};
 use crate::error::Result;
 use crate::events::RecordingSink;
+use crate::network::FakeNetwork;
 use crate::pod::sandbox::SandboxDeps;
 use crate::reaper::Exit;
 use crate::rpc::sandbox::SandboxService;
@@ -31,6 +32,7 @@ struct FakePodHost {
     calls: Mutex<Vec<String>>,
     pause: Mutex<Option<PauseConfig>>,
     fail_pause: Mutex<bool>,
+    sysctl_defaults: Mutex<SysctlDefaults>,
     /// Runs in spawn_pause with the new pid, before it returns (a pause that dies at once).
     on_spawn: Mutex<Option<SpawnHook>>,
 }
@@ -102,6 +104,9 @@ impl PodHost for FakePodHost {
             ..Default::default()
         })
     }
+    fn sysctl_defaults(&self) -> SysctlDefaults {
+        *self.sysctl_defaults.lock().unwrap()
+    }
 }
 
 struct Fixture {
@@ -114,11 +119,20 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
-    fixture_with(None)
+    fixture_with(None, None)
 }
 
-/// A fixture whose sandbox subscribes to `reaper` before forking the pause, as the daemon's.
-fn fixture_with(reaper: Option<Arc<crate::reaper::Reaper>>) -> Fixture {
+/// A fixture whose sandboxes get their network from `net` when created without a netns.
+fn fixture_with_network(net: &Arc<FakeNetwork>) -> Fixture {
+    fixture_with(None, Some(net.clone()))
+}
+
+/// A fixture whose sandbox subscribes to `reaper` before forking the pause, as the daemon's,
+/// and, with `net`, sets up shim-owned networks through it.
+fn fixture_with(
+    reaper: Option<Arc<crate::reaper::Reaper>>,
+    net: Option<Arc<FakeNetwork>>,
+) -> Fixture {
     let host = Arc::new(FakePodHost::default());
     let shut = Arc::new(Mutex::new(false));
     let s2 = shut.clone();
@@ -127,8 +141,8 @@ fn fixture_with(reaper: Option<Arc<crate::reaper::Reaper>>) -> Fixture {
         SandboxDeps {
             host: host.clone(),
             reaper,
-            network: None,
-            network_for_pods: false,
+            network_for_pods: net.is_some(),
+            network: net.map(|n| n as Arc<dyn crate::network::NetworkProvider>),
             on_shutdown: on_shutdown.clone(),
         },
         |pod| {
@@ -223,6 +237,16 @@ impl Fixture {
         p.display().to_string()
     }
     fn create(&self, id: &str, options: Any) -> ttrpc::Result<CreateSandboxResponse> {
+        let netns = self.netns();
+        self.create_in(id, options, &netns)
+    }
+    /// CreateSandbox with `netns_path` (empty: none).
+    fn create_in(
+        &self,
+        id: &str,
+        options: Any,
+        netns: &str,
+    ) -> ttrpc::Result<CreateSandboxResponse> {
         let bundle = self.dir.path().join(id);
         std::fs::create_dir_all(&bundle).unwrap();
         self.svc.create_sandbox(
@@ -231,7 +255,34 @@ impl Fixture {
                 sandbox_id: id.into(),
                 bundle_path: bundle.display().to_string(),
                 options: MessageField::some(options),
-                netns_path: self.netns(),
+                netns_path: netns.into(),
+                ..Default::default()
+            },
+        )
+    }
+    fn start(&self, id: &str) -> ttrpc::Result<StartSandboxResponse> {
+        self.svc.start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: id.into(),
+                ..Default::default()
+            },
+        )
+    }
+    fn stop(&self, id: &str) -> ttrpc::Result<StopSandboxResponse> {
+        self.svc.stop_sandbox(
+            &ctx(),
+            StopSandboxRequest {
+                sandbox_id: id.into(),
+                ..Default::default()
+            },
+        )
+    }
+    fn shutdown(&self, id: &str) -> ttrpc::Result<ShutdownSandboxResponse> {
+        self.svc.shutdown_sandbox(
+            &ctx(),
+            ShutdownSandboxRequest {
+                sandbox_id: id.into(),
                 ..Default::default()
             },
         )
@@ -272,6 +323,10 @@ fn create_start_status_stop_shutdown() {
     let cfg = f.host.pause.lock().unwrap().clone().unwrap();
     assert!(cfg.new_ipc && cfg.new_uts && cfg.new_pid);
     assert_eq!(cfg.hostname.as_deref(), Some("web-0"));
+    assert_eq!(
+        cfg.pod_id, "pod1",
+        "the pause process's command line names the pod"
+    );
     assert!(
         cfg.sysctls
             .contains(&("net.ipv4.ip_unprivileged_port_start".into(), "80".into()))
@@ -697,9 +752,312 @@ fn task_connect_and_pids_answer_for_the_sandbox_id() {
 }
 
 #[test]
+fn a_shim_in_a_user_namespace_starts_pods_without_ping_group_range() {
+    let f = fixture();
+    // What SysctlDefaults::detect finds inside a user namespace.
+    *f.host.sysctl_defaults.lock().unwrap() =
+        SysctlDefaults::from_host(Some("0 100000 65536"), true);
+    f.create("pod1", pod_config("a", false)).unwrap();
+    f.svc
+        .start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let cfg = f.host.pause.lock().unwrap().clone().unwrap();
+    let names: Vec<&str> = cfg.sysctls.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["net.ipv4.ip_unprivileged_port_start"]);
+    let info = f.status("pod1").unwrap().info["info"].clone();
+    assert!(!info.contains("ping_group_range"), "{info}");
+}
+
+// ---- shim-owned networking, through the fake network provider ----
+
+#[test]
+fn a_sandbox_without_netns_gets_the_shim_network_and_loses_it_at_stop() {
+    let net = Arc::new(FakeNetwork::default());
+    let f = fixture_with_network(&net);
+    f.create_in("pod1", pod_config("web-0", false), "").unwrap();
+    assert_eq!(net.calls(), ["setup k8s.io pod1 web"]);
+    let conf = net.confs.lock().unwrap()[0].clone().unwrap();
+    assert_eq!(
+        (
+            conf.name.as_str(),
+            conf.namespace.as_str(),
+            conf.uid.as_str()
+        ),
+        ("web", "default", "uid-1")
+    );
+    assert_eq!(conf.dns.unwrap().servers, ["10.96.0.10"]);
+    let info = f.status("pod1").unwrap().info["info"].clone();
+    assert!(info.contains("10.90.0.2/16"), "{info}");
+    assert!(info.contains("rsandbox (CNI run by the shim)"), "{info}");
+
+    f.start("pod1").unwrap();
+    let pause = f.host.pause.lock().unwrap().clone().unwrap();
+    assert_eq!(pause.netns, Some(FakeNetwork::netns_of("pod1")));
+
+    let sm = f.sm.clone();
+    let reaper = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        sm.on_exit(Exit {
+            pid: PAUSE_PID,
+            status: 0,
+            at: SystemTime::now(),
+        });
+    });
+    f.stop("pod1").unwrap();
+    reaper.join().unwrap();
+    assert_eq!(net.calls(), ["setup k8s.io pod1 web", "teardown pod1"]);
+    // The record no longer names a network: neither shutdown nor `delete` tears it down again.
+    let record =
+        std::fs::read_to_string(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE)).unwrap();
+    assert!(record.contains("\"network\":null"), "{record}");
+    f.stop("pod1").unwrap();
+    f.shutdown("pod1").unwrap();
+    assert_eq!(net.calls().len(), 2, "{:?}", net.calls());
+}
+
+#[test]
+fn a_failing_network_setup_fails_the_create_and_leaves_nothing() {
+    let net = Arc::new(FakeNetwork::default());
+    *net.fail_setup.lock().unwrap() = Some(crate::error::Error::precondition(
+        "load CNI config: no-such-plugin",
+    ));
+    let f = fixture_with_network(&net);
+    let r = f.create_in("pod1", pod_config("a", false), "");
+    let msg = message(r);
+    assert_eq!(
+        msg,
+        "create sandbox pod1: set up the pod network: load CNI config: no-such-plugin"
+    );
+    let r = f.create_in("pod1", pod_config("a", false), "");
+    assert!(
+        r.is_ok(),
+        "the failed create left the sandbox behind: {r:?}"
+    );
+    f.shutdown("pod1").unwrap();
+    // The first create's pod files and /dev/shm were taken down again.
+    let calls = f.host.calls();
+    assert_eq!(
+        calls[..4],
+        [
+            "write_files etc a",
+            "mount_shm shm",
+            "unmount_shm",
+            "remove_files"
+        ],
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn a_failed_create_is_typed() {
+    let net = Arc::new(FakeNetwork::default());
+    *net.fail_setup.lock().unwrap() = Some(crate::error::Error::precondition("no plugin"));
+    let f = fixture_with_network(&net);
+    assert_eq!(
+        code(f.create_in("pod1", pod_config("a", false), "")),
+        Code::FAILED_PRECONDITION
+    );
+}
+
+#[test]
+fn bad_bandwidth_annotations_fail_before_any_network_is_made() {
+    let net = Arc::new(FakeNetwork::default());
+    let f = fixture_with_network(&net);
+    let mut cfg = crate::cri::PodSandboxConfig::new();
+    cfg.annotations
+        .insert("kubernetes.io/ingress-bandwidth".into(), "1".into());
+    let any = Any {
+        type_url: "runtime.v1.PodSandboxConfig".into(),
+        value: cfg.write_to_bytes().unwrap(),
+        ..Default::default()
+    };
+    let r = f.create_in("pod1", any.clone(), "");
+    assert_eq!(code(r), Code::INVALID_ARGUMENT);
+    assert!(net.calls().is_empty(), "{:?}", net.calls());
+    // With a netns given, CRI owns the network and the annotation is none of ours.
+    f.create("pod1", any).unwrap();
+}
+
+#[test]
+fn a_failing_teardown_does_not_fail_stop() {
+    let net = Arc::new(FakeNetwork::default());
+    let f = fixture_with_network(&net);
+    f.create_in("pod1", pod_config("a", false), "").unwrap();
+    *net.fail_teardown.lock().unwrap() = Some(crate::error::Error::internal("CNI DEL: boom"));
+    // Never started: stop has no pause process to wait for.
+    f.stop("pod1").unwrap();
+    assert_eq!(net.calls(), ["setup k8s.io pod1 web", "teardown pod1"]);
+    f.shutdown("pod1").unwrap();
+}
+
+// ---- the network decision table (README "Networking") and hostNetwork pods ----
+
+/// What containerd's sandbox controller API sends without a pod config.
+fn no_pod_config() -> Any {
+    Any {
+        type_url: "type.googleapis.com/google.protobuf.Empty".into(),
+        ..Default::default()
+    }
+}
+
+fn host_network_pod_config() -> Any {
+    use crate::cri;
+    let mut cfg = cri::PodSandboxConfig::new();
+    cfg.hostname = "node-name-is-used".into();
+    let md = cfg.metadata.mut_or_insert_default();
+    md.name = "hostnet".into();
+    md.namespace = "kube-system".into();
+    let ns = cfg
+        .linux
+        .mut_or_insert_default()
+        .security_context
+        .mut_or_insert_default()
+        .namespace_options
+        .mut_or_insert_default();
+    ns.network = cri::NamespaceMode::NODE.into();
+    ns.pid = cri::NamespaceMode::CONTAINER.into();
+    Any {
+        type_url: "runtime.v1.PodSandboxConfig".into(),
+        value: cfg.write_to_bytes().unwrap(),
+        ..Default::default()
+    }
+}
+
+/// A container spec as `ctr run --sandbox` sends it: new namespaces of every kind, no paths.
+fn member_spec() -> serde_json::Value {
+    serde_json::json!({
+        "root": {"path": "rootfs"},
+        "linux": {"namespaces": [
+            {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
+            {"type": "network"}
+        ]}
+    })
+}
+
+/// The namespaces of a prepared container spec: (type, path or "").
+fn namespaces_of(spec: &serde_json::Value) -> Vec<(String, String)> {
+    spec["linux"]["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["type"].as_str().unwrap().to_string(),
+                n["path"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn ns(kind: &str, path: &str) -> (String, String) {
+    (kind.to_string(), path.to_string())
+}
+
+#[test]
+fn host_network_pod_keeps_the_host_network_and_uts() {
+    // Shim-owned networking on, and even a netns given: neither applies to hostNetwork.
+    let net = Arc::new(FakeNetwork::default());
+    let f = fixture_with_network(&net);
+    f.create_in("pod1", host_network_pod_config(), "").unwrap();
+    assert!(net.calls().is_empty(), "{:?}", net.calls());
+    f.start("pod1").unwrap();
+    let cfg = f.host.pause.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        cfg,
+        PauseConfig {
+            netns: None,
+            new_ipc: true,
+            new_uts: false,
+            new_pid: true,
+            hostname: None,
+            sysctls: vec![],
+            pod_id: "pod1".into(),
+        },
+        "pause in the host netns and UTS, no default net.* sysctls written into the host's"
+    );
+    let mut spec = member_spec();
+    assert!(f.sm.prepare_spec("c1", &mut spec).unwrap());
+    let pause = |k: &str| format!("/proc/{PAUSE_PID}/ns/{k}");
+    assert_eq!(
+        namespaces_of(&spec),
+        [ns("pid", ""), ns("ipc", &pause("ipc")), ns("mount", "")],
+        "containers: host network and UTS (entries dropped), the pod's IPC"
+    );
+    let info = f.status("pod1").unwrap().info["info"].clone();
+    assert!(info.contains("\"networkOwner\":\"host\""), "{info}");
+
+    let f = fixture_with_network(&net);
+    let netns = f.netns();
+    f.create_in("pod2", host_network_pod_config(), &netns)
+        .unwrap();
+    f.start("pod2").unwrap();
+    assert_eq!(f.host.pause.lock().unwrap().as_ref().unwrap().netns, None);
+}
+
+#[test]
+fn no_netns_no_pod_config_and_no_shim_networking_means_the_host_network() {
+    let f = fixture();
+    f.create_in("pod1", no_pod_config(), "").unwrap();
+    f.start("pod1").unwrap();
+    let cfg = f.host.pause.lock().unwrap().clone().unwrap();
+    assert_eq!((cfg.netns.as_ref(), cfg.new_uts), (None, false));
+    assert!(cfg.sysctls.is_empty(), "{:?}", cfg.sysctls);
+    let mut spec = member_spec();
+    assert!(f.sm.prepare_spec("c1", &mut spec).unwrap());
+    let names: Vec<String> = namespaces_of(&spec).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(names, ["pid", "ipc", "mount"]);
+    let info = f.status("pod1").unwrap().info["info"].clone();
+    assert!(info.contains("\"networkMode\":\"Host\""), "{info}");
+
+    // A CRI pod config that asks for a pod network cannot be given the host's.
+    let f = fixture();
+    let msg = message(f.create_in("pod1", pod_config("a", false), ""));
+    assert!(
+        msg.contains("no netns_path") && msg.contains("sandboxes = false"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn no_cni_config_gives_a_loopback_only_pod_network() {
+    let net = Arc::new(FakeNetwork::default());
+    net.loopback_only
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let f = fixture_with_network(&net);
+    f.create_in("pod1", no_pod_config(), "").unwrap();
+    assert_eq!(net.calls(), ["setup k8s.io pod1 -"]);
+    f.start("pod1").unwrap();
+    let cfg = f.host.pause.lock().unwrap().clone().unwrap();
+    assert_eq!(cfg.netns, Some(FakeNetwork::netns_of("pod1")));
+    assert!(cfg.new_uts);
+    let info = f.status("pod1").unwrap().info["info"].clone();
+    assert!(info.contains("\"ips\":[]"), "{info}");
+    assert!(info.contains("loopback only"), "{info}");
+    let mut spec = member_spec();
+    assert!(f.sm.prepare_spec("c1", &mut spec).unwrap());
+    let pause = |k: &str| format!("/proc/{PAUSE_PID}/ns/{k}");
+    assert_eq!(
+        namespaces_of(&spec),
+        [
+            ns("pid", ""),
+            ns("ipc", &pause("ipc")),
+            ns("uts", &pause("uts")),
+            ns("mount", ""),
+            ns("network", &pause("net")),
+        ]
+    );
+}
+
+#[test]
 fn a_pause_that_dies_before_its_pid_is_stored_makes_the_pod_notready() {
     let reaper = crate::reaper::Reaper::new_for_test();
-    let f = fixture_with(Some(reaper.clone()));
+    let f = fixture_with(Some(reaper.clone()), None);
     let r = reaper.clone();
     *f.host.on_spawn.lock().unwrap() = Some(Box::new(move |pid| {
         r.inject(Exit {
@@ -726,7 +1084,7 @@ fn a_pause_that_dies_before_its_pid_is_stored_makes_the_pod_notready() {
 #[test]
 fn an_old_exit_of_a_recycled_pid_does_not_touch_a_new_pause() {
     let reaper = crate::reaper::Reaper::new_for_test();
-    let f = fixture_with(Some(reaper.clone()));
+    let f = fixture_with(Some(reaper.clone()), None);
     // Some helper with the pid the pause process will get exited long before.
     reaper.inject(Exit {
         pid: PAUSE_PID,

@@ -13,8 +13,8 @@ use protobuf::MessageField;
 use ttrpc::TtrpcContext;
 
 use crate::error::Error;
+use crate::pod::decode_pod_config;
 use crate::pod::sandbox::{CreateSandbox, SandboxManager, State};
-use crate::pod::spec::decode_pod_config;
 use crate::rpc::server::{ParkedMethod, Responder};
 use crate::util::{go_arch, timestamp};
 use crate::waiters::{ExitInfo, ExitWaiter};

@@ -1,8 +1,6 @@
 //! Decode the CRI `PodSandboxConfig` that containerd forwards in `CreateSandboxRequest.options`
 //! and validate it into a plain-Rust [`PodSpec`].
 //!
-//! Everything here is pure (no syscalls) except [`SysctlDefaults::detect`].
-//!
 //! Validation is deliberately strict where a value ends up in a path, a file we write or a
 //! kernel interface (hostname, sysctls, cgroup parent, DNS), and lenient elsewhere (labels and
 //! annotations are opaque and returned as they came). Every error names the offending field
@@ -10,21 +8,20 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
-use std::path::{Component, Path, PathBuf};
 
 use protobuf::Message;
 use protobuf::well_known_types::any::Any;
 
+use super::sysctl::{MAX_SYSCTLS, check_sysctl};
+use super::{
+    CgroupParent, Dns, IpcMode, MAX_PATH_LEN, NetworkMode, PidMode, PodSpec, PortMapping, Protocol,
+    SpecError, invalid,
+};
 use crate::cri;
+use crate::network::{self, Bandwidth, DnsConf, PodNetworkConf};
 
 /// Longest hostname the kernel accepts (`HOST_NAME_MAX`).
 pub const MAX_HOSTNAME_LEN: usize = 64;
-/// Longest sysctl name we accept.
-pub const MAX_SYSCTL_NAME_LEN: usize = 256;
-/// Longest sysctl value we accept (values are single-line strings like `0 2147483647`).
-pub const MAX_SYSCTL_VALUE_LEN: usize = 1024;
-/// Most sysctls a pod may set.
-pub const MAX_SYSCTLS: usize = 256;
 /// Most DNS servers / searches / options (generous; glibc itself uses 3 servers, 32 searches).
 pub const MAX_DNS_SERVERS: usize = 16;
 /// See [`MAX_DNS_SERVERS`].
@@ -35,369 +32,47 @@ pub const MAX_DNS_OPTIONS: usize = 32;
 pub const MAX_DNS_ENTRY_LEN: usize = 253;
 /// Most port mappings a pod may declare.
 pub const MAX_PORT_MAPPINGS: usize = 1024;
-/// Longest path (cgroup parent, log directory) we accept.
-pub const MAX_PATH_LEN: usize = 4096;
 
 const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
 const EMPTY_TYPE: &str = "google.protobuf.Empty";
 
-/// Why a pod config was rejected. `Display` always starts with the CRI field path.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SpecError {
-    /// The `Any` holds something other than a `PodSandboxConfig` (or `Empty`).
-    #[error("options: unsupported type_url {0:?} (want \"runtime.v1.PodSandboxConfig\")")]
-    UnsupportedType(String),
-    /// The bytes are not a valid `PodSandboxConfig`.
-    #[error("options: cannot decode runtime.v1.PodSandboxConfig: {0}")]
-    Decode(String),
-    /// A field has an invalid value.
-    #[error("{field}: {reason}")]
-    Invalid {
-        /// CRI path of the field, e.g. `linux.sysctls["kernel.foo"]`.
-        field: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A field asks for something this shim cannot do (yet).
-    #[error("{field}: {what} are not supported by this shim yet")]
-    Unsupported {
-        /// CRI path of the field.
-        field: String,
-        /// The feature, plural (e.g. "user namespaces").
-        what: &'static str,
-    },
-}
-
-fn invalid(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
-    SpecError::Invalid {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
-/// DNS settings for the pod's `resolv.conf`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Dns {
-    /// Nameserver addresses (validated as IP addresses, IPv6 may carry a `%zone`).
-    pub servers: Vec<String>,
-    /// Search domains.
-    pub searches: Vec<String>,
-    /// resolv.conf options, e.g. `ndots:5`.
-    pub options: Vec<String>,
-}
-
-/// Transport protocol of a port mapping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// TCP (CRI default).
-    Tcp,
-    /// UDP.
-    Udp,
-    /// SCTP.
-    Sctp,
-}
-
-/// One `hostPort` mapping of the pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PortMapping {
-    /// Transport protocol.
-    pub protocol: Protocol,
-    /// Port inside the pod (0 = unspecified).
-    pub container_port: u16,
-    /// Port on the host (0 = no host port).
-    pub host_port: u16,
-    /// Host address to bind, `None` for all addresses.
-    pub host_ip: Option<IpAddr>,
-}
-
-/// Network namespace of the pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum NetworkMode {
-    /// A new network namespace (and a new UTS namespace) for the pod.
-    #[default]
-    Pod,
-    /// The node's network (and UTS) namespace (`hostNetwork: true`).
-    Host,
-}
-
-/// IPC namespace of the pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IpcMode {
-    /// A new IPC namespace shared by the pod's containers.
-    #[default]
-    Pod,
-    /// The node's IPC namespace (`hostIPC: true`).
-    Host,
-}
-
-/// PID namespace of the pod.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum PidMode {
-    /// Each container gets its own PID namespace (the kubelet's default).
-    #[default]
-    Container,
-    /// One PID namespace for the whole pod (`shareProcessNamespace: true`).
-    Pod,
-    /// The node's PID namespace (`hostPID: true`).
-    Host,
-    /// The PID namespace of the named container.
-    Target(String),
-}
-
-/// `linux.cgroup_parent`, classified.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CgroupParent {
-    /// A cgroupfs path, absolute, relative to the cgroup root (e.g. `/kubepods/burstable/pod…`).
-    Fs(PathBuf),
-    /// A systemd form: a slice (`kubepods-burstable-pod….slice`) or `slice:prefix:name`.
-    Systemd(String),
-}
-
-impl CgroupParent {
-    /// Classifies and validates a non-empty `cgroup_parent` value.
-    ///
-    /// * starts with `/` → [`CgroupParent::Fs`]: no NUL, no `.`/`..` components;
-    /// * `*.slice` without `/` → [`CgroupParent::Systemd`];
-    /// * `slice:prefix:name` (three `:`-separated parts, the slice part empty or `*.slice`, no
-    ///   `/`) → [`CgroupParent::Systemd`].
-    pub fn parse(raw: &str) -> Result<CgroupParent, String> {
-        if raw.is_empty() {
-            return Err("empty".into());
-        }
-        if raw.len() > MAX_PATH_LEN {
-            return Err(format!("longer than {MAX_PATH_LEN} bytes"));
-        }
-        if raw.bytes().any(|b| b == 0 || b == b'\n') {
-            return Err("contains NUL or newline".into());
-        }
-        if raw.starts_with('/') {
-            let p = Path::new(raw);
-            for c in p.components() {
-                match c {
-                    Component::RootDir | Component::Normal(_) => {}
-                    _ => return Err(format!("{raw:?} has a `.` or `..` component")),
-                }
-            }
-            // `Path::components` silently drops `.`; catch it explicitly.
-            if raw.split('/').any(|s| s == "." || s == "..") {
-                return Err(format!("{raw:?} has a `.` or `..` component"));
-            }
-            return Ok(CgroupParent::Fs(p.to_path_buf()));
-        }
-        if raw.contains('/') {
-            return Err(format!(
-                "{raw:?} is neither an absolute cgroupfs path nor a systemd slice"
-            ));
-        }
-        let unit_ok = |s: &str| {
-            !s.is_empty()
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.@\\".contains(&b))
-        };
-        let parts: Vec<&str> = raw.split(':').collect();
-        match parts.as_slice() {
-            [slice] if slice.ends_with(".slice") && unit_ok(slice) => {
-                Ok(CgroupParent::Systemd(raw.into()))
-            }
-            [slice, prefix, name]
-                if (slice.is_empty() || (slice.ends_with(".slice") && unit_ok(slice)))
-                    && (prefix.is_empty() || unit_ok(prefix))
-                    && unit_ok(name) =>
-            {
-                Ok(CgroupParent::Systemd(raw.into()))
-            }
-            _ => Err(format!(
-                "{raw:?} is neither an absolute cgroupfs path nor a systemd slice \
-                 (`name.slice` or `slice:prefix:name`)"
-            )),
-        }
-    }
-}
-
-/// The validated pod configuration, free of protobuf types.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct PodSpec {
-    /// Pod name (`metadata.name`).
-    pub name: String,
-    /// Pod namespace (`metadata.namespace`).
-    pub namespace: String,
-    /// Pod UID (`metadata.uid`).
-    pub uid: String,
-    /// Sandbox attempt number (`metadata.attempt`).
-    pub attempt: u32,
-    /// Pod hostname. Empty stays empty here (the kubelet only leaves it empty for host-network
-    /// pods); [`crate::pod::files::PodFiles::write`] then falls back to the node's hostname,
-    /// as containerd does.
-    pub hostname: String,
-    /// Host directory for container logs (absolute, or empty).
-    pub log_directory: String,
-    /// DNS config; `None` means "use the node's resolv.conf".
-    pub dns: Option<Dns>,
-    /// Host port mappings.
-    pub port_mappings: Vec<PortMapping>,
-    /// Pod labels, as given.
-    pub labels: BTreeMap<String, String>,
-    /// Pod annotations, as given (must be returned unaltered in status).
-    pub annotations: BTreeMap<String, String>,
-    /// Raw `linux.cgroup_parent`, `None` when empty. Validated; see [`PodSpec::cgroup_parent_kind`].
-    pub cgroup_parent: Option<String>,
-    /// Pod sysctls as given by the user, names canonicalised to dot form (see [`sysctl_path`]).
-    pub sysctls: BTreeMap<String, String>,
-    /// Network (and UTS) namespace.
-    pub network: NetworkMode,
-    /// IPC namespace.
-    pub ipc: IpcMode,
-    /// PID namespace.
-    pub pid: PidMode,
-    /// `security_context.run_as_user`.
-    pub run_as_user: Option<u32>,
-    /// `security_context.run_as_group` (only valid together with `run_as_user`).
-    pub run_as_group: Option<u32>,
-    /// `security_context.privileged`.
-    pub privileged: bool,
-}
-
-/// Which of containerd's podsandbox default sysctls apply (CRI config
-/// `enable_unprivileged_ports` / `enable_unprivileged_icmp`, both `true` by default in
-/// containerd 2.x on Linux).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SysctlDefaults {
-    /// Add `net.ipv4.ip_unprivileged_port_start=0`.
-    pub unprivileged_ports: bool,
-    /// Add `net.ipv4.ping_group_range=0 2147483647`.
-    pub unprivileged_icmp: bool,
-}
-
-impl Default for SysctlDefaults {
-    fn default() -> Self {
-        SysctlDefaults {
-            unprivileged_ports: true,
-            unprivileged_icmp: true,
-        }
-    }
-}
-
-impl SysctlDefaults {
-    /// The defaults, minus ICMP when this process runs inside a user namespace: containerd skips
-    /// `ping_group_range` then, because GIDs outside the namespace's mapping make the write fail.
-    pub fn detect() -> SysctlDefaults {
-        SysctlDefaults {
-            unprivileged_icmp: !running_in_user_ns(),
-            ..SysctlDefaults::default()
-        }
-    }
-}
-
-/// Whether this process is in a non-initial user namespace (same test as moby's
-/// `userns.RunningInUserNS`: the uid_map is not the identity map of the full range).
-pub fn running_in_user_ns() -> bool {
-    match std::fs::read_to_string("/proc/self/uid_map") {
-        Ok(s) => {
-            let fields: Vec<&str> = s.split_whitespace().collect();
-            fields != ["0", "0", "4294967295"]
-        }
-        Err(_) => false,
-    }
-}
-
-/// Sysctl names (dot form) namespaced by the IPC namespace (the kubelet's list:
-/// `kernel.shm*`, `kernel.msg*`, `kernel.sem`, `fs.mqueue.*`).
-fn is_ipc_sysctl(name: &str) -> bool {
-    name.starts_with("kernel.shm")
-        || name.starts_with("kernel.msg")
-        || name == "kernel.sem"
-        || name.starts_with("fs.mqueue.")
-}
-
-/// Sysctl names (dot form) namespaced by the network namespace.
-fn is_net_sysctl(name: &str) -> bool {
-    name.starts_with("net.")
-}
-
-/// Converts a sysctl name to the dot-separated form, following sysctl(8)/sysctl.d(5) (and the
-/// kubelet's and runc's validators): the first separator decides; if it is `/`, dots and slashes
-/// are interchanged, so `net/ipv4/conf/eth0.100/forwarding` becomes
-/// `net.ipv4.conf.eth0/100.forwarding`. Dot-form names are returned unchanged.
-pub fn canonical_sysctl_name(name: &str) -> String {
-    match name.find(['.', '/']) {
-        Some(i) if name.as_bytes()[i] == b'/' => swap_dots_slashes(name),
-        _ => name.to_owned(),
-    }
-}
-
-fn swap_dots_slashes(s: &str) -> String {
-    s.chars()
-        .map(|c| match c {
-            '.' => '/',
-            '/' => '.',
-            c => c,
-        })
-        .collect()
-}
-
-/// `/proc/sys` path of a sysctl (either form; see [`canonical_sysctl_name`]).
-///
-/// In dot form a `/` stands for a literal `.` inside one path component (an interface name such
-/// as `eth0.100`), so dots and slashes are interchanged: `net.ipv4.conf.eth0/100.forwarding` →
-/// `/proc/sys/net/ipv4/conf/eth0.100/forwarding`. runc's `writeSystemProperty` only replaces
-/// `.` with `/`, which agrees for every name without `/` and is wrong for those with one; we
-/// follow sysctl(8) because the kubelet produces exactly that encoding.
-pub fn sysctl_path(name: &str) -> PathBuf {
-    let dotted = canonical_sysctl_name(name);
-    Path::new("/proc/sys").join(swap_dots_slashes(&dotted))
-}
-
 impl PodSpec {
-    /// The pod's sysctls plus containerd's podsandbox defaults, with
-    /// [`SysctlDefaults::default`] (both on). See [`PodSpec::effective_sysctls_with`].
-    pub fn effective_sysctls(&self) -> Vec<(String, String)> {
-        self.effective_sysctls_with(SysctlDefaults::default())
-    }
-
-    /// The pod's sysctls plus containerd's podsandbox defaults, sorted by name.
-    ///
-    /// Rule (containerd 2.1 `sandboxContainerSpec`): only for pods NOT on the host network, and
-    /// only for names the user did not set:
-    /// * `net.ipv4.ip_unprivileged_port_start = "0"` if `defaults.unprivileged_ports`;
-    /// * `net.ipv4.ping_group_range = "0 2147483647"` if `defaults.unprivileged_icmp` (containerd
-    ///   additionally skips it inside a user namespace and for user-namespaced pods; the former
-    ///   is [`SysctlDefaults::detect`], the latter cannot happen since we reject those pods).
-    pub fn effective_sysctls_with(&self, defaults: SysctlDefaults) -> Vec<(String, String)> {
-        let mut out = self.sysctls.clone();
-        if self.network != NetworkMode::Host {
-            if defaults.unprivileged_ports {
-                out.entry("net.ipv4.ip_unprivileged_port_start".into())
-                    .or_insert_with(|| "0".into());
-            }
-            if defaults.unprivileged_icmp {
-                out.entry("net.ipv4.ping_group_range".into())
-                    .or_insert_with(|| "0 2147483647".into());
-            }
-        }
-        out.into_iter().collect()
-    }
-
-    /// `/proc/sys` path of a sysctl; see the free function [`sysctl_path`].
-    pub fn sysctl_path(name: &str) -> PathBuf {
-        sysctl_path(name)
-    }
-
-    /// The classified cgroup parent, if any (already validated by [`decode_pod_config`]).
-    pub fn cgroup_parent_kind(&self) -> Option<CgroupParent> {
-        self.cgroup_parent
-            .as_deref()
-            .and_then(|raw| CgroupParent::parse(raw).ok())
-    }
-
-    /// Whether the pod shares the node's UTS namespace (it does exactly when it uses the host
-    /// network, as in containerd).
-    pub fn host_uts(&self) -> bool {
-        self.network == NetworkMode::Host
-    }
-
     /// Validates and converts a decoded CRI config.
     pub fn from_cri(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
         convert(cfg)
+    }
+
+    /// What shim-run CNI needs to know about the pod (identity, host ports, DNS, bandwidth), as
+    /// containerd's CRI passes it. Fails only on bad bandwidth annotations (see
+    /// [`bandwidth_of`]), which are checked here and not when decoding: CRI accepts them
+    /// on pods whose network it does not set up.
+    pub fn network_conf(&self) -> Result<PodNetworkConf, SpecError> {
+        Ok(PodNetworkConf {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            uid: self.uid.clone(),
+            port_mappings: self
+                .port_mappings
+                .iter()
+                .filter(|p| p.host_port != 0)
+                .map(|p| network::PortMapping {
+                    protocol: match p.protocol {
+                        Protocol::Tcp => "tcp",
+                        Protocol::Udp => "udp",
+                        Protocol::Sctp => "sctp",
+                    },
+                    container_port: p.container_port,
+                    host_port: p.host_port,
+                    host_ip: p.host_ip,
+                })
+                .collect(),
+            dns: self.dns.as_ref().map(|d| DnsConf {
+                servers: d.servers.clone(),
+                searches: d.searches.clone(),
+                options: d.options.clone(),
+            }),
+            bandwidth: bandwidth_of(&self.annotations)?,
+        })
     }
 }
 
@@ -435,7 +110,7 @@ pub fn decode_pod_config(any: &Any) -> Result<PodSpec, SpecError> {
     convert(&cfg)
 }
 
-fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
+pub(super) fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
     let md = cfg.metadata.as_ref();
     let linux = cfg.linux.as_ref();
     let sc = linux.and_then(|l| l.security_context.as_ref());
@@ -551,7 +226,8 @@ fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
         }
         for (k, v) in &l.sysctls {
             let field = format!("linux.sysctls[{k:?}]");
-            let name = check_sysctl(k, v, network, ipc).map_err(|r| invalid(&field, r))?;
+            let name = check_sysctl(k, v, network == NetworkMode::Host, ipc == IpcMode::Host)
+                .map_err(|r| invalid(&field, r))?;
             if sysctls.insert(name, v.clone()).is_some() {
                 return Err(invalid(field, "set twice (in dot and slash form)"));
             }
@@ -605,6 +281,7 @@ fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
         run_as_user,
         run_as_group,
         privileged: sc.is_some_and(|s| s.privileged),
+        cri_config: true,
     })
 }
 
@@ -663,49 +340,6 @@ fn check_abs_path(p: &str) -> Result<(), String> {
         return Err(format!("{p:?} contains `..`"));
     }
     Ok(())
-}
-
-/// Validates one sysctl; returns its canonical (dot-form) name.
-fn check_sysctl(name: &str, value: &str, net: NetworkMode, ipc: IpcMode) -> Result<String, String> {
-    if name.is_empty() || name.len() > MAX_SYSCTL_NAME_LEN {
-        return Err(format!("name must be 1-{MAX_SYSCTL_NAME_LEN} bytes"));
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"_-./".contains(&b))
-    {
-        return Err("name may only contain [A-Za-z0-9_./-]".into());
-    }
-    let dotted = canonical_sysctl_name(name);
-    // Each path component under /proc/sys: a dot-form segment with `/` read as `.`.
-    for seg in dotted.split('.') {
-        let comp = seg.replace('/', ".");
-        if comp.is_empty() || comp == "." || comp == ".." {
-            return Err("name has an empty, `.` or `..` path component".into());
-        }
-    }
-    if value.len() > MAX_SYSCTL_VALUE_LEN {
-        return Err(format!("value longer than {MAX_SYSCTL_VALUE_LEN} bytes"));
-    }
-    if value.bytes().any(|b| b == 0 || b == b'\n' || b == b'\r') {
-        return Err("value contains NUL or a line break".into());
-    }
-    if is_ipc_sysctl(&dotted) {
-        if ipc == IpcMode::Host {
-            return Err("not allowed: the pod uses the host IPC namespace".into());
-        }
-    } else if is_net_sysctl(&dotted) {
-        if net == NetworkMode::Host {
-            return Err("not allowed: the pod uses the host network namespace".into());
-        }
-    } else {
-        return Err(
-            "not namespaced: only kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.* and net.* \
-             may be set for a pod"
-                .into(),
-        );
-    }
-    Ok(dotted)
 }
 
 fn check_dns_word(field: &str, v: &str) -> Result<(), SpecError> {
@@ -799,9 +433,128 @@ fn convert_port(i: usize, pm: &cri::PortMapping) -> Result<PortMapping, SpecErro
     })
 }
 
+/// The pod annotation that limits its ingress traffic (bits per second, a resource quantity).
+pub const INGRESS_BANDWIDTH: &str = "kubernetes.io/ingress-bandwidth";
+/// The pod annotation that limits its egress traffic.
+pub const EGRESS_BANDWIDTH: &str = "kubernetes.io/egress-bandwidth";
+
+/// The `bandwidth` CNI capability from the pod's annotations, as containerd's
+/// `toCNIBandWidth`: each rate a resource quantity within 1k..=1P bits per second, its burst
+/// `u32::MAX`. Checked only when the shim runs CNI itself (CRI checks them otherwise, and
+/// ignores them for host-network pods).
+pub fn bandwidth_of(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<Bandwidth>, SpecError> {
+    let rate = |key: &str| -> Result<Option<u64>, SpecError> {
+        let Some(raw) = annotations.get(key) else {
+            return Ok(None);
+        };
+        let field = || format!("annotations[{key:?}]");
+        let v = parse_quantity(raw).map_err(|r| invalid(field(), r))?;
+        if v < 1_000 {
+            return Err(invalid(field(), "unreasonably small (< 1kbit)"));
+        }
+        if v > 1_000_000_000_000_000 {
+            return Err(invalid(field(), "unreasonably large (> 1Pbit)"));
+        }
+        Ok(Some(v))
+    };
+    let (ingress, egress) = (rate(INGRESS_BANDWIDTH)?, rate(EGRESS_BANDWIDTH)?);
+    if ingress.is_none() && egress.is_none() {
+        return Ok(None);
+    }
+    let burst = |r: Option<u64>| if r.is_some() { u64::from(u32::MAX) } else { 0 };
+    Ok(Some(Bandwidth {
+        ingress_rate: ingress.unwrap_or(0),
+        ingress_burst: burst(ingress),
+        egress_rate: egress.unwrap_or(0),
+        egress_burst: burst(egress),
+    }))
+}
+
+/// Parses a Kubernetes resource quantity (`10M`, `1.5Gi`, `1e6`, `500m`) and rounds it up to an
+/// integer, as `resource.Quantity.Value()` does; values beyond `u64` saturate. Negative values
+/// are refused (no bandwidth can be).
+pub fn parse_quantity(s: &str) -> Result<u64, String> {
+    let bad = || format!("{s:?} is not a resource quantity (e.g. 10M, 1.5Gi, 1e6)");
+    let unsigned = match s.strip_prefix(['+', '-']) {
+        Some(_) if s.starts_with('-') => return Err(format!("{s:?} is negative")),
+        Some(rest) => rest,
+        None => s,
+    };
+    let number_len = unsigned
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(unsigned.len());
+    let (number, suffix) = unsigned.split_at(number_len);
+    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
+    if frac.contains('.') || (int.is_empty() && frac.is_empty()) {
+        return Err(bad());
+    }
+    // (power of ten, power of two)
+    let (exp10, exp2): (i64, u32) = match suffix {
+        "" => (0, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        e => {
+            let digits = e.strip_prefix(['e', 'E']).ok_or_else(bad)?;
+            let (neg, digits) = match digits.strip_prefix(['+', '-']) {
+                Some(d) => (digits.starts_with('-'), d),
+                None => (false, digits),
+            };
+            if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| b.is_ascii_digit())
+            {
+                return Err(bad());
+            }
+            let v: i64 = digits.parse().map_err(|_| bad())?;
+            (if neg { -v } else { v }, 0)
+        }
+    };
+    // value = digits * 10^(exp10 - frac digits) * 2^exp2, exactly, in u128: the digits are
+    // kept below 10^20 (more significant digits than u64 holds only fit a value that saturates
+    // anyway), so the shift by at most 60 cannot overflow.
+    let int = int.trim_start_matches('0');
+    let frac = frac.trim_end_matches('0');
+    let mut mant: u128 = 0;
+    for b in int.bytes().chain(frac.bytes()) {
+        mant = mant * 10 + u128::from(b - b'0');
+        if mant >= 10u128.pow(20) {
+            return if int.len() as i64 + exp10 > 20 {
+                Ok(u64::MAX)
+            } else {
+                Err(format!("{s:?} has too many digits"))
+            };
+        }
+    }
+    let num = mant << exp2;
+    let scale = exp10 - frac.len() as i64;
+    let value = match u32::try_from(scale.unsigned_abs()).ok() {
+        _ if num == 0 => 0,
+        Some(k) if scale >= 0 => 10u128
+            .checked_pow(k)
+            .and_then(|p| num.checked_mul(p))
+            .unwrap_or(u128::MAX),
+        Some(k) => 10u128.checked_pow(k).map_or(1, |den| num.div_ceil(den)),
+        None if scale >= 0 => u128::MAX,
+        None => 1,
+    };
+    Ok(u64::try_from(value).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pod::spec::SysctlDefaults;
     use cri::NamespaceMode as M;
 
     fn any_of(cfg: &cri::PodSandboxConfig, url: &str) -> Any {
@@ -879,6 +632,7 @@ mod tests {
     #[test]
     fn decodes_kubelet_like_config() {
         let spec = decode(&kubelet_like()).unwrap();
+        assert!(spec.cri_config);
         assert_eq!(spec.name, "nginx");
         assert_eq!(spec.namespace, "default");
         assert_eq!(spec.uid, "5f2a6e1c-0000-4000-8000-000000000001");
@@ -1070,70 +824,6 @@ mod tests {
     }
 
     #[test]
-    fn sysctl_rules() {
-        let ok = |name: &str, net: NetworkMode, ipc: IpcMode| check_sysctl(name, "1", net, ipc);
-        let (p, h) = (NetworkMode::Pod, NetworkMode::Host);
-        let (ip, ih) = (IpcMode::Pod, IpcMode::Host);
-        for n in [
-            "kernel.shmmax",
-            "kernel.shm_rmid_forced",
-            "kernel.msgmax",
-            "kernel.sem",
-            "fs.mqueue.msg_max",
-            "net.ipv4.ip_forward",
-            "net.ipv4.conf.eth0/100.forwarding",
-        ] {
-            assert!(ok(n, p, ip).is_ok(), "{n}");
-        }
-        // Slash form is canonicalised.
-        assert_eq!(
-            ok("net/ipv4/conf/eth0.100/forwarding", p, ip).unwrap(),
-            "net.ipv4.conf.eth0/100.forwarding"
-        );
-        // IPC sysctls need a private IPC namespace, net.* a private network namespace.
-        assert!(ok("kernel.shmmax", p, ih).unwrap_err().contains("host IPC"));
-        assert!(ok("fs.mqueue.queues_max", h, ih).is_err());
-        assert!(ok("kernel.shmmax", h, ip).is_ok());
-        assert!(
-            ok("net.core.somaxconn", h, ip)
-                .unwrap_err()
-                .contains("host network")
-        );
-        assert!(ok("net.core.somaxconn", p, ih).is_ok());
-        // Not namespaced at all.
-        for n in [
-            "kernel.hostname",
-            "kernel.semx",
-            "vm.overcommit_memory",
-            "kernel.pid_max",
-            "fs.file-max",
-            "network.foo",
-        ] {
-            assert!(ok(n, p, ip).unwrap_err().contains("not namespaced"), "{n}");
-        }
-        // Malformed names.
-        for n in [
-            "",
-            "net..ipv4",
-            "net.ipv4.",
-            ".net.ipv4",
-            "net.ipv4.conf.//.x",
-            "net.ipv4.conf./.x",
-            "net/ipv4/../../kernel/x",
-            "net.ipv4.a b",
-            "net.ipv4.\0",
-            &format!("net.{}", "a".repeat(300)),
-        ] {
-            assert!(ok(n, p, ip).is_err(), "{n:?}");
-        }
-        // Values.
-        assert!(check_sysctl("net.ipv4.ip_forward", "1\n", p, ip).is_err());
-        assert!(check_sysctl("net.ipv4.ip_forward", "a\0", p, ip).is_err());
-        assert!(check_sysctl("net.ipv4.ip_forward", &"1".repeat(2000), p, ip).is_err());
-        assert!(check_sysctl("net.ipv4.ping_group_range", "0 2147483647", p, ip).is_ok());
-    }
-
-    #[test]
     fn sysctl_errors_name_the_key() {
         let cfg = with_linux(|l| {
             l.sysctls.insert("kernel.foo".into(), "1".into());
@@ -1152,30 +842,10 @@ mod tests {
     }
 
     #[test]
-    fn sysctl_paths() {
-        assert_eq!(
-            sysctl_path("net.ipv4.ip_forward"),
-            PathBuf::from("/proc/sys/net/ipv4/ip_forward")
-        );
-        assert_eq!(
-            PodSpec::sysctl_path("net.ipv4.conf.eth0/100.forwarding"),
-            PathBuf::from("/proc/sys/net/ipv4/conf/eth0.100/forwarding")
-        );
-        assert_eq!(
-            sysctl_path("net/ipv4/conf/eth0.100/forwarding"),
-            PathBuf::from("/proc/sys/net/ipv4/conf/eth0.100/forwarding")
-        );
-        assert_eq!(
-            sysctl_path("kernel.sem"),
-            PathBuf::from("/proc/sys/kernel/sem")
-        );
-    }
-
-    #[test]
     fn effective_sysctls_adds_containerd_defaults() {
         let spec = decode(&kubelet_like()).unwrap();
         assert_eq!(
-            spec.effective_sysctls(),
+            spec.effective_sysctls(SysctlDefaults::default()),
             vec![
                 ("kernel.shmmax".to_string(), "1000".to_string()),
                 ("net.core.somaxconn".into(), "1024".into()),
@@ -1190,11 +860,13 @@ mod tests {
             l.sysctls
                 .insert("net.ipv4.ping_group_range".into(), "1 0".into());
         });
-        let eff = decode(&cfg).unwrap().effective_sysctls();
+        let eff = decode(&cfg)
+            .unwrap()
+            .effective_sysctls(SysctlDefaults::default());
         assert!(eff.contains(&("net.ipv4.ip_unprivileged_port_start".into(), "1024".into())));
         assert!(eff.contains(&("net.ipv4.ping_group_range".into(), "1 0".into())));
         // Toggles.
-        let eff = spec.effective_sysctls_with(SysctlDefaults {
+        let eff = spec.effective_sysctls(SysctlDefaults {
             unprivileged_ports: false,
             unprivileged_icmp: true,
         });
@@ -1207,7 +879,12 @@ mod tests {
         let mut cfg = kubelet_like();
         nso(&mut cfg).network = M::NODE.into();
         cfg.linux.mut_or_insert_default().sysctls.clear();
-        assert!(decode(&cfg).unwrap().effective_sysctls().is_empty());
+        assert!(
+            decode(&cfg)
+                .unwrap()
+                .effective_sysctls(SysctlDefaults::default())
+                .is_empty()
+        );
     }
 
     #[test]
@@ -1308,5 +985,96 @@ mod tests {
         let mut cfg = kubelet_like();
         cfg.metadata.mut_or_insert_default().name = "a/b".into();
         assert!(err_string(&cfg).starts_with("metadata.name: "));
+    }
+
+    #[test]
+    fn quantities() {
+        for (q, want) in [
+            ("10M", 10_000_000u64),
+            ("1k", 1_000),
+            ("1Ki", 1_024),
+            ("1.5Ki", 1_536),
+            ("1.5k", 1_500),
+            ("+2G", 2_000_000_000),
+            ("1e3", 1_000),
+            ("1E6", 1_000_000),
+            ("12e-1", 2),
+            ("1500m", 2),
+            ("0.001k", 1),
+            ("1.", 1),
+            (".5k", 500),
+            ("0", 0),
+            ("000100", 100),
+            ("1P", 1_000_000_000_000_000),
+            ("1Ei", 1 << 60),
+            ("16Ei", u64::MAX),
+            ("100000000000000000000000", u64::MAX),
+            ("1e9999", u64::MAX),
+            ("1e-9999", 1),
+            ("1.000000000000000000000000000", 1),
+            ("0.000000000000000000001", 1),
+        ] {
+            assert_eq!(parse_quantity(q), Ok(want), "{q}");
+        }
+        for bad in [
+            "",
+            ".",
+            "k",
+            "1.2.3",
+            "1 k",
+            " 1k",
+            "1kb",
+            "1K",
+            "1e",
+            "1e+",
+            "1e12345",
+            "-1k",
+            "1..",
+            "1.00000000000000000001",
+        ] {
+            assert!(parse_quantity(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bandwidth_annotations() {
+        let ann = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(bandwidth_of(&ann(&[("a", "b")])), Ok(None));
+        assert_eq!(
+            bandwidth_of(&ann(&[(INGRESS_BANDWIDTH, "10M")])),
+            Ok(Some(Bandwidth {
+                ingress_rate: 10_000_000,
+                ingress_burst: u32::MAX as u64,
+                egress_rate: 0,
+                egress_burst: 0,
+            }))
+        );
+        let b = bandwidth_of(&ann(&[(INGRESS_BANDWIDTH, "1k"), (EGRESS_BANDWIDTH, "1P")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (b.ingress_rate, b.egress_rate),
+            (1_000, 1_000_000_000_000_000)
+        );
+        assert_eq!(b.egress_burst, u32::MAX as u64);
+        for (v, why) in [
+            ("999", "unreasonably small"),
+            ("1.0001P", "unreasonably large"),
+            ("ten", "not a resource quantity"),
+        ] {
+            let e = bandwidth_of(&ann(&[(EGRESS_BANDWIDTH, v)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("annotations[\"kubernetes.io/egress-bandwidth\"]: ")
+                    && e.contains(why),
+                "{v}: {e}"
+            );
+        }
     }
 }

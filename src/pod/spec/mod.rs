@@ -1,0 +1,471 @@
+//! The pod's configuration as plain Rust: [`PodSpec`] and its parts, free of protobuf types.
+//!
+//! * [`decode`]: decode the CRI `PodSandboxConfig` that containerd forwards in
+//!   `CreateSandboxRequest.options` and validate it into a [`PodSpec`] (and the pod annotations
+//!   into what CNI is told);
+//! * [`sysctl`]: pod sysctls (names, `/proc/sys` paths, containerd's defaults, validation).
+//!
+//! Dependencies point one way: `decode` uses this module and `sysctl`; this module uses only
+//! `sysctl` (a leaf), so nothing here names `decode` (`hack/check-cycles.sh`).
+//!
+//! Everything here is pure (no syscalls) except [`SysctlDefaults::detect`].
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Component, Path, PathBuf};
+
+pub mod decode;
+pub mod sysctl;
+
+pub use sysctl::{
+    MAX_SYSCTL_NAME_LEN, MAX_SYSCTL_VALUE_LEN, MAX_SYSCTLS, SysctlDefaults, canonical_sysctl_name,
+    running_in_user_ns, sysctl_path,
+};
+
+/// Longest path (cgroup parent, log directory) we accept.
+pub const MAX_PATH_LEN: usize = 4096;
+
+/// Why a pod config was rejected. `Display` always starts with the CRI field path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// The `Any` holds something other than a `PodSandboxConfig` (or `Empty`).
+    #[error("options: unsupported type_url {0:?} (want \"runtime.v1.PodSandboxConfig\")")]
+    UnsupportedType(String),
+    /// The bytes are not a valid `PodSandboxConfig`.
+    #[error("options: cannot decode runtime.v1.PodSandboxConfig: {0}")]
+    Decode(String),
+    /// A field has an invalid value.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// CRI path of the field, e.g. `linux.sysctls["kernel.foo"]`.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A field asks for something this shim cannot do (yet).
+    #[error("{field}: {what} are not supported by this shim yet")]
+    Unsupported {
+        /// CRI path of the field.
+        field: String,
+        /// The feature, plural (e.g. "user namespaces").
+        what: &'static str,
+    },
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
+    SpecError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// DNS settings for the pod's `resolv.conf`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Dns {
+    /// Nameserver addresses (validated as IP addresses, IPv6 may carry a `%zone`).
+    pub servers: Vec<String>,
+    /// Search domains.
+    pub searches: Vec<String>,
+    /// resolv.conf options, e.g. `ndots:5`.
+    pub options: Vec<String>,
+}
+
+/// Transport protocol of a port mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// TCP (CRI default).
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+/// One `hostPort` mapping of the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortMapping {
+    /// Transport protocol.
+    pub protocol: Protocol,
+    /// Port inside the pod (0 = unspecified).
+    pub container_port: u16,
+    /// Port on the host (0 = no host port).
+    pub host_port: u16,
+    /// Host address to bind, `None` for all addresses.
+    pub host_ip: Option<IpAddr>,
+}
+
+/// Network namespace of the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NetworkMode {
+    /// A new network namespace (and a new UTS namespace) for the pod.
+    #[default]
+    Pod,
+    /// The node's network (and UTS) namespace (`hostNetwork: true`).
+    Host,
+}
+
+/// IPC namespace of the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IpcMode {
+    /// A new IPC namespace shared by the pod's containers.
+    #[default]
+    Pod,
+    /// The node's IPC namespace (`hostIPC: true`).
+    Host,
+}
+
+/// PID namespace of the pod.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PidMode {
+    /// Each container gets its own PID namespace (the kubelet's default).
+    #[default]
+    Container,
+    /// One PID namespace for the whole pod (`shareProcessNamespace: true`).
+    Pod,
+    /// The node's PID namespace (`hostPID: true`).
+    Host,
+    /// The PID namespace of the named container.
+    Target(String),
+}
+
+/// `linux.cgroup_parent`, classified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CgroupParent {
+    /// A cgroupfs path, absolute, relative to the cgroup root (e.g. `/kubepods/burstable/pod…`).
+    Fs(PathBuf),
+    /// A systemd form: a slice (`kubepods-burstable-pod….slice`) or `slice:prefix:name`.
+    Systemd(String),
+}
+
+impl CgroupParent {
+    /// Classifies and validates a non-empty `cgroup_parent` value.
+    ///
+    /// * starts with `/` → [`CgroupParent::Fs`]: no NUL, no `.`/`..` components;
+    /// * `*.slice` without `/` → [`CgroupParent::Systemd`];
+    /// * `slice:prefix:name` (three `:`-separated parts, the slice part empty or `*.slice`, no
+    ///   `/`) → [`CgroupParent::Systemd`].
+    pub fn parse(raw: &str) -> Result<CgroupParent, String> {
+        if raw.is_empty() {
+            return Err("empty".into());
+        }
+        if raw.len() > MAX_PATH_LEN {
+            return Err(format!("longer than {MAX_PATH_LEN} bytes"));
+        }
+        if raw.bytes().any(|b| b == 0 || b == b'\n') {
+            return Err("contains NUL or newline".into());
+        }
+        if raw.starts_with('/') {
+            let p = Path::new(raw);
+            for c in p.components() {
+                match c {
+                    Component::RootDir | Component::Normal(_) => {}
+                    _ => return Err(format!("{raw:?} has a `.` or `..` component")),
+                }
+            }
+            // `Path::components` silently drops `.`; catch it explicitly.
+            if raw.split('/').any(|s| s == "." || s == "..") {
+                return Err(format!("{raw:?} has a `.` or `..` component"));
+            }
+            return Ok(CgroupParent::Fs(p.to_path_buf()));
+        }
+        if raw.contains('/') {
+            return Err(format!(
+                "{raw:?} is neither an absolute cgroupfs path nor a systemd slice"
+            ));
+        }
+        let unit_ok = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.@\\".contains(&b))
+        };
+        let parts: Vec<&str> = raw.split(':').collect();
+        match parts.as_slice() {
+            [slice] if slice.ends_with(".slice") && unit_ok(slice) => {
+                Ok(CgroupParent::Systemd(raw.into()))
+            }
+            [slice, prefix, name]
+                if (slice.is_empty() || (slice.ends_with(".slice") && unit_ok(slice)))
+                    && (prefix.is_empty() || unit_ok(prefix))
+                    && unit_ok(name) =>
+            {
+                Ok(CgroupParent::Systemd(raw.into()))
+            }
+            _ => Err(format!(
+                "{raw:?} is neither an absolute cgroupfs path nor a systemd slice \
+                 (`name.slice` or `slice:prefix:name`)"
+            )),
+        }
+    }
+}
+
+/// The validated pod configuration, free of protobuf types.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodSpec {
+    /// Pod name (`metadata.name`).
+    pub name: String,
+    /// Pod namespace (`metadata.namespace`).
+    pub namespace: String,
+    /// Pod UID (`metadata.uid`).
+    pub uid: String,
+    /// Sandbox attempt number (`metadata.attempt`).
+    pub attempt: u32,
+    /// Pod hostname. Empty stays empty here (the kubelet only leaves it empty for host-network
+    /// pods); [`crate::pod::files::PodFiles::write`] then falls back to the node's hostname,
+    /// as containerd does.
+    pub hostname: String,
+    /// Host directory for container logs (absolute, or empty).
+    pub log_directory: String,
+    /// DNS config; `None` means "use the node's resolv.conf".
+    pub dns: Option<Dns>,
+    /// Host port mappings.
+    pub port_mappings: Vec<PortMapping>,
+    /// Pod labels, as given.
+    pub labels: BTreeMap<String, String>,
+    /// Pod annotations, as given (must be returned unaltered in status).
+    pub annotations: BTreeMap<String, String>,
+    /// Raw `linux.cgroup_parent`, `None` when empty. Validated; see [`PodSpec::cgroup_parent_kind`].
+    pub cgroup_parent: Option<String>,
+    /// Pod sysctls as given by the user, names canonicalised to dot form (see [`sysctl_path`]).
+    pub sysctls: BTreeMap<String, String>,
+    /// Network (and UTS) namespace.
+    pub network: NetworkMode,
+    /// IPC namespace.
+    pub ipc: IpcMode,
+    /// PID namespace.
+    pub pid: PidMode,
+    /// `security_context.run_as_user`.
+    pub run_as_user: Option<u32>,
+    /// `security_context.run_as_group` (only valid together with `run_as_user`).
+    pub run_as_group: Option<u32>,
+    /// `security_context.privileged`.
+    pub privileged: bool,
+    /// A CRI `PodSandboxConfig` was given. False: none, or `google.protobuf.Empty` (the sandbox
+    /// API used directly, as by `ctr` or containerd's Go client), where an empty `netns_path`
+    /// may mean the host network (see [`PodSpec::network_plan`]).
+    pub cri_config: bool,
+}
+
+/// Where the pod's network namespace comes from (the README's decision table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkPlan {
+    /// The caller's `netns_path` (CRI made it and runs CNI).
+    Given,
+    /// The shim makes it: CNI when a network config exists, else loopback only (unless
+    /// `[network] require_cni`); see [`crate::network`].
+    ShimOwned,
+    /// The node's network (and UTS) namespace: hostNetwork pods, and sandboxes without a
+    /// netns and without a pod config when shim-owned networking is off.
+    Host,
+}
+
+/// What a member container whose spec asks for a new namespace (an entry without a path) gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberNamespace {
+    /// The pause process's: `/proc/<pause>/ns/<name>`.
+    Pause(&'static str),
+    /// The node's: the entry is removed (as CRI does for hostNetwork/hostIPC containers).
+    Host,
+    /// Its own new one: the entry stays as it is.
+    Own,
+}
+
+impl PodSpec {
+    /// The pod's sysctls plus containerd's podsandbox defaults that `defaults` allows, sorted
+    /// by name (see [`sysctl::with_defaults`]).
+    pub fn effective_sysctls(&self, defaults: SysctlDefaults) -> Vec<(String, String)> {
+        sysctl::with_defaults(&self.sysctls, self.network == NetworkMode::Host, defaults)
+    }
+
+    /// The classified cgroup parent, if any (already validated by [`decode_pod_config`]).
+    pub fn cgroup_parent_kind(&self) -> Option<CgroupParent> {
+        self.cgroup_parent
+            .as_deref()
+            .and_then(|raw| CgroupParent::parse(raw).ok())
+    }
+
+    /// The network decision for a CreateSandbox: `netns_given` (a non-empty `netns_path`),
+    /// `shim_networking` (`[network] sandboxes`). A pod asking for the host network keeps it
+    /// whatever else is given; an error names what is missing.
+    ///
+    /// | host network | netns_path | shim networking | pod config | plan        |
+    /// |--------------|------------|-----------------|------------|-------------|
+    /// | yes          | any        | any             | CRI        | Host        |
+    /// | no           | given      | any             | any        | Given       |
+    /// | no           | empty      | on              | any        | ShimOwned   |
+    /// | no           | empty      | off             | none       | Host        |
+    /// | no           | empty      | off             | CRI        | error       |
+    pub fn network_plan(
+        &self,
+        netns_given: bool,
+        shim_networking: bool,
+    ) -> Result<NetworkPlan, &'static str> {
+        if self.network == NetworkMode::Host {
+            Ok(NetworkPlan::Host)
+        } else if netns_given {
+            Ok(NetworkPlan::Given)
+        } else if shim_networking {
+            Ok(NetworkPlan::ShimOwned)
+        } else if !self.cri_config {
+            Ok(NetworkPlan::Host)
+        } else {
+            Err(
+                "no netns_path for a pod that does not ask for the host network, and \
+                 shim-owned networking is disabled ([network] sandboxes = false)",
+            )
+        }
+    }
+
+    /// What a member container gets for a namespace of OCI type `kind` that its spec asks to
+    /// be new: the pod's (the pause process's) network, UTS and IPC namespaces, or the node's
+    /// where the pod uses the node's; the pod's PID namespace only when the pod shares one.
+    /// CRI already sends these paths; other clients (containerd's API, `ctr run --sandbox`)
+    /// do not.
+    pub fn member_namespace(&self, kind: &str) -> MemberNamespace {
+        let pod_or_host = |host: bool, name| {
+            if host {
+                MemberNamespace::Host
+            } else {
+                MemberNamespace::Pause(name)
+            }
+        };
+        match kind {
+            "network" => pod_or_host(self.network == NetworkMode::Host, "net"),
+            "uts" => pod_or_host(self.host_uts(), "uts"),
+            "ipc" => pod_or_host(self.ipc == IpcMode::Host, "ipc"),
+            "pid" if self.pid == PidMode::Pod => MemberNamespace::Pause("pid"),
+            _ => MemberNamespace::Own,
+        }
+    }
+
+    /// Whether the pod shares the node's UTS namespace (it does exactly when it uses the host
+    /// network, as in containerd).
+    pub fn host_uts(&self) -> bool {
+        self.network == NetworkMode::Host
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_network_decision_table() {
+        use NetworkPlan::*;
+        let pod = |network, cri_config| PodSpec {
+            network,
+            cri_config,
+            ..Default::default()
+        };
+        let (p, h) = (NetworkMode::Pod, NetworkMode::Host);
+        // (spec, netns given, shim networking) -> plan
+        for (spec, given, shim, want) in [
+            (pod(h, true), false, true, Ok(Host)),
+            (pod(h, true), true, true, Ok(Host)),
+            (pod(h, true), false, false, Ok(Host)),
+            (pod(p, true), true, true, Ok(Given)),
+            (pod(p, false), true, false, Ok(Given)),
+            (pod(p, true), false, true, Ok(ShimOwned)),
+            (pod(p, false), false, true, Ok(ShimOwned)),
+            (pod(p, false), false, false, Ok(Host)),
+        ] {
+            assert_eq!(
+                spec.network_plan(given, shim),
+                want,
+                "{spec:?} {given} {shim}"
+            );
+        }
+        let e = pod(p, true).network_plan(false, false).unwrap_err();
+        assert!(e.contains("sandboxes = false"), "{e}");
+    }
+
+    #[test]
+    fn member_namespaces() {
+        use MemberNamespace::*;
+        let pod = PodSpec {
+            pid: PidMode::Pod,
+            ..Default::default()
+        };
+        let kinds = ["network", "uts", "ipc", "pid", "mount", "cgroup", "user"];
+        let got = |s: &PodSpec| kinds.map(|k| s.member_namespace(k));
+        assert_eq!(
+            got(&pod),
+            [
+                Pause("net"),
+                Pause("uts"),
+                Pause("ipc"),
+                Pause("pid"),
+                Own,
+                Own,
+                Own
+            ]
+        );
+        let host = PodSpec {
+            network: NetworkMode::Host,
+            ipc: IpcMode::Host,
+            pid: PidMode::Container,
+            ..Default::default()
+        };
+        assert_eq!(got(&host), [Host, Host, Host, Own, Own, Own, Own]);
+        let hostnet = PodSpec {
+            network: NetworkMode::Host,
+            ..Default::default()
+        };
+        assert_eq!(
+            got(&hostnet),
+            [Host, Host, Pause("ipc"), Own, Own, Own, Own]
+        );
+    }
+
+    #[test]
+    fn network_conf_of_a_pod() {
+        let spec = PodSpec {
+            name: "web".into(),
+            namespace: "default".into(),
+            uid: "u1".into(),
+            port_mappings: vec![
+                PortMapping {
+                    protocol: Protocol::Udp,
+                    container_port: 53,
+                    host_port: 5353,
+                    host_ip: None,
+                },
+                PortMapping {
+                    protocol: Protocol::Tcp,
+                    container_port: 80,
+                    host_port: 0,
+                    host_ip: None,
+                },
+            ],
+            dns: Some(Dns {
+                servers: vec!["10.0.0.10".into()],
+                ..Default::default()
+            }),
+            annotations: [(
+                "kubernetes.io/egress-bandwidth".to_string(),
+                "1M".to_string(),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let conf = spec.network_conf().unwrap();
+        assert_eq!(
+            (
+                conf.name.as_str(),
+                conf.namespace.as_str(),
+                conf.uid.as_str()
+            ),
+            ("web", "default", "u1")
+        );
+        assert_eq!(
+            conf.port_mappings,
+            [crate::network::PortMapping {
+                protocol: "udp",
+                container_port: 53,
+                host_port: 5353,
+                host_ip: None
+            }]
+        );
+        assert_eq!(conf.dns.unwrap().servers, ["10.0.0.10"]);
+        assert_eq!(conf.bandwidth.unwrap().egress_rate, 1_000_000);
+    }
+}
