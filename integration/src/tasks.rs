@@ -428,6 +428,18 @@ pub fn thread_count(pid: i32) -> usize {
         .unwrap_or(0)
 }
 
+/// Threads of process `pid` by name (`comm`), for messages about where threads went.
+pub fn thread_names(pid: i32) -> std::collections::BTreeMap<String, usize> {
+    let mut names = std::collections::BTreeMap::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for e in rd.flatten() {
+            let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+            *names.entry(comm.trim().to_string()).or_insert(0) += 1;
+        }
+    }
+    names
+}
+
 /// The ttrpc address (`unix:///run/containerd/s/...`) of the shim serving `id` in `ns`: from
 /// its bundle (`bootstrap.json`, or the older `address` file), else from the listening socket
 /// the shim process `pid` holds.

@@ -12,7 +12,9 @@ use containerd_client::services::v1::WaitRequest;
 use containerd_client::services::v1::tasks_client::TasksClient;
 use rsandbox_integration::pods::SleepingPod;
 use rsandbox_integration::shim::{Answer, ShimClient, sandbox_api, task_api};
-use rsandbox_integration::tasks::{TaskApi, channel, in_ns, shim_address, thread_count};
+use rsandbox_integration::tasks::{
+    TaskApi, channel, in_ns, shim_address, thread_count, thread_names,
+};
 use rsandbox_integration::*;
 use ttrpc::Code;
 
@@ -190,9 +192,14 @@ async fn a_thousand_waits_then_a_kill_all_return() {
 
     // While they are parked: the shim's threads, and a State call through containerd.
     let mut max_threads = 0;
+    let mut busiest = Default::default();
     let sampling = Instant::now();
     while sampling.elapsed() < Duration::from_secs(3) {
-        max_threads = max_threads.max(thread_count(shim));
+        let names = thread_names(shim);
+        let n = names.values().sum();
+        if n > max_threads {
+            (max_threads, busiest) = (n, names);
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let early = returned.load(Ordering::Relaxed);
@@ -222,8 +229,8 @@ async fn a_thousand_waits_then_a_kill_all_return() {
     }
     eprintln!(
         "{WAITS} Waits: shim threads {threads_before} before, at most {max_threads} while \
-         parked; State while parked took {state_took:?}; all returned {:?} after the Kill; \
-         statuses {statuses:?}",
+         parked ({busiest:?}); State while parked took {state_took:?}; all returned {:?} \
+         after the Kill; statuses {statuses:?}",
         last - killed_at
     );
     ctr_force_remove(NS, std::slice::from_ref(&id));
@@ -251,7 +258,7 @@ async fn a_thousand_waits_then_a_kill_all_return() {
     );
     assert!(
         max_threads <= MAX_SHIM_THREADS,
-        "the shim held {max_threads} threads with {WAITS} Waits parked"
+        "the shim held {max_threads} threads with {WAITS} Waits parked: {busiest:?}"
     );
     g.assert_clean(&[id]);
 }
