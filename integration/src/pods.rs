@@ -184,6 +184,24 @@ impl SleepingPod {
         stopped.and(removed).map(|_| ())
     }
 
+    /// Clean-up that also works when the shim is wedged: [`SleepingPod::remove`], and if that
+    /// fails, SIGKILL to the pod's shim daemon and another try (containerd then cleans up
+    /// after the dead shim). Returns the first error, if any.
+    pub async fn remove_or_kill(&mut self) -> Result<(), String> {
+        let shim = self.shim_pid();
+        let first = self.remove().await;
+        if first.is_err()
+            && let Some(pid) = shim
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = self.remove().await;
+        }
+        first
+    }
+
     /// Every ID the pod made (for [`crate::Guard::assert_clean`]).
     pub fn ids(&self) -> Vec<String> {
         let mut v = vec![self.id.clone()];
