@@ -281,7 +281,7 @@ impl TtyCopier {
         Ok(())
     }
 
-    /// CloseIO on a terminal: stop forwarding stdin.
+    /// CloseIO on a terminal: forward what stdin holds, send the EOF, stop forwarding.
     pub fn close_stdin(&self) {
         let _ = (&self.control).write_all(b"i");
     }
@@ -304,6 +304,31 @@ fn send_eof(master: &File) {
     {
         let eof = t.control_chars[nix::sys::termios::SpecialCharacterIndices::VEOF as usize];
         let _ = (&*master).write_all(&[eof]);
+    }
+}
+
+/// Copies what the stdin fifo holds right now to the terminal (CloseIO may be seen before the
+/// last bytes a client wrote, and they must not be lost). We hold a writer on the fifo
+/// ourselves, so the read must not block once it is empty.
+fn forward_pending(stdin: &File, master: &File, buf: &mut [u8]) {
+    let Ok(flags) = fcntl(stdin.as_fd(), FcntlArg::F_GETFL) else {
+        return;
+    };
+    let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+    if fcntl(stdin.as_fd(), FcntlArg::F_SETFL(flags)).is_err() {
+        return;
+    }
+    loop {
+        match (&*stdin).read(buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                if (&*master).write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return, // EAGAIN: nothing more
+        }
     }
 }
 
@@ -357,7 +382,11 @@ fn copy_loop(master: &File, mut stdin: Option<File>, mut stdout: Option<File>, m
             match control.read(&mut c) {
                 Ok(0) | Err(_) => draining = true,
                 Ok(n) => {
-                    if c[..n].contains(&b'i') && stdin.take().is_some() {
+                    if c[..n].contains(&b'i')
+                        && let Some(s) = stdin.take()
+                    {
+                        // What the client wrote before CloseIO goes first, then the EOF.
+                        forward_pending(&s, master, &mut buf);
                         send_eof(master);
                     }
                     if c[..n].contains(&b'x') {
@@ -525,6 +554,28 @@ mod tests {
         );
         drop(client);
         assert_eq!(read_now(&mut r).unwrap(), b"");
+    }
+
+    #[test]
+    fn close_io_on_a_tty_forwards_what_stdin_holds_before_the_eof() {
+        let dir = tempfile::tempdir().unwrap();
+        let inp = mkfifo(dir.path(), "in");
+        let stdin = open_fifo_rdwr(&inp).unwrap(); // as TtyCopier::start opens it
+        // The client writes its last line and detaches; CloseIO and the exit arrive before
+        // the copier has read the line (`ctr` calls CloseIO right after its last write).
+        let mut client = OpenOptions::new().write(true).open(&inp).unwrap();
+        client.write_all(b"two\n").unwrap();
+        drop(client);
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let master = File::from(pty.master);
+        let slave = nonblocking(pty.slave);
+        let (rx, tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
+        File::from(tx).write_all(b"ix").unwrap();
+        copy_loop(&master, Some(stdin), None, File::from(rx));
+        // The process reads the line, then end-of-file.
+        let mut slave = slave;
+        assert_eq!(read_now(&mut slave).unwrap(), b"two\n");
+        assert_eq!(read_now(&mut slave).unwrap(), b"", "VEOF after the line");
     }
 
     #[test]

@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 pub use k8s_cri::v1 as cri;
 
 pub mod controller;
+pub mod pods;
+pub mod shim;
+pub mod tasks;
 
 /// Name of our shim binary (and the executable of the pause process, a forked copy of it).
 pub const SHIM: &str = "containerd-shim-rsandbox-v1";

@@ -3,11 +3,16 @@
 //! containerd opens one connection for the sandbox and one per container, and keeps a
 //! blocking call (WaitSandbox, Task.Wait) open on most of them. The stock ttrpc server runs
 //! three threads plus a worker pool per connection; here each connection has one small reader
-//! thread and requests run on one shared pool that grows with the calls in flight and shrinks
-//! when idle. Generated method tables (`create_task`, `create_sandbox`) plug in unchanged, under
-//! any service name (the Task table is registered as both `containerd.task.v3.Task` and `v2`).
-//! Unknown methods answer UNIMPLEMENTED, as Go's ttrpc does (containerd's v3→v2 downgrade keys on
-//! it). Peers must be root or our own user.
+//! thread and requests run on one shared pool that shrinks when idle. It grows at once up to a
+//! few workers; beyond that a monitor adds one only when the queue has stood still for a
+//! couple of milliseconds (every worker blocked, in runc say), so a burst of quick calls
+//! (containerd sends a Connect before every Wait) costs no threads, and no call waits long
+//! behind blocked ones.
+//!
+//! Generated method tables (`create_task`, `create_sandbox`) plug in unchanged, under any
+//! service name (the Task table is registered as both `containerd.task.v3.Task` and `v2`).
+//! Unknown methods answer UNIMPLEMENTED, as Go's ttrpc does (containerd's v3→v2 downgrade keys
+//! on it). Peers must be root or our own user.
 //!
 //! Calls that wait for a process to end (`Task.Wait`, `WaitSandbox`) are registered as
 //! [`ParkedMethod`]s: the connection's reader runs the handler inline (it never blocks), which
@@ -46,6 +51,11 @@ pub trait ParkedMethod: Send + Sync {
 
 /// The most worker threads at once; more calls queue.
 const MAX_WORKERS: usize = 256;
+/// Up to this many workers, a call that finds every worker busy gets a new one at once.
+const INSTANT_WORKERS: usize = 4;
+/// Beyond [`INSTANT_WORKERS`], a new worker starts only when the queue has not moved for this
+/// long: the workers are blocked (in runc, say), not merely busy with a burst of quick calls.
+const GROW_AFTER: Duration = Duration::from_millis(2);
 /// An idle worker beyond the first exits after this long.
 const WORKER_IDLE: Duration = Duration::from_secs(30);
 /// A reply that cannot be written for this long means a peer that stopped reading: the
@@ -150,12 +160,18 @@ struct PoolState {
     idle: usize,
     threads: usize,
     in_flight: usize,
+    /// When the queue last moved: a job queued on an empty queue, a job taken, a worker added.
+    moved: Option<Instant>,
+    /// The starvation monitor thread runs (see [`Pool::monitor`]).
+    monitoring: bool,
 }
 
 struct Pool {
     state: Mutex<PoolState>,
     work: Condvar,
     done: Condvar,
+    /// Wakes the starvation monitor: jobs are queued that no worker is free for.
+    queued: Condvar,
 }
 
 impl Server {
@@ -171,6 +187,7 @@ impl Server {
                 state: Mutex::default(),
                 work: Condvar::new(),
                 done: Condvar::new(),
+                queued: Condvar::new(),
             }),
             me: me.clone(),
         })
@@ -476,33 +493,88 @@ fn write_frame(conn: &Conn, frame: &[u8]) {
     }
 }
 
-/// Whether a new worker must start: every idle worker takes one queued job, so more queued
-/// jobs than idle workers need another one. (A notified worker counts as idle until it
-/// wakes, so spawning only when `idle == 0` strands the second job of a quick burst.)
+/// Whether a new worker must start at once: every idle worker takes one queued job, so more
+/// queued jobs than idle workers need another one. (A notified worker counts as idle until it
+/// wakes, so spawning only when `idle == 0` strands the second job of a quick burst.) Beyond
+/// [`INSTANT_WORKERS`] the monitor decides ([`starved`]): a burst of a thousand quick calls
+/// (containerd sends a Connect before every Wait) must not leave hundreds of threads behind.
 fn needs_worker(queued: usize, idle: usize, threads: usize) -> bool {
-    queued > idle && threads < MAX_WORKERS
+    queued > idle && threads < INSTANT_WORKERS
+}
+
+/// Whether queued jobs are starved: more of them than idle workers, and the queue has not
+/// moved for [`GROW_AFTER`] (every worker is blocked), so one more worker must start.
+fn starved(queued: usize, idle: usize, threads: usize, unmoved_for: Duration) -> bool {
+    queued > idle && threads < MAX_WORKERS && unmoved_for >= GROW_AFTER
 }
 
 impl Pool {
     fn submit(self: &Arc<Self>, server: &Arc<Server>, job: Job) {
         let mut st = self.state.locked();
+        if st.jobs.is_empty() {
+            st.moved = Some(Instant::now());
+        }
         st.jobs.push_back(job);
         st.in_flight += 1;
         if needs_worker(st.jobs.len(), st.idle, st.threads) {
-            st.threads += 1;
-            let pool = self.clone();
-            let server = server.clone();
-            let spawned = std::thread::Builder::new()
-                .name("rpc".into())
-                .stack_size(512 * 1024)
-                .spawn(move || pool.worker(server));
-            if spawned.is_err() {
-                st.threads -= 1;
-                log::error!("cannot start an rpc worker thread");
+            self.add_worker(&mut st, server);
+        } else if st.jobs.len() > st.idle {
+            // Every worker is busy: the monitor adds one if none frees up soon.
+            if !st.monitoring {
+                let pool = self.clone();
+                let server = server.clone();
+                st.monitoring = std::thread::Builder::new()
+                    .name("rpc-monitor".into())
+                    .stack_size(128 * 1024)
+                    .spawn(move || pool.monitor(server))
+                    .is_ok();
             }
+            self.queued.notify_one();
         }
         drop(st);
         self.work.notify_one();
+    }
+
+    fn add_worker(self: &Arc<Self>, st: &mut PoolState, server: &Arc<Server>) {
+        st.threads += 1;
+        let pool = self.clone();
+        let server = server.clone();
+        let spawned = std::thread::Builder::new()
+            .name("rpc".into())
+            .stack_size(512 * 1024)
+            .spawn(move || pool.worker(server));
+        if spawned.is_err() {
+            st.threads -= 1;
+            log::error!("cannot start an rpc worker thread");
+        }
+    }
+
+    /// While jobs are queued, adds a worker each time the queue has not moved for
+    /// [`GROW_AFTER`], so a call never waits long behind blocked ones; exits when nothing was
+    /// queued for [`WORKER_IDLE`].
+    fn monitor(self: Arc<Self>, server: Arc<Server>) {
+        let mut st = self.state.locked();
+        loop {
+            if st.jobs.is_empty() {
+                let (next, timeout) = self.queued.wait_on_timeout(st, WORKER_IDLE);
+                st = next;
+                if timeout.timed_out() && st.jobs.is_empty() {
+                    st.monitoring = false;
+                    return;
+                }
+                continue;
+            }
+            let unmoved_for = st.moved.map_or(Duration::ZERO, |m| m.elapsed());
+            let wait = if starved(st.jobs.len(), st.idle, st.threads, unmoved_for) {
+                self.add_worker(&mut st, &server);
+                // The new worker gets its own GROW_AFTER to start and take a job.
+                st.moved = Some(Instant::now());
+                GROW_AFTER
+            } else {
+                GROW_AFTER.saturating_sub(unmoved_for).max(GROW_AFTER / 4)
+            };
+            st = self.queued.wait_on_timeout(st, wait).0;
+        }
     }
 
     fn worker(self: Arc<Self>, server: Arc<Server>) {
@@ -511,6 +583,7 @@ impl Pool {
                 let mut st = self.state.locked();
                 loop {
                     if let Some(job) = st.jobs.pop_front() {
+                        st.moved = Some(Instant::now());
                         break job;
                     }
                     st.idle += 1;
@@ -566,7 +639,8 @@ mod tests {
     use containerd_shim_protos::api::{ConnectRequest, ConnectResponse};
     use containerd_shim_protos::shim_sync::{Task, TaskClient, create_task};
 
-    const RENDEZVOUS: usize = 8;
+    // More than the instant workers: the monitor must add the rest.
+    const RENDEZVOUS: usize = 2 * INSTANT_WORKERS;
     static ARRIVED: std::sync::LazyLock<(Mutex<usize>, Condvar)> =
         std::sync::LazyLock::new(|| (Mutex::new(0), Condvar::new()));
 
@@ -768,7 +842,92 @@ mod tests {
         assert!(needs_worker(2, 1, 1));
         assert!(!needs_worker(1, 1, 1));
         assert!(needs_worker(1, 0, 0));
-        assert!(!needs_worker(5, 0, MAX_WORKERS));
+        // Beyond the first few, only the monitor adds workers.
+        assert!(!needs_worker(5, 0, INSTANT_WORKERS));
+    }
+
+    #[test]
+    fn more_workers_only_when_the_queue_stands_still() {
+        let long = GROW_AFTER;
+        assert!(starved(1, 0, INSTANT_WORKERS, long));
+        assert!(starved(3, 2, 10, long * 10));
+        // The workers are taking jobs: a quick burst, not blocked workers.
+        assert!(!starved(100, 0, INSTANT_WORKERS, GROW_AFTER / 2));
+        // Enough idle (notified) workers for the queued jobs.
+        assert!(!starved(2, 2, INSTANT_WORKERS, long));
+        assert!(!starved(5, 0, MAX_WORKERS, long));
+    }
+
+    #[test]
+    fn a_call_queued_behind_blocked_workers_gets_a_new_one_soon() {
+        // Every instant worker blocked in a slow call; one more call must not wait for them.
+        let dir = tempfile::tempdir().unwrap();
+        let addr = serve(dir.path());
+        let task = TaskClient::new(ttrpc::Client::connect(&addr).unwrap());
+        let slow: Vec<_> = (0..INSTANT_WORKERS)
+            .map(|_| {
+                let t = task.clone();
+                std::thread::spawn(move || {
+                    let req = ConnectRequest {
+                        id: "slow".into(),
+                        ..Default::default()
+                    };
+                    t.connect(ttrpc::context::with_timeout(0), &req).unwrap()
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let start = Instant::now();
+        let r = task
+            .connect(
+                ttrpc::context::with_timeout(0),
+                &ConnectRequest {
+                    id: "fast".into(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(r.version, "fast");
+        assert!(
+            start.elapsed() < Duration::from_millis(200),
+            "the call waited {:?} behind blocked workers",
+            start.elapsed()
+        );
+        for s in slow {
+            s.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_burst_of_quick_calls_leaves_few_threads() {
+        // containerd sends a Connect before each Wait: a thousand Waits are a thousand quick
+        // calls at once. They must not each get a thread (they did, up to MAX_WORKERS).
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, handle) = serve_with(dir.path(), None);
+        let client = ttrpc::Client::connect(&addr).unwrap();
+        let callers: Vec<_> = (0..1000)
+            .map(|i| {
+                let task = TaskClient::new(client.clone());
+                std::thread::Builder::new()
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        let req = ConnectRequest {
+                            id: format!("c{i}"),
+                            ..Default::default()
+                        };
+                        task.connect(ttrpc::context::with_timeout(0), &req).unwrap()
+                    })
+                    .unwrap()
+            })
+            .collect();
+        for c in callers {
+            c.join().unwrap();
+        }
+        assert!(
+            handle.workers() <= 32,
+            "{} workers after a burst of quick calls",
+            handle.workers()
+        );
     }
 
     #[test]

@@ -1,0 +1,213 @@
+//! A CRI pod with the `rsandbox` handler and one long-running busybox container, for tests
+//! that need a live pod shim to lean on (exec probes, direct ttrpc calls).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::cri::*;
+use crate::{BUSYBOX, HANDLER, Runtime, cri_clients, shim_daemons_for};
+
+/// The namespace options the kubelet sends for an ordinary pod (pod network and IPC).
+fn namespaces() -> NamespaceOption {
+    NamespaceOption {
+        network: NamespaceMode::Pod as i32,
+        pid: NamespaceMode::Container as i32,
+        ipc: NamespaceMode::Pod as i32,
+        ..Default::default()
+    }
+}
+
+/// A minimal pod config named `name`, logging under `log_dir`.
+pub fn pod_config(name: &str, log_dir: &Path) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: "rsandbox-it".into(),
+            attempt: 0,
+        }),
+        hostname: name.into(),
+        log_directory: log_dir.to_string_lossy().into_owned(),
+        linux: Some(LinuxPodSandboxConfig {
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(namespaces()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A busybox container running `cmd`.
+pub fn container_config(name: &str, cmd: &[&str]) -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: BUSYBOX.into(),
+            ..Default::default()
+        }),
+        command: cmd.iter().map(|s| s.to_string()).collect(),
+        log_path: format!("{name}.log"),
+        linux: Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                namespace_options: Some(namespaces()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A running pod with one container. [`SleepingPod::remove`] (or the caller's clean-up on
+/// failure) takes it down.
+pub struct SleepingPod {
+    pub rt: Runtime,
+    pub id: String,
+    pub container: String,
+    /// RemovePodSandbox answered: nothing left to clean up.
+    removed: bool,
+}
+
+impl SleepingPod {
+    /// Runs a pod named `name` with one container sleeping for an hour.
+    pub async fn start(name: &str, log_dir: &Path) -> Result<SleepingPod, String> {
+        let (mut rt, _) = cri_clients().await;
+        let cfg = pod_config(name, log_dir);
+        let id = rt
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(cfg.clone()),
+                runtime_handler: HANDLER.into(),
+            })
+            .await
+            .map_err(|s| format!("RunPodSandbox: {}", s.message()))?
+            .into_inner()
+            .pod_sandbox_id;
+        let mut pod = SleepingPod {
+            rt,
+            id,
+            container: String::new(),
+            removed: false,
+        };
+        let created = pod
+            .rt
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.id.clone(),
+                config: Some(container_config("sleeper", &["sleep", "3600"])),
+                sandbox_config: Some(cfg),
+            })
+            .await;
+        let started = match created {
+            Ok(r) => {
+                pod.container = r.into_inner().container_id;
+                pod.rt
+                    .start_container(StartContainerRequest {
+                        container_id: pod.container.clone(),
+                    })
+                    .await
+                    .map(|_| ())
+            }
+            Err(s) => Err(s),
+        };
+        if let Err(s) = started {
+            let _ = pod.remove().await;
+            return Err(format!("start the sleeper: {}", s.message()));
+        }
+        Ok(pod)
+    }
+
+    /// The pod's shim daemon (not its pause process).
+    pub fn shim_pid(&self) -> Option<i32> {
+        match shim_daemons_for(&self.id).as_slice() {
+            [one] => Some(one.pid),
+            _ => None,
+        }
+    }
+
+    /// ExecSync into the container, with CRI's timeout of `timeout_s` seconds.
+    pub async fn exec(
+        &mut self,
+        cmd: &[&str],
+        timeout_s: i64,
+    ) -> Result<ExecSyncResponse, tonic::Status> {
+        self.rt
+            .exec_sync(ExecSyncRequest {
+                container_id: self.container.clone(),
+                cmd: cmd.iter().map(|s| s.to_string()).collect(),
+                timeout: timeout_s,
+            })
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    /// StopPodSandbox, failing if it takes longer than `limit`. Returns how long it took.
+    pub async fn stop_within(&mut self, limit: Duration) -> Result<Duration, String> {
+        let t = Instant::now();
+        let req = StopPodSandboxRequest {
+            pod_sandbox_id: self.id.clone(),
+        };
+        match tokio::time::timeout(limit, self.rt.stop_pod_sandbox(req)).await {
+            Ok(Ok(_)) => Ok(t.elapsed()),
+            Ok(Err(s)) => Err(format!("StopPodSandbox: {}", s.message())),
+            Err(_) => Err(format!("StopPodSandbox did not answer within {limit:?}")),
+        }
+    }
+
+    /// RemovePodSandbox, failing if it takes longer than `limit`. Returns how long it took.
+    pub async fn remove_within(&mut self, limit: Duration) -> Result<Duration, String> {
+        let t = Instant::now();
+        let req = RemovePodSandboxRequest {
+            pod_sandbox_id: self.id.clone(),
+        };
+        match tokio::time::timeout(limit, self.rt.remove_pod_sandbox(req)).await {
+            Ok(Ok(_)) => {
+                self.removed = true;
+                Ok(t.elapsed())
+            }
+            Ok(Err(s)) => Err(format!("RemovePodSandbox: {}", s.message())),
+            Err(_) => Err(format!("RemovePodSandbox did not answer within {limit:?}")),
+        }
+    }
+
+    /// Stops and removes the pod unless that was done (clean-up; each call waits at most 30 s).
+    pub async fn remove(&mut self) -> Result<(), String> {
+        if self.removed {
+            return Ok(());
+        }
+        let limit = Duration::from_secs(30);
+        let stopped = self.stop_within(limit).await;
+        let removed = self.remove_within(limit).await;
+        stopped.and(removed).map(|_| ())
+    }
+
+    /// Clean-up that also works when the shim is wedged: [`SleepingPod::remove`], and if that
+    /// fails, SIGKILL to the pod's shim daemon and another try (containerd then cleans up
+    /// after the dead shim). Returns the first error, if any.
+    pub async fn remove_or_kill(&mut self) -> Result<(), String> {
+        let shim = self.shim_pid();
+        let first = self.remove().await;
+        if first.is_err()
+            && let Some(pid) = shim
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = self.remove().await;
+        }
+        first
+    }
+
+    /// Every ID the pod made (for [`crate::Guard::assert_clean`]).
+    pub fn ids(&self) -> Vec<String> {
+        let mut v = vec![self.id.clone()];
+        if !self.container.is_empty() {
+            v.push(self.container.clone());
+        }
+        v
+    }
+}
