@@ -48,11 +48,7 @@ section "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
 
 section "module dependencies (hack/check-cycles.sh)"
-# TODO(issue 9): check everything (drop --leaves-only) once the cli/daemon/
-# cleanup and network/pod/rpc/task cycles are gone; until then only cni/'s
-# self-containment is checked.
-# hack/check-cycles.sh
-hack/check-cycles.sh --leaves-only
+hack/check-cycles.sh
 
 section "unused dependencies (cargo machete)"
 command -v cargo-machete >/dev/null || die "cargo-machete is not installed: run hack/setup.sh"

@@ -22,6 +22,3 @@ pub use spec::{
     CgroupParent, Dns, IpcMode, NetworkMode, PidMode, PodSpec, PortMapping, Protocol, SpecError,
     SysctlDefaults,
 };
-
-#[cfg(test)]
-mod tests;

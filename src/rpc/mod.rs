@@ -4,3 +4,6 @@
 pub mod sandbox;
 pub mod server;
 pub mod task;
+
+#[cfg(test)]
+mod tests;

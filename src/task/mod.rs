@@ -141,6 +141,11 @@ impl Container {
         &self.init
     }
 
+    /// The IDs of the execs registered now.
+    pub fn exec_ids(&self) -> Vec<String> {
+        self.execs.locked().keys().cloned().collect()
+    }
+
     fn exec(&self, exec_id: &str) -> Option<Arc<Process>> {
         self.execs.locked().get(exec_id).cloned()
     }
@@ -267,6 +272,11 @@ impl TaskManager {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// How many pids the exit path watches (diagnostics, tests).
+    pub fn watched_pids(&self) -> usize {
+        self.by_pid.locked().len()
     }
 
     /// Every live container.
@@ -597,6 +607,3 @@ fn validate_bundle(bundle: &Path) -> Result<()> {
     }
     Ok(())
 }
-
-#[cfg(test)]
-mod tests;

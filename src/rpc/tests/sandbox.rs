@@ -12,14 +12,14 @@ use ttrpc::Code;
 
 use crate::testutil::*;
 
-use super::cgroup::PodCgroup;
-use super::pause::PauseConfig;
-use super::sandbox::*;
-use super::spec::{PodSpec, SysctlDefaults};
 use crate::error::Result;
 use crate::events::RecordingSink;
 use crate::network::FakeNetwork;
+use crate::pod::cgroup::PodCgroup;
+use crate::pod::pause::PauseConfig;
 use crate::pod::sandbox::SandboxDeps;
+use crate::pod::sandbox::*;
+use crate::pod::spec::{PodSpec, SysctlDefaults};
 use crate::reaper::Exit;
 use crate::rpc::sandbox::SandboxService;
 use crate::runtime::RuncConfig;

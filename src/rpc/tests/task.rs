@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 
 use containerd_shim_protos::api::*;
@@ -14,11 +14,16 @@ use ttrpc::Code;
 
 use crate::testutil::*;
 
-use super::*;
+use crate::cgroups::CgroupPaths;
+use crate::error::{Error, Result};
 use crate::events::RecordingSink;
+use crate::mount::MountSpec;
 use crate::reaper::Exit;
+use crate::reaper::Reaper;
 use crate::rpc::task::TaskService;
 use crate::runtime::{ProcessIo, Spawned};
+use crate::runtime::{RuncConfig, Runtime};
+use crate::task::*;
 
 /// Fake pids start above the kernel's pid_max, so they can never be real processes.
 const FAKE_PID_BASE: i32 = 1 << 23;
@@ -990,7 +995,10 @@ fn failed_exec_starts_answer_their_waits_and_leave_nothing_behind() {
         assert_eq!(exit.status, UNKNOWN_EXIT_STATUS);
         // Wait after the failure answers at once, State says stopped.
         assert_eq!(f.tm.wait_blocking("t1", &e).unwrap().status, 255);
-        assert_eq!(f.tm.state("t1", &e).unwrap().status, super::Status::Stopped);
+        assert_eq!(
+            f.tm.state("t1", &e).unwrap().status,
+            crate::task::Status::Stopped
+        );
         f.svc
             .delete(
                 &ctx(),
@@ -1002,19 +1010,8 @@ fn failed_exec_starts_answer_their_waits_and_leave_nothing_behind() {
             )
             .unwrap();
     }
-    assert_eq!(
-        f.tm.by_pid.lock().unwrap().len(),
-        1,
-        "only the init is watched"
-    );
-    assert!(
-        f.tm.container("t1")
-            .unwrap()
-            .execs
-            .lock()
-            .unwrap()
-            .is_empty()
-    );
+    assert_eq!(f.tm.watched_pids(), 1, "only the init is watched");
+    assert!(f.tm.container("t1").unwrap().exec_ids().is_empty());
     // No TaskExit for an exec that never ran (containerd's runc shim publishes none either),
     // and failed execs do not hold the init's exit back.
     assert!(!f.events.topics().contains(&"/tasks/exec-started"));
