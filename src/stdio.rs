@@ -114,6 +114,10 @@ impl Keepalive {
     pub fn close_stdin(&mut self) {
         self.stdin = None;
     }
+    /// Whether the shim still holds the stdin fifo open (tests).
+    pub fn holds_stdin(&self) -> bool {
+        self.stdin.is_some()
+    }
     /// The process exited: let output readers see EOF.
     pub fn release(&mut self) {
         self.stdin = None;

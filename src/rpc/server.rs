@@ -57,7 +57,7 @@ const INSTANT_WORKERS: usize = 4;
 /// long: the workers are blocked (in runc, say), not merely busy with a burst of quick calls.
 const GROW_AFTER: Duration = Duration::from_millis(2);
 /// An idle worker beyond the first exits after this long.
-const WORKER_IDLE: Duration = Duration::from_secs(30);
+const WORKER_IDLE: Duration = Duration::from_secs(10);
 /// A reply that cannot be written for this long means a peer that stopped reading: the
 /// connection is dropped.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);

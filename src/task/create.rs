@@ -257,9 +257,7 @@ impl TaskManager {
             }
             None => None,
         };
-        let mut io = p.io();
-        io.keepalive = keepalive;
-        io.tty = tty;
+        p.io().attach(keepalive, tty);
         Ok(())
     }
 

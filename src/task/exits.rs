@@ -61,17 +61,7 @@ impl TaskManager {
             exit.status
         );
         // Output readers see EOF now; a terminal's copier flushes first, then reports.
-        let tty_flushing = {
-            let mut io = p.io();
-            io.keepalive.release();
-            match io.tty.as_ref() {
-                Some(t) => {
-                    t.process_exited();
-                    true
-                }
-                None => false,
-            }
-        };
+        let tty_flushing = p.io().process_exited();
         if !tty_flushing {
             p.state().set_output_done();
         }

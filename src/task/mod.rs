@@ -531,11 +531,7 @@ impl TaskManager {
             .process(id, exec_id)
             .with_context(|| format!("close io of {id}"))?;
         if stdin {
-            let mut io = p.io();
-            io.keepalive.close_stdin();
-            if let Some(t) = io.tty.as_ref() {
-                t.close_stdin();
-            }
+            p.io().close_stdin();
         }
         Ok(())
     }
@@ -548,7 +544,7 @@ impl TaskManager {
             .map_err(|_| Error::invalid(format!("width {width} is too large")))?;
         let h = u16::try_from(height)
             .map_err(|_| Error::invalid(format!("height {height} is too large")))?;
-        match p.io().tty.as_ref() {
+        match p.io().tty() {
             Some(t) => t.resize(w, h),
             None => Err(Error::precondition(format!(
                 "resize pty of {}: it has no terminal",

@@ -255,8 +255,49 @@ impl ProcState {
 /// The descriptors and helper threads of a process's stdio.
 #[derive(Default)]
 pub struct ProcessIo {
-    pub keepalive: Keepalive,
-    pub tty: Option<TtyCopier>,
+    keepalive: Keepalive,
+    tty: Option<TtyCopier>,
+    /// CloseIO(stdin) was called. It may come before the process's stdio exists (a client
+    /// whose stdin is already at EOF when it starts the process, as `echo x | ctr task exec`):
+    /// then stdin is closed the moment the stdio is attached.
+    stdin_closed: bool,
+}
+
+impl ProcessIo {
+    /// Keeps the stdio of a freshly spawned process (and honours an earlier CloseIO).
+    pub fn attach(&mut self, keepalive: Keepalive, tty: Option<TtyCopier>) {
+        self.keepalive = keepalive;
+        self.tty = tty;
+        if self.stdin_closed {
+            self.close_stdin();
+        }
+    }
+
+    /// CloseIO(stdin), now or as soon as the stdio is attached.
+    pub fn close_stdin(&mut self) {
+        self.stdin_closed = true;
+        self.keepalive.close_stdin();
+        if let Some(t) = &self.tty {
+            t.close_stdin();
+        }
+    }
+
+    /// The process exited: output readers see EOF; a terminal's copier flushes first.
+    /// Returns whether a terminal copier will report when its output is flushed.
+    pub fn process_exited(&mut self) -> bool {
+        self.keepalive.release();
+        match &self.tty {
+            Some(t) => {
+                t.process_exited();
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn tty(&self) -> Option<&TtyCopier> {
+        self.tty.as_ref()
+    }
 }
 
 /// An init or exec process.
@@ -334,6 +375,11 @@ impl Process {
     /// Drops the stdio the shim holds for the process: output readers see EOF, stdin closes.
     pub fn release_io(&self) {
         self.io().keepalive.release();
+    }
+
+    #[cfg(test)]
+    pub fn holds_stdin(&self) -> bool {
+        self.io().keepalive.holds_stdin()
     }
 }
 

@@ -1271,3 +1271,55 @@ fn killing_an_init_signals_it_directly_and_all_goes_through_runc() {
         "no signal to an ended process"
     );
 }
+
+#[test]
+fn close_io_before_start_closes_stdin_as_soon_as_it_exists() {
+    let f = fixture();
+    running(&f, "t1");
+    let fifo = f.dir.path().join("stdin");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let exec = |exec_id: &str| {
+        f.svc.exec(
+            &ctx(),
+            ExecProcessRequest {
+                id: "t1".into(),
+                exec_id: exec_id.into(),
+                stdin: fifo.display().to_string(),
+                spec: MessageField::some(Any {
+                    type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
+                    value: br#"{"args":["cat"],"cwd":"/"}"#.to_vec(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+    };
+    let close_io = |exec_id: &str| {
+        f.svc.close_io(
+            &ctx(),
+            CloseIORequest {
+                id: "t1".into(),
+                exec_id: exec_id.into(),
+                stdin: true,
+                ..Default::default()
+            },
+        )
+    };
+    // `echo x | ctr task exec`: the client's stdin ends (CloseIO) before Start ran.
+    exec("early").unwrap();
+    close_io("early").unwrap();
+    f.start("t1", "early").unwrap();
+    let (_, p) = f.tm.process("t1", "early").unwrap();
+    assert!(
+        !p.holds_stdin(),
+        "an earlier CloseIO must close stdin at once"
+    );
+
+    // The usual order: the shim holds stdin until CloseIO.
+    exec("late").unwrap();
+    f.start("t1", "late").unwrap();
+    let (_, p) = f.tm.process("t1", "late").unwrap();
+    assert!(p.holds_stdin());
+    close_io("late").unwrap();
+    assert!(!p.holds_stdin());
+}
