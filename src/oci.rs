@@ -1,9 +1,14 @@
 //! Reading and editing OCI runtime specs (`config.json`) and exec process specs.
 //!
-//! Specs stay raw JSON (`serde_json::Value`) here: containerd and CRI write fields newer than
-//! any typed model we could link (and vendor extensions under `annotations`), and runc must
-//! see every one of them after our edits. The edits are small and named, and each keeps
-//! every field it does not touch.
+//! Every edit the shim makes to a spec is here: the checks before runc sees it, the exec's
+//! terminal, the network namespace of a standalone task, and the pod's share of a container
+//! (which namespaces it joins, keeps or leaves to the node, and the pod's files and /dev/shm).
+//!
+//! Specs stay raw JSON (`serde_json::Value`): containerd and CRI write fields newer than any
+//! typed model we could link (and vendor extensions), runc must see every one of them after our
+//! edits, and a typed round trip (the `oci-spec` crate) would also reject specs runc accepts
+//! (its enums and validations are stricter). So the crate is not used: typed reads would buy
+//! nothing the few fields read here need. Each edit keeps every field it does not touch.
 
 use std::path::Path;
 
@@ -109,6 +114,108 @@ pub fn set_netns_path(spec: &mut Value, path: &Path) {
     }
 }
 
+/// What a container does with a namespace its spec asks to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamespaceChoice {
+    /// Create its own, as the spec says.
+    Own,
+    /// Join this one (`/proc/<pause>/ns/<kind>`).
+    Join(String),
+    /// Stay in the node's: the entry goes (a hostNetwork pod's containers).
+    Node,
+}
+
+/// For each namespace the spec would create (an entry without a path), applies
+/// `choose(kind)`. Entries that already name a path are the caller's and stay. Returns whether
+/// the spec changed.
+pub fn place_namespaces(spec: &mut Value, mut choose: impl FnMut(&str) -> NamespaceChoice) -> bool {
+    let Some(list) = spec
+        .pointer_mut("/linux/namespaces")
+        .and_then(Value::as_array_mut)
+    else {
+        return false;
+    };
+    let before = list.len();
+    let mut changed = false;
+    list.retain_mut(|ns| {
+        if !is_new(ns) {
+            return true;
+        }
+        let kind = ns.get("type").and_then(Value::as_str).unwrap_or("");
+        match choose(kind) {
+            NamespaceChoice::Own => true,
+            NamespaceChoice::Node => false,
+            NamespaceChoice::Join(path) => {
+                ns["path"] = Value::String(path);
+                changed = true;
+                true
+            }
+        }
+    });
+    changed || list.len() != before
+}
+
+/// A bind mount the pod gives each container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodMount {
+    pub destination: &'static str,
+    pub source: std::path::PathBuf,
+    /// Read-only when the container's root is (the pod files); false: always writable
+    /// (/dev/shm).
+    pub follows_readonly_root: bool,
+}
+
+/// Adds the pod's mounts. A destination the container already mounts something at stays the
+/// container's, except the runtime's default private tmpfs at /dev/shm, which gives way to
+/// the pod's. Returns whether the spec changed.
+pub fn add_pod_mounts(spec: &mut Value, mounts: &[PodMount]) -> Result<bool> {
+    let readonly_root = spec
+        .pointer("/root/readonly")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let Some(obj) = spec.as_object_mut() else {
+        return Err(Error::invalid("config.json is not a JSON object"));
+    };
+    let list = obj
+        .entry("mounts")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    let Some(list) = list.as_array_mut() else {
+        return Err(Error::invalid("config.json mounts is not a list"));
+    };
+    let mut changed = false;
+    for m in mounts {
+        let mode = if m.follows_readonly_root && readonly_root {
+            "ro"
+        } else {
+            "rw"
+        };
+        let entry = serde_json::json!({
+            "destination": m.destination,
+            "type": "bind",
+            "source": m.source,
+            "options": ["rbind", "rprivate", mode],
+        });
+        let existing = list
+            .iter()
+            .position(|e| e.get("destination").and_then(Value::as_str) == Some(m.destination));
+        match existing {
+            Some(i)
+                if m.destination == "/dev/shm"
+                    && list[i].get("type").and_then(Value::as_str) == Some("tmpfs") =>
+            {
+                list[i] = entry;
+                changed = true;
+            }
+            Some(_) => {} // the container mounts something there itself: keep it
+            None => {
+                list.push(entry);
+                changed = true;
+            }
+        }
+    }
+    Ok(changed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +288,68 @@ mod tests {
         assert_eq!(
             s.pointer("/linux/namespaces/0/path").unwrap(),
             &json!("/run/netns/x")
+        );
+    }
+
+    #[test]
+    fn namespaces_are_joined_kept_or_left_to_the_node() {
+        let mut s = json!({"linux":{"namespaces":[
+            {"type":"pid"},{"type":"network"},{"type":"uts"},{"type":"ipc","path":"/x"},{"type":"mount"}
+        ]}});
+        let changed = place_namespaces(&mut s, |kind| match kind {
+            "network" => NamespaceChoice::Join("/proc/7/ns/net".into()),
+            "uts" => NamespaceChoice::Node,
+            "ipc" => panic!("an entry with a path is the caller's"),
+            _ => NamespaceChoice::Own,
+        });
+        assert!(changed);
+        assert_eq!(
+            s["linux"]["namespaces"],
+            json!([{"type":"pid"},{"type":"network","path":"/proc/7/ns/net"},{"type":"ipc","path":"/x"},{"type":"mount"}])
+        );
+        let mut none = json!({"linux":{}});
+        assert!(!place_namespaces(&mut none, |_| NamespaceChoice::Node));
+        let mut own = json!({"linux":{"namespaces":[{"type":"pid"}]}});
+        assert!(!place_namespaces(&mut own, |_| NamespaceChoice::Own));
+    }
+
+    #[test]
+    fn pod_mounts_respect_the_container_and_the_readonly_root() {
+        let mounts = [
+            PodMount {
+                destination: "/etc/hosts",
+                source: "/b/etc/hosts".into(),
+                follows_readonly_root: true,
+            },
+            PodMount {
+                destination: "/dev/shm",
+                source: "/b/shm".into(),
+                follows_readonly_root: false,
+            },
+        ];
+        let mut s = json!({"root":{"readonly":true},"mounts":[
+            {"destination":"/dev/shm","type":"tmpfs","source":"shm"}
+        ]});
+        assert!(add_pod_mounts(&mut s, &mounts).unwrap());
+        assert_eq!(s["mounts"][0]["source"], json!("/b/shm"));
+        assert_eq!(s["mounts"][0]["options"][2], json!("rw"));
+        assert_eq!(s["mounts"][1]["destination"], json!("/etc/hosts"));
+        assert_eq!(s["mounts"][1]["options"][2], json!("ro"));
+        // The container's own mount at a destination stays.
+        let mut mine =
+            json!({"mounts":[{"destination":"/etc/hosts","type":"bind","source":"/mine"}]});
+        add_pod_mounts(&mut mine, &mounts[..1]).unwrap();
+        assert_eq!(
+            mine["mounts"],
+            json!([{"destination":"/etc/hosts","type":"bind","source":"/mine"}])
+        );
+        // No mounts list: one is made; a non-list is an error.
+        let mut bare = json!({});
+        assert!(add_pod_mounts(&mut bare, &mounts[..1]).unwrap());
+        let mut bad = json!({"mounts": 3});
+        assert_eq!(
+            add_pod_mounts(&mut bad, &mounts).unwrap_err().kind(),
+            Kind::InvalidArgument
         );
     }
 }

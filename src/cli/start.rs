@@ -303,8 +303,9 @@ mod tests {
         let p = dir.join("fake-daemon");
         std::fs::write(
             &p,
-            // The subshell keeps the redirection's fds out of the shell that becomes sleep.
-            "#!/bin/sh\n(echo \"$*\" > \"$PWD/daemon.args\")\nexec sleep 30\n",
+            // No subshell: a forked copy with the same command line could outlive a killed
+            // parent for a moment (the redirection of a builtin ends with the command anyway).
+            "#!/bin/sh\necho \"$*\" > \"$PWD/daemon.args\"\nexec sleep 30\n",
         )
         .unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -21,6 +21,7 @@ use super::spec::{
 };
 use crate::error::{Context, Error, Result};
 use crate::network::{NetworkProvider, NetworkRecord};
+use crate::oci::{self, NamespaceChoice, PodMount};
 use crate::reaper::{Exit, Reaper};
 use crate::sync::{Lock, Wait};
 use crate::task::{PodHooks, TaskManager};
@@ -603,53 +604,38 @@ fn check_abs_dir(what: &str, p: &Path) -> Result<()> {
 /// pod. Returns whether the spec changed.
 fn join_pod_namespaces(s: &Sandbox, spec: &mut serde_json::Value) -> bool {
     let pause_alive = s.pid != 0 && s.exit.is_none();
-    let Some(list) = spec
-        .pointer_mut("/linux/namespaces")
-        .and_then(|n| n.as_array_mut())
-    else {
-        return false;
-    };
-    let before = list.len();
-    let mut changed = false;
-    list.retain_mut(|ns| {
-        let has_path = ns
-            .get("path")
-            .and_then(|p| p.as_str())
-            .is_some_and(|p| !p.is_empty());
-        if has_path {
-            return true;
+    oci::place_namespaces(spec, |kind| match s.spec.member_namespace(kind) {
+        MemberNamespace::Host => NamespaceChoice::Node,
+        MemberNamespace::Pause(name) if pause_alive => {
+            NamespaceChoice::Join(format!("/proc/{}/ns/{name}", s.pid))
         }
-        let kind = ns.get("type").and_then(|t| t.as_str()).unwrap_or("");
-        match s.spec.member_namespace(kind) {
-            MemberNamespace::Host => false,
-            MemberNamespace::Pause(name) if pause_alive => {
-                ns["path"] = serde_json::json!(format!("/proc/{}/ns/{name}", s.pid));
-                changed = true;
-                true
-            }
-            MemberNamespace::Pause(_) | MemberNamespace::Own => true,
-        }
-    });
-    changed || list.len() != before
+        MemberNamespace::Pause(_) | MemberNamespace::Own => NamespaceChoice::Own,
+    })
 }
 
-/// Paths that the pod provides to each container, and where they come from.
-fn pod_mounts(s: &Sandbox) -> Vec<(&'static str, PathBuf)> {
+/// The files and /dev/shm the pod gives each container.
+fn pod_mounts(s: &Sandbox) -> Vec<PodMount> {
+    let file = |destination: &'static str, name: &str| PodMount {
+        destination,
+        source: s.record.files_dir.join(name),
+        follows_readonly_root: true,
+    };
     let mut v = vec![
-        ("/etc/hosts", s.record.files_dir.join(super::files::HOSTS)),
-        (
-            "/etc/resolv.conf",
-            s.record.files_dir.join(super::files::RESOLV_CONF),
-        ),
-        (
-            "/etc/hostname",
-            s.record.files_dir.join(super::files::HOSTNAME),
-        ),
+        file("/etc/hosts", super::files::HOSTS),
+        file("/etc/resolv.conf", super::files::RESOLV_CONF),
+        file("/etc/hostname", super::files::HOSTNAME),
     ];
-    match &s.record.shm {
-        Some(shm) => v.push(("/dev/shm", shm.clone())),
-        None if s.spec.ipc == IpcMode::Host => v.push(("/dev/shm", PathBuf::from("/dev/shm"))),
-        None => {}
+    let shm = match &s.record.shm {
+        Some(shm) => Some(shm.clone()),
+        None if s.spec.ipc == IpcMode::Host => Some(PathBuf::from("/dev/shm")),
+        None => None,
+    };
+    if let Some(source) = shm {
+        v.push(PodMount {
+            destination: "/dev/shm",
+            source,
+            follows_readonly_root: false,
+        });
     }
     v
 }
@@ -659,52 +645,9 @@ impl PodHooks for SandboxManager {
         let Some(s) = self.lock().clone() else {
             return Ok(false);
         };
-        let mut changed = join_pod_namespaces(&s, spec);
-        let readonly = spec
-            .pointer("/root/readonly")
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false);
-        let Some(obj) = spec.as_object_mut() else {
-            return Err(Error::invalid("config.json is not an object"));
-        };
-        let mounts = obj.entry("mounts").or_insert_with(|| serde_json::json!([]));
-        let Some(list) = mounts.as_array_mut() else {
-            return Err(Error::invalid("config.json mounts is not a list"));
-        };
-        for (dest, src) in pod_mounts(&s) {
-            let existing = list
-                .iter()
-                .position(|m| m.get("destination").and_then(|d| d.as_str()) == Some(dest));
-            let ro = if dest == "/dev/shm" {
-                "rw"
-            } else if readonly {
-                "ro"
-            } else {
-                "rw"
-            };
-            let entry = serde_json::json!({
-                "destination": dest,
-                "type": "bind",
-                "source": src,
-                "options": ["rbind", "rprivate", ro],
-            });
-            match existing {
-                // The runtime default /dev/shm (a private tmpfs) gives way to the pod's.
-                Some(i)
-                    if dest == "/dev/shm"
-                        && list[i].get("type").and_then(|t| t.as_str()) == Some("tmpfs") =>
-                {
-                    list[i] = entry;
-                    changed = true;
-                }
-                Some(_) => {} // the user mounts something there: keep it
-                None => {
-                    list.push(entry);
-                    changed = true;
-                }
-            }
-        }
-        Ok(changed)
+        let joined = join_pod_namespaces(&s, spec);
+        let mounted = oci::add_pod_mounts(spec, &pod_mounts(&s))?;
+        Ok(joined || mounted)
     }
 
     fn sandbox_pid(&self, id: &str) -> Option<u32> {
