@@ -249,9 +249,7 @@ impl TaskManager {
             }
             None => None,
         };
-        let mut io = p.io();
-        io.keepalive = keepalive;
-        io.tty = tty;
+        p.io().attach(keepalive, tty);
         Ok(())
     }
 

@@ -495,11 +495,7 @@ impl TaskManager {
             .process(id, exec_id)
             .with_context(|| format!("close io of {id}"))?;
         if stdin {
-            let mut io = p.io();
-            io.keepalive.close_stdin();
-            if let Some(t) = io.tty.as_ref() {
-                t.close_stdin();
-            }
+            p.io().close_stdin();
         }
         Ok(())
     }

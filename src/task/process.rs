@@ -257,6 +257,30 @@ impl ProcState {
 pub struct ProcessIo {
     pub keepalive: Keepalive,
     pub tty: Option<TtyCopier>,
+    /// CloseIO (stdin) came. It may come while Start still runs (`ctr task exec` sends it as
+    /// soon as its input ends), before the stdio is attached: what is attached later starts
+    /// with stdin closed.
+    stdin_closed: bool,
+}
+
+impl ProcessIo {
+    /// CloseIO of stdin: now, and for whatever [`ProcessIo::attach`] installs later.
+    pub fn close_stdin(&mut self) {
+        self.stdin_closed = true;
+        self.keepalive.close_stdin();
+        if let Some(t) = self.tty.as_ref() {
+            t.close_stdin();
+        }
+    }
+
+    /// Installs the stdio of a started process, honouring a CloseIO that came first.
+    pub fn attach(&mut self, keepalive: Keepalive, tty: Option<TtyCopier>) {
+        self.keepalive = keepalive;
+        self.tty = tty;
+        if self.stdin_closed {
+            self.close_stdin();
+        }
+    }
 }
 
 /// An init or exec process.
