@@ -185,19 +185,26 @@ impl SleepingPod {
     }
 
     /// Clean-up that also works when the shim is wedged: [`SleepingPod::remove`], and if that
-    /// fails, SIGKILL to the pod's shim daemon and another try (containerd then cleans up
-    /// after the dead shim). Returns the first error, if any.
+    /// fails, SIGKILL to the pod's shim daemon and its children (the pause process, the
+    /// containers' inits: it is their subreaper), then more tries for 15 s (containerd cleans
+    /// up after a dead shim). Returns the first error, if any.
     pub async fn remove_or_kill(&mut self) -> Result<(), String> {
         let shim = self.shim_pid();
         let first = self.remove().await;
         if first.is_err()
             && let Some(pid) = shim
         {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            let _ = self.remove().await;
+            let children = children_of(pid);
+            for p in std::iter::once(pid).chain(children) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while self.remove().await.is_err() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
         }
         first
     }
@@ -210,4 +217,22 @@ impl SleepingPod {
         }
         v
     }
+}
+
+/// Pids whose parent is `pid` (the 4th field of /proc/<pid>/stat).
+fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            // "pid (comm) state ppid ...": comm may hold blanks and parentheses
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<i32>().ok())
+                == Some(pid)
+        })
+        .collect()
 }

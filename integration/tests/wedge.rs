@@ -233,16 +233,25 @@ async fn a_thousand_waits_then_a_kill_all_return() {
          after the Kill; statuses {statuses:?}",
         last - killed_at
     );
-    ctr_force_remove(NS, std::slice::from_ref(&id));
-    let gone = poll(Duration::from_secs(5), || {
-        (thread_count(shim) == 0).then_some(())
-    });
-    if gone.is_none() {
-        // A wedged shim: kill it so that the bench is clean for the next test.
+    // A wedged shim would hang the clean-up (ctr kill, delete): kill the shim first, so that
+    // the bench is clean for the next test; containerd cleans up after a dead shim.
+    let kill_shim = || {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(shim),
             nix::sys::signal::Signal::SIGKILL,
         );
+    };
+    let wedged = !matches!(kill, Ok(Ok(()))) || missing > 0;
+    if wedged {
+        kill_shim();
+    }
+    ctr_force_remove(NS, std::slice::from_ref(&id));
+    if poll(Duration::from_secs(5), || {
+        (thread_count(shim) == 0).then_some(())
+    })
+    .is_none()
+    {
+        kill_shim();
         ctr_force_remove(NS, std::slice::from_ref(&id));
     }
 

@@ -40,6 +40,10 @@ struct FakeRuntime {
     on_create: Hook,
     /// Process specs given to `exec`.
     exec_specs: Mutex<Vec<serde_json::Value>>,
+    /// Runs inside `exec`, while `runc exec` would run.
+    on_exec: Mutex<Option<Box<dyn Fn() + Send>>>,
+    /// The stdio `exec` was given (the process's ends).
+    exec_io: Mutex<Vec<ProcessIo>>,
     ps: Mutex<Vec<i32>>,
 }
 
@@ -95,13 +99,17 @@ impl Runtime for FakeRuntime {
         exec_id: &str,
         spec: &[u8],
         terminal: bool,
-        _io: ProcessIo,
+        io: ProcessIo,
     ) -> Result<Spawned> {
         self.record(format!("exec {id} {exec_id}"));
         self.exec_specs
             .lock()
             .unwrap()
             .push(serde_json::from_slice(spec).unwrap());
+        self.exec_io.lock().unwrap().push(io);
+        if let Some(f) = self.on_exec.lock().unwrap().as_ref() {
+            f();
+        }
         self.check("exec")?;
         Ok(Spawned {
             pid: self.pid(),
@@ -1322,4 +1330,47 @@ fn close_io_before_start_closes_stdin_as_soon_as_it_exists() {
     assert!(p.holds_stdin());
     close_io("late").unwrap();
     assert!(!p.holds_stdin());
+}
+
+#[test]
+fn close_io_during_an_exec_start_still_ends_its_stdin() {
+    // `ctr task exec` calls CloseIO as soon as its stdin reaches EOF, which can be while Start
+    // still runs `runc exec`: the shim's stdin writer must not outlive that CloseIO.
+    let f = fixture();
+    running(&f, "t1");
+    let fifo = f.dir.path().join("e1-stdin");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    f.svc
+        .exec(
+            &ctx(),
+            ExecProcessRequest {
+                id: "t1".into(),
+                exec_id: "e1".into(),
+                stdin: fifo.display().to_string(),
+                spec: MessageField::some(Any {
+                    type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
+                    value: br#"{"args":["cat"],"cwd":"/"}"#.to_vec(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let tm = f.tm.clone();
+    *f.host.runtime.on_exec.lock().unwrap() = Some(Box::new(move || {
+        tm.close_io("t1", "e1", true).unwrap();
+    }));
+    f.start("t1", "e1").unwrap();
+    let io = f.host.runtime.exec_io.lock().unwrap().pop().unwrap();
+    let stdin = std::fs::File::from(io.stdin.expect("the exec got a stdin"));
+    let flags = nix::fcntl::fcntl(&stdin, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+    let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(&stdin, nix::fcntl::FcntlArg::F_SETFL(flags)).unwrap();
+    let mut buf = [0u8; 8];
+    let r = std::io::Read::read(&mut &stdin, &mut buf);
+    assert_eq!(
+        r.map_err(|e| e.kind()),
+        Ok(0),
+        "the process must read EOF: no client holds the fifo and CloseIO came"
+    );
 }
