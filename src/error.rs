@@ -104,15 +104,28 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-impl From<std::io::Error> for Error {
-    fn from(e: std::io::Error) -> Self {
-        Error::internal(e.to_string())
+/// The kind of an OS error: what the request named is missing (ENOENT: NotFound) or already
+/// there (EEXIST: AlreadyExists); anything else is the shim's or the node's problem (Internal).
+/// Module errors that wrap an OS error (pod files, netns) use the same rule.
+pub fn os_error_kind(errno: Option<i32>) -> Kind {
+    match errno {
+        Some(libc::ENOENT) => Kind::NotFound,
+        Some(libc::EEXIST) => Kind::AlreadyExists,
+        _ => Kind::Internal,
     }
 }
 
+/// The text keeps the errno (`... (os error 2)`).
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::new(os_error_kind(e.raw_os_error()), e.to_string())
+    }
+}
+
+/// The text keeps the errno's name (`ENOENT: No such file or directory`).
 impl From<nix::Error> for Error {
     fn from(e: nix::Error) -> Self {
-        Error::internal(e.desc().to_string())
+        Error::new(os_error_kind(Some(e as i32)), e.to_string())
     }
 }
 
@@ -185,16 +198,35 @@ mod tests {
     }
 
     #[test]
-    fn os_errors_are_internal_with_their_text() {
+    fn os_errors_keep_their_errno_and_map_by_it() {
+        let table = [
+            (libc::ENOENT, Kind::NotFound),
+            (libc::EEXIST, Kind::AlreadyExists),
+            (libc::EPERM, Kind::Internal),
+            (libc::EACCES, Kind::Internal),
+            (libc::EINVAL, Kind::Internal),
+            (libc::ENOSPC, Kind::Internal),
+        ];
+        for (errno, kind) in table {
+            let io: Error = std::io::Error::from_raw_os_error(errno).into();
+            assert_eq!(io.kind(), kind, "io errno {errno}");
+            assert!(
+                io.message().contains(&format!("(os error {errno})")),
+                "{}",
+                io.message()
+            );
+            let n: Error = nix::Error::from_raw(errno).into();
+            assert_eq!(n.kind(), kind, "nix errno {errno}");
+        }
+        assert_eq!(os_error_kind(None), Kind::Internal);
         let r: std::result::Result<(), std::io::Error> =
             Err(std::io::Error::from_raw_os_error(libc::ENOENT));
         let e = r.with_context(|| "open /x").unwrap_err();
-        assert_eq!(e.kind(), Kind::Internal);
         assert!(e.message().starts_with("open /x: "), "{}", e.message());
         let n: std::result::Result<(), nix::Error> = Err(nix::Error::EPERM);
         assert_eq!(
             n.context("mount").unwrap_err().message(),
-            "mount: Operation not permitted"
+            "mount: EPERM: Operation not permitted"
         );
     }
 }

@@ -69,6 +69,18 @@ pub enum NetNsError {
     },
 }
 
+/// A rejected name is one the shim made (Internal); an OS failure maps by its errno (see
+/// [`crate::error::os_error_kind`]).
+impl From<NetNsError> for crate::error::Error {
+    fn from(e: NetNsError) -> Self {
+        let kind = match &e {
+            NetNsError::InvalidName { .. } => crate::error::Kind::Internal,
+            NetNsError::Io { source, .. } => crate::error::os_error_kind(source.raw_os_error()),
+        };
+        crate::error::Error::new(kind, e.to_string())
+    }
+}
+
 fn ioerr(op: &'static str, path: &Path, source: impl Into<std::io::Error>) -> NetNsError {
     NetNsError::Io {
         op,
@@ -493,5 +505,28 @@ mod tests {
         if changed {
             umount2(&canon, MntFlags::MNT_DETACH).unwrap();
         }
+    }
+
+    #[test]
+    fn netns_errors_keep_their_kind_on_the_wire() {
+        use crate::error::{Error, Kind};
+        let e = Error::from(ioerr(
+            "mount",
+            Path::new("/run/netns/x"),
+            std::io::Error::from_raw_os_error(libc::ENOENT),
+        ));
+        assert_eq!(e.kind(), Kind::NotFound);
+        assert!(e.message().contains("/run/netns/x") && e.message().contains("os error 2"));
+        let e = Error::from(ioerr(
+            "unshare",
+            Path::new("/run/netns/x"),
+            std::io::Error::from_raw_os_error(libc::EPERM),
+        ));
+        assert_eq!(e.kind(), Kind::Internal);
+        let e = Error::from(NetNsError::InvalidName {
+            name: "a/b".into(),
+            reason: "contains '/'",
+        });
+        assert_eq!(e.kind(), Kind::Internal, "names are the shim's own");
     }
 }

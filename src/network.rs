@@ -266,15 +266,13 @@ pub fn teardown(provider: Option<&Arc<dyn NetworkProvider>>, record: &NetworkRec
 /// Tears down `record` with `exec` (the `delete` action uses a direct spawner).
 pub fn teardown_with(record: &NetworkRecord, exec: Arc<dyn PluginExec>) -> Result<()> {
     if record.loopback_only {
-        return NetNs::remove(&record.netns)
-            .map_err(|e| Error::internal(e.to_string()).context("remove netns"));
+        return NetNs::remove(&record.netns).context("remove netns");
     }
     let cni = cni_for(record, exec);
     let net = cni.load_network().context("load CNI config for DEL")?;
     let rt = runtime_conf(record, None);
     let del = cni.del(&net, &rt).context("CNI DEL");
-    let rm = NetNs::remove(&record.netns)
-        .map_err(|e| Error::internal(e.to_string()).context("remove netns"));
+    let rm = NetNs::remove(&record.netns).context("remove netns");
     del.and(rm)
 }
 
@@ -314,7 +312,7 @@ impl NetworkProvider for Networker {
             Err(e) => return Err(Error::from(e).context("load CNI config")),
         };
         let netns = NetNs::create(&self.cfg.netns_dir, &netns_name(ns, id))
-            .map_err(|e| Error::internal(e.to_string()).context("create network namespace"))?;
+            .context("create network namespace")?;
         record.netns = netns.path().to_path_buf();
         let Some(net) = net else {
             record.loopback_only = true;

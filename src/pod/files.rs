@@ -63,6 +63,16 @@ pub struct FilesError {
     pub source: std::io::Error,
 }
 
+/// Kind by the OS error (see [`crate::error::os_error_kind`]); the text names op and path.
+impl From<FilesError> for crate::error::Error {
+    fn from(e: FilesError) -> Self {
+        crate::error::Error::new(
+            crate::error::os_error_kind(e.source.raw_os_error()),
+            e.to_string(),
+        )
+    }
+}
+
 fn ioerr(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FilesError + use<> {
     let path = path.to_path_buf();
     move |source| FilesError { op, path, source }
@@ -511,5 +521,27 @@ mod tests {
         assert!(mount_shm(&link, DEFAULT_SHM_SIZE).is_err());
         assert!(mount_shm(&empty, 0).is_err());
         assert!(mount_shm(&root.path().join("missing"), DEFAULT_SHM_SIZE).is_err());
+    }
+
+    #[test]
+    fn files_errors_keep_their_kind_on_the_wire() {
+        use crate::error::{Error, Kind};
+        for (errno, kind) in [
+            (libc::ENOENT, Kind::NotFound),
+            (libc::EEXIST, Kind::AlreadyExists),
+            (libc::EACCES, Kind::Internal),
+        ] {
+            let e = Error::from(FilesError {
+                op: "write",
+                path: "/b/etc/hosts".into(),
+                source: std::io::Error::from_raw_os_error(errno),
+            });
+            assert_eq!(e.kind(), kind, "errno {errno}");
+            assert!(
+                e.message().starts_with("write /b/etc/hosts: "),
+                "{}",
+                e.message()
+            );
+        }
     }
 }

@@ -242,7 +242,6 @@ impl SandboxManager {
                     .cri_config
                     .then(|| req.spec.network_conf())
                     .transpose()
-                    .map_err(|e| Error::invalid(e.to_string()))
                     .context("set up the pod network")?;
                 let net = provider
                     .setup(self.tm.namespace(), &req.id, conf.as_ref())
@@ -674,19 +673,18 @@ impl PodHost for LinuxPodHost {
     fn write_files(&self, dir: &Path, spec: &PodSpec) -> Result<()> {
         super::files::PodFiles::write(dir, spec, &self.host_etc)
             .map(drop)
-            .map_err(|e| Error::internal(e.to_string()))
+            .map_err(Error::from)
     }
     fn remove_files(&self, dir: &Path) -> Result<()> {
-        super::files::PodFiles::remove(dir).map_err(|e| Error::internal(e.to_string()))?;
+        super::files::PodFiles::remove(dir)?;
         let _ = std::fs::remove_dir(dir);
         Ok(())
     }
     fn mount_shm(&self, path: &Path) -> Result<()> {
-        super::files::mount_shm(path, super::files::DEFAULT_SHM_SIZE)
-            .map_err(|e| Error::internal(e.to_string()))
+        super::files::mount_shm(path, super::files::DEFAULT_SHM_SIZE).map_err(Error::from)
     }
     fn unmount_shm(&self, path: &Path) -> Result<()> {
-        super::files::unmount_shm(path).map_err(|e| Error::internal(e.to_string()))
+        super::files::unmount_shm(path).map_err(Error::from)
     }
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32> {
         super::pause::spawn(cfg)

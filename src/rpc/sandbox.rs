@@ -12,7 +12,7 @@ use containerd_shim_protos::types::platform::Platform;
 use protobuf::MessageField;
 use ttrpc::TtrpcContext;
 
-use crate::error::Error;
+use crate::error::{Context, Error};
 use crate::pod::decode_pod_config;
 use crate::pod::sandbox::{CreateSandbox, SandboxManager, State};
 use crate::rpc::server::{ParkedMethod, Responder};
@@ -48,10 +48,8 @@ impl Sandbox for SandboxService {
             req.netns_path
         );
         let spec = match req.options.as_ref() {
-            Some(any) => decode_pod_config(any).map_err(|e| {
-                Error::invalid(e.to_string())
-                    .context(format!("create sandbox {}: pod config", req.sandbox_id))
-            })?,
+            Some(any) => decode_pod_config(any)
+                .with_context(|| format!("create sandbox {}: pod config", req.sandbox_id))?,
             None => Default::default(),
         };
         if !req.rootfs.is_empty() {

@@ -52,6 +52,21 @@ pub enum SpecError {
     },
 }
 
+/// An invalid pod config is the caller's (InvalidArgument); a feature this shim lacks is
+/// Unimplemented. (Only CreateSandbox decodes pod configs: containerd's task-API downgrade on
+/// Unimplemented does not apply.)
+impl From<SpecError> for crate::error::Error {
+    fn from(e: SpecError) -> Self {
+        let kind = match &e {
+            SpecError::UnsupportedType(_) | SpecError::Decode(_) | SpecError::Invalid { .. } => {
+                crate::error::Kind::InvalidArgument
+            }
+            SpecError::Unsupported { .. } => crate::error::Kind::Unimplemented,
+        };
+        crate::error::Error::new(kind, e.to_string())
+    }
+}
+
 fn invalid(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
     SpecError::Invalid {
         field: field.into(),
@@ -467,5 +482,31 @@ mod tests {
         );
         assert_eq!(conf.dns.unwrap().servers, ["10.0.0.10"]);
         assert_eq!(conf.bandwidth.unwrap().egress_rate, 1_000_000);
+    }
+
+    #[test]
+    fn spec_errors_keep_their_kind_on_the_wire() {
+        use crate::error::{Error, Kind};
+        let table = [
+            (
+                SpecError::UnsupportedType("x".into()),
+                Kind::InvalidArgument,
+            ),
+            (SpecError::Decode("truncated".into()), Kind::InvalidArgument),
+            (invalid("hostname", "too long"), Kind::InvalidArgument),
+            (
+                SpecError::Unsupported {
+                    field: "linux.security_context.namespace_options.userns_options".into(),
+                    what: "user namespaces",
+                },
+                Kind::Unimplemented,
+            ),
+        ];
+        for (e, kind) in table {
+            let text = e.to_string();
+            let err = Error::from(e);
+            assert_eq!(err.kind(), kind, "{text}");
+            assert_eq!(err.message(), text);
+        }
     }
 }
