@@ -31,6 +31,7 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
     if crate::validate::id("id", id).is_err() {
         return Cleaned::default();
     }
+    let mut steps = crate::timing::Steps::new(|| format!("delete {id}"));
     let pid = match crate::pod::sandbox::cleanup_from_bundle(bundle) {
         Some(pid) => pid,
         None => {
@@ -38,8 +39,11 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
             0
         }
     };
+    steps.step("sandbox or task");
     kill_stale_shim(bundle);
+    steps.step("stale daemon");
     remove_stale_socket(bundle);
+    steps.step("stale socket");
     Cleaned { pid }
 }
 

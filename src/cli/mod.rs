@@ -108,7 +108,18 @@ fn run_start(flags: &Flags) -> Result<()> {
 
 fn run_delete(flags: &Flags) -> Result<()> {
     require_namespace(flags)?;
-    let res = crate::cleanup::delete_from_bundle(&flags.namespace, &flags.id, &bundle(flags)?);
+    let bundle = bundle(flags)?;
+    if flags.debug {
+        // The daemon's log fifo, while containerd still reads it: `delete`'s step timings land
+        // in containerd's log next to the daemon's lines. No reader: no log.
+        let _ = crate::logger::init(
+            &bundle.join(crate::bundle::LOG_FIFO),
+            true,
+            &flags.namespace,
+            &flags.id,
+        );
+    }
+    let res = crate::cleanup::delete_from_bundle(&flags.namespace, &flags.id, &bundle);
     let response = DeleteResponse {
         pid: res.pid,
         // As containerd-shim-runc-v2's Stop: 128 + SIGKILL.

@@ -25,6 +25,7 @@ use crate::oci::{self, NamespaceChoice, PodMount};
 use crate::reaper::{Exit, Reaper};
 use crate::sync::{Lock, Wait};
 use crate::task::{PodHooks, TaskManager};
+use crate::timing::Steps;
 use crate::util::write_file_atomic;
 use crate::validate;
 use crate::waiters::{ExitInfo, ExitWaiter, Waiters};
@@ -221,17 +222,20 @@ impl SandboxManager {
             ..Default::default()
         };
         let mut netns = req.netns.clone();
+        let mut steps = Steps::new(|| format!("create sandbox {}", req.id));
         // Each step records what it made, so `undo` takes down exactly that on failure.
         let r = (|| -> Result<()> {
             self.host
                 .write_files(&files_dir, &req.spec)
                 .context("write pod files")?;
+            steps.step("pod files");
             if let Some(shm) = &shm {
                 std::fs::create_dir_all(shm)
                     .with_context(|| format!("create {}", shm.display()))
                     .and_then(|_| self.host.mount_shm(shm))
                     .context("mount the pod's /dev/shm")?;
                 record.shm = Some(shm.clone());
+                steps.step("mount /dev/shm");
             }
             if plan == NetworkPlan::ShimOwned
                 && let Some(provider) = &provider
@@ -248,8 +252,11 @@ impl SandboxManager {
                     .context("set up the pod network")?;
                 netns = Some(net.netns.clone());
                 record.network = Some(net);
+                steps.step("netns and CNI");
             }
-            save_record(&req.bundle, &record)
+            save_record(&req.bundle, &record)?;
+            steps.step("save record");
+            Ok(())
         })();
         if let Err(e) = r {
             self.undo(&record);
@@ -314,7 +321,9 @@ impl SandboxManager {
         // Subscribed before the fork: an exit of the pause process before its pid is stored
         // below is caught here, never lost (and never confused with a recycled pid).
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
+        let mut steps = Steps::new(|| format!("start sandbox {id}"));
         let pid = self.host.spawn_pause(&cfg)?;
+        steps.step("spawn pause");
         let mut cgroup = PodCgroup::default();
         match s.spec.cgroup_parent_kind() {
             Some(CgroupParent::Fs(parent)) => match self.host.join_cgroup(&parent, pid) {
@@ -351,6 +360,7 @@ impl SandboxManager {
         if let Err(e) = save_record(&s.bundle, &s.record) {
             log::warn!("sandbox {id}: {e}");
         }
+        steps.step("pod cgroup and record");
         log::info!("sandbox {id}: pause process {pid} ready");
         self.changed.notify_all();
         drop(guard);
@@ -412,10 +422,12 @@ impl SandboxManager {
 
     fn stop_locked(&self, id: &str) -> Result<()> {
         let s = self.get(id).context("stop sandbox")?;
+        let mut steps = Steps::new(|| format!("stop sandbox {id}"));
         self.tm.kill_all();
         if !self.tm.wait_all(Instant::now() + STOP_WAIT) {
             log::warn!("stop sandbox {id}: containers still running after {STOP_WAIT:?}");
         }
+        steps.step("containers");
         let waiters = {
             let mut guard = self.lock();
             if s.pid != 0 && guard.as_ref().is_some_and(|s| s.exit.is_none()) {
@@ -438,6 +450,7 @@ impl SandboxManager {
             waiters
         };
         self.wake(waiters);
+        steps.step("pause process");
         // The pod's network goes with its pause process (CRI does the same for its own netns
         // right after StopSandbox). Outside the data lock: CNI plugins are reaped meanwhile.
         // Bound first: a guard in the `if let` scrutinee would live through the body and block
@@ -447,6 +460,7 @@ impl SandboxManager {
             && record.network.is_some()
         {
             self.teardown_network(&record);
+            steps.step("network");
             if let Some(s) = self.lock().as_mut() {
                 s.record.network = None;
                 if let Err(e) = save_record(&s.bundle, &s.record) {
@@ -511,17 +525,22 @@ impl SandboxManager {
             }
             return Err(e.context("shutdown sandbox"));
         }
+        let mut steps = Steps::new(|| format!("shutdown sandbox {id}"));
         self.stop_locked(id).context("shutdown sandbox")?;
+        steps.step("stop");
         for cid in self.tm.ids() {
             if let Err(e) = self.tm.delete(&cid, "") {
                 log::warn!("shutdown sandbox {id}: {e}");
             }
         }
+        steps.step("delete containers");
         let s = self.lock().take();
         if let Some(s) = s {
             self.undo(&s.record);
+            steps.step("network, /dev/shm, pod files");
             self.host.remove_cgroup(&s.record.cgroup);
             let _ = std::fs::remove_file(s.bundle.join(SANDBOX_STATE_FILE));
+            steps.step("cgroup and record");
         }
         self.changed.notify_all();
         let late = self.waiters.locked().take();
