@@ -4,6 +4,7 @@
 pub mod sandbox;
 pub mod server;
 pub mod task;
+pub mod wait;
 
 #[cfg(test)]
 mod tests;

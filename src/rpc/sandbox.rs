@@ -12,12 +12,10 @@ use containerd_shim_protos::types::platform::Platform;
 use protobuf::MessageField;
 use ttrpc::TtrpcContext;
 
-use crate::error::{Context, Error};
+use crate::error::Context;
 use crate::pod::decode_pod_config;
 use crate::pod::sandbox::{CreateSandbox, SandboxManager, State};
-use crate::rpc::server::{ParkedMethod, Responder};
 use crate::util::{go_arch, timestamp};
-use crate::waiters::{ExitInfo, ExitWaiter};
 
 /// containerd (and the kubelet through CRI) only understand these two strings.
 pub const SANDBOX_READY: &str = "SANDBOX_READY";
@@ -102,10 +100,12 @@ impl Sandbox for SandboxService {
         Ok(StopSandboxResponse::new())
     }
 
-    /// Served by [`SandboxWait`] on the shim's server (no thread is held); this blocking form
+    /// Served by [`super::wait::SandboxWait`] on the shim's server (no thread is held); this blocking form
     /// is for callers of the trait that own a thread (tests).
     fn wait_sandbox(&self, _ctx: &TtrpcContext, req: WaitSandboxRequest) -> R<WaitSandboxResponse> {
-        Ok(wait_response(self.sm.wait_blocking(&req.sandbox_id)?))
+        Ok(super::wait::wait_sandbox_response(
+            self.sm.wait_blocking(&req.sandbox_id)?,
+        ))
     }
 
     fn sandbox_status(
@@ -167,55 +167,5 @@ impl Sandbox for SandboxService {
         m.id = req.sandbox_id;
         m.data = MessageField::some(data);
         Ok(res)
-    }
-}
-
-fn wait_response(e: ExitInfo) -> WaitSandboxResponse {
-    WaitSandboxResponse {
-        exit_status: e.status,
-        exited_at: MessageField::some(timestamp(e.at)),
-        ..Default::default()
-    }
-}
-
-/// `WaitSandbox` as a parked call: the reply waits until the pod ends.
-pub struct SandboxWait {
-    sm: Arc<SandboxManager>,
-}
-
-impl SandboxWait {
-    pub fn new(sm: Arc<SandboxManager>) -> Self {
-        SandboxWait { sm }
-    }
-}
-
-struct WaitReply(Responder);
-
-impl ExitWaiter for WaitReply {
-    fn exited(self: Box<Self>, exit: ExitInfo) {
-        self.0.send(Ok(wait_response(exit)));
-    }
-    fn refused(self: Box<Self>, error: Error) {
-        self.0.send::<WaitSandboxResponse>(Err(error.into()));
-    }
-    fn is_listening(&self) -> bool {
-        self.0.is_listening()
-    }
-}
-
-impl ParkedMethod for SandboxWait {
-    fn call(&self, payload: &[u8], reply: Responder) {
-        use protobuf::Message;
-        let req = match WaitSandboxRequest::parse_from_bytes(payload) {
-            Ok(r) => r,
-            Err(e) => {
-                return reply.send::<WaitSandboxResponse>(Err(Error::invalid(format!(
-                    "wait sandbox: bad request: {e}"
-                ))
-                .into()));
-            }
-        };
-        // An unknown sandbox is answered with the error (WaitReply::refused).
-        let _ = self.sm.wait(&req.sandbox_id, Box::new(WaitReply(reply)));
     }
 }

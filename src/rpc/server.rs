@@ -30,7 +30,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -73,8 +73,6 @@ pub struct Server {
 struct Conn {
     fd: i32,
     writer: Mutex<UnixStream>,
-    res_tx: Sender<(MessageHeader, Vec<u8>)>,
-    res_rx: Mutex<Receiver<(MessageHeader, Vec<u8>)>>,
     ctx: Arc<ttrpc::ConnectionContext>,
     /// Set when the peer closed or the connection was dropped: parked replies are discarded.
     closed: AtomicBool,
@@ -292,12 +290,9 @@ impl Server {
         }
         let writer = stream.try_clone()?;
         writer.set_write_timeout(Some(WRITE_TIMEOUT))?;
-        let (res_tx, res_rx) = mpsc::channel();
         let conn = Arc::new(Conn {
             fd: stream.as_raw_fd(),
             writer: Mutex::new(writer),
-            res_tx,
-            res_rx: Mutex::new(res_rx),
             ctx: Arc::new(ttrpc::ConnectionContext::default()),
             closed: AtomicBool::new(false),
             outbox: Mutex::default(),
@@ -329,7 +324,6 @@ impl Server {
                             "message length {length} exceeds the maximum {MESSAGE_LENGTH_MAX}"
                         ),
                     );
-                    flush(&conn);
                     break;
                 }
                 Err(FrameError::Closed) => break,
@@ -350,7 +344,6 @@ impl Server {
                     Code::INVALID_ARGUMENT,
                     &format!("bad request: {e}"),
                 );
-                flush(conn);
                 return;
             }
         };
@@ -368,7 +361,6 @@ impl Server {
                     Code::INTERNAL,
                     &format!("{path}: internal error: {}", panic_text(p.as_ref())),
                 );
-                flush(conn);
             }
             return;
         }
@@ -395,12 +387,16 @@ impl Server {
     fn call(&self, conn: &Arc<Conn>, header: MessageHeader, req: Request) {
         let path = format!("/{}/{}", req.service, req.method);
         let started = Instant::now();
+        // Each call gets its own reply channel: its reply is written by this worker before the
+        // call counts as done (a shared channel let another worker take it, and the daemon could
+        // exit after a Shutdown whose reply was still in that worker's hands).
+        let (res_tx, res_rx) = mpsc::channel();
         if let Some(handler) = self.methods.get(&path) {
             let ctx = TtrpcContext {
                 fd: conn.fd,
                 cancel_rx: crossbeam_channel::never(),
                 mh: header,
-                res_tx: conn.res_tx.clone(),
+                res_tx,
                 metadata: ttrpc::context::from_pb(&req.metadata),
                 timeout_nano: req.timeout_nano,
                 conn_ctx: conn.ctx.clone(),
@@ -433,8 +429,13 @@ impl Server {
                 &format!("{path} is not implemented"),
             );
         }
+        for (header, body) in res_rx.try_iter() {
+            write_frame(
+                conn,
+                &encode_frame(header.stream_id, MESSAGE_TYPE_RESPONSE, &body),
+            );
+        }
         log::debug!("{path} took {:?}", started.elapsed());
-        flush(conn);
     }
 }
 
@@ -455,28 +456,14 @@ fn drain(conn: &Conn) {
     }
 }
 
-/// Queues an error response for `stream_id`.
+/// Writes an error response for `stream_id`.
 fn respond_error(conn: &Conn, stream_id: u32, code: Code, msg: &str) {
     let res = Response {
         status: MessageField::some(ttrpc::get_status(code, msg.to_string())),
         ..Default::default()
     };
-    if let Ok(buf) = res.encode() {
-        let _ = conn.res_tx.send((
-            MessageHeader::new_response(stream_id, buf.len() as u32),
-            buf,
-        ));
-    }
-}
-
-/// Writes every queued response of `conn`, one whole frame at a time.
-fn flush(conn: &Conn) {
-    let queued: Vec<_> = conn.res_rx.locked().try_iter().collect();
-    for (header, body) in queued {
-        write_frame(
-            conn,
-            &encode_frame(header.stream_id, MESSAGE_TYPE_RESPONSE, &body),
-        );
+    if let Ok(body) = res.encode() {
+        write_frame(conn, &encode_frame(stream_id, MESSAGE_TYPE_RESPONSE, &body));
     }
 }
 

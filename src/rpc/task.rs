@@ -15,10 +15,9 @@ use ttrpc::TtrpcContext;
 
 use crate::error::{Error, Result};
 use crate::mount::MountSpec;
-use crate::rpc::server::{ParkedMethod, Responder};
 use crate::runtime::RuncConfig;
 use crate::stdio::StdioRequest;
-use crate::task::{CreateRequest, ExitInfo, ExitWaiter, Status, TaskManager};
+use crate::task::{CreateRequest, Status, TaskManager};
 use crate::util::timestamp;
 
 /// The Task service.
@@ -255,11 +254,11 @@ impl Task for TaskService {
         Ok(Empty::new())
     }
 
-    /// Served by [`TaskWait`] on the shim's server (no thread is held); this blocking form is
+    /// Served by [`super::wait::TaskWait`] on the shim's server (no thread is held); this blocking form is
     /// for callers of the trait that own a thread (tests).
     fn wait(&self, _ctx: &TtrpcContext, req: WaitRequest) -> R<WaitResponse> {
         let e = self.tm.wait_blocking(&req.id, &req.exec_id)?;
-        Ok(wait_response(e))
+        Ok(super::wait::wait_response(e))
     }
 
     fn stats(&self, _ctx: &TtrpcContext, req: StatsRequest) -> R<StatsResponse> {
@@ -287,56 +286,6 @@ impl Task for TaskService {
         log::info!("shutdown {}", req.id);
         self.tm.shutdown();
         Ok(Empty::new())
-    }
-}
-
-fn wait_response(e: ExitInfo) -> WaitResponse {
-    WaitResponse {
-        exit_status: e.status,
-        exited_at: MessageField::some(timestamp(e.at)),
-        ..Default::default()
-    }
-}
-
-/// `Task.Wait` as a parked call: the reply waits in the process's waiter list.
-pub struct TaskWait {
-    tm: Arc<TaskManager>,
-}
-
-impl TaskWait {
-    pub fn new(tm: Arc<TaskManager>) -> Self {
-        TaskWait { tm }
-    }
-}
-
-/// A parked Wait's reply.
-struct WaitReply(Responder);
-
-impl ExitWaiter for WaitReply {
-    fn exited(self: Box<Self>, exit: ExitInfo) {
-        self.0.send(Ok(wait_response(exit)));
-    }
-    fn is_listening(&self) -> bool {
-        self.0.is_listening()
-    }
-}
-
-impl ParkedMethod for TaskWait {
-    fn call(&self, payload: &[u8], reply: Responder) {
-        let req = match WaitRequest::parse_from_bytes(payload) {
-            Ok(r) => r,
-            Err(e) => {
-                return reply
-                    .send::<WaitResponse>(Err(
-                        Error::invalid(format!("wait: bad request: {e}")).into()
-                    ));
-            }
-        };
-        // An unknown process is answered at once; otherwise the reply is parked.
-        match self.tm.waitable(&req.id, &req.exec_id) {
-            Ok(p) => p.wait(Box::new(WaitReply(reply))),
-            Err(e) => reply.send::<WaitResponse>(Err(e.into())),
-        }
     }
 }
 
