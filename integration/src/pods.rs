@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use crate::cri::*;
 use crate::{BUSYBOX, HANDLER, Runtime, cri_clients, shim_daemons_for};
 
-/// The namespace options the kubelet sends for an ordinary pod (pod network and IPC).
-fn namespaces() -> NamespaceOption {
+/// The namespace options the kubelet sends for an ordinary pod (pod network and IPC); the
+/// kubelet repeats them in each container's config.
+pub fn namespaces() -> NamespaceOption {
     NamespaceOption {
         network: NamespaceMode::Pod as i32,
         pid: NamespaceMode::Container as i32,

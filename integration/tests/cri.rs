@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rsandbox_integration::cri::*;
+use rsandbox_integration::pods::{self, container_config};
 use rsandbox_integration::*;
 
 type R = Result<(), String>;
@@ -24,63 +25,15 @@ fn e<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     move |err| format!("{what}: {err}")
 }
 
+/// The harness's minimal pod config, with a DNS config (the pod's resolv.conf is checked).
 fn pod_config(name: &str, log_dir: &Path) -> PodSandboxConfig {
     PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "rsandbox-it".into(),
-            attempt: 0,
-        }),
-        hostname: name.into(),
-        log_directory: log_dir.to_string_lossy().into_owned(),
         dns_config: Some(DnsConfig {
             servers: vec!["10.88.0.53".into(), "10.88.0.54".into()],
             searches: vec!["svc.rsandbox.test".into(), "rsandbox.test".into()],
             options: vec!["ndots:5".into(), "timeout:1".into()],
         }),
-        linux: Some(LinuxPodSandboxConfig {
-            security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(NamespaceOption {
-                    network: NamespaceMode::Pod as i32,
-                    pid: NamespaceMode::Container as i32,
-                    ipc: NamespaceMode::Pod as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn container_config(name: &str, cmd: &[&str]) -> ContainerConfig {
-    ContainerConfig {
-        metadata: Some(ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(ImageSpec {
-            image: BUSYBOX.into(),
-            ..Default::default()
-        }),
-        command: cmd.iter().map(|s| s.to_string()).collect(),
-        log_path: format!("{name}.log"),
-        // as the kubelet: the container's namespace options repeat the pod's
-        linux: Some(LinuxContainerConfig {
-            security_context: Some(LinuxContainerSecurityContext {
-                namespace_options: Some(NamespaceOption {
-                    network: NamespaceMode::Pod as i32,
-                    pid: NamespaceMode::Container as i32,
-                    ipc: NamespaceMode::Pod as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
+        ..pods::pod_config(name, log_dir)
     }
 }
 
