@@ -5,7 +5,8 @@
 #   2. cargo clippy --all-targets -- -D warnings (with Cargo.toml's [lints])
 #   3. hack/check-cycles.sh: module dependencies (cni/ self-contained, no
 #      import cycles)
-#   4. cargo machete: no unused dependency (installed by hack/setup.sh)
+#   4. cargo machete: no unused dependency (hack/setup.sh installs it; on a
+#      fresh machine, where it is missing, hack/setup.sh runs first)
 #   5. cargo test -- --include-ignored (unit tests, the root-only ones too)
 #   6. hack/build.sh: release shim, installed into the bench prefix
 #   7. hack/setup.sh: the bench set up (idempotent, ~1 s when done) and
@@ -51,6 +52,10 @@ section "module dependencies (hack/check-cycles.sh)"
 hack/check-cycles.sh
 
 section "unused dependencies (cargo machete)"
+if ! command -v cargo-machete >/dev/null; then
+	log "cargo-machete is missing (a fresh machine): hack/setup.sh first"
+	hack/setup.sh
+fi
 command -v cargo-machete >/dev/null || die "cargo-machete is not installed: run hack/setup.sh"
 cargo machete --skip-target-dir
 
