@@ -54,7 +54,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 pub fn process_start_ticks(pid: i32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // comm (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
     rest.split(' ').nth(19)?.parse().ok()
 }
 
