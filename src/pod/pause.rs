@@ -131,22 +131,25 @@ enum Step {
 }
 
 impl Step {
+    /// Every step, in the child's order.
+    const ALL: [Step; 10] = [
+        Step::JoinNetns,
+        Step::SetHostname,
+        Step::OpenSysctl,
+        Step::WriteSysctl,
+        Step::DropCapabilities,
+        Step::SetGroups,
+        Step::SetGid,
+        Step::SetUid,
+        Step::NoNewPrivs,
+        Step::BlockSignals,
+    ];
+
     fn from_wire(b: u8) -> Step {
-        [
-            Step::JoinNetns,
-            Step::SetHostname,
-            Step::OpenSysctl,
-            Step::WriteSysctl,
-            Step::DropCapabilities,
-            Step::SetGroups,
-            Step::SetGid,
-            Step::SetUid,
-            Step::NoNewPrivs,
-            Step::BlockSignals,
-        ]
-        .into_iter()
-        .find(|s| *s as u8 == b)
-        .unwrap_or(Step::Unknown)
+        Step::ALL
+            .into_iter()
+            .find(|s| *s as u8 == b)
+            .unwrap_or(Step::Unknown)
     }
 
     fn describe(self) -> &'static str {
@@ -871,18 +874,7 @@ mod tests {
 
     #[test]
     fn every_step_survives_the_wire() {
-        for s in [
-            Step::JoinNetns,
-            Step::SetHostname,
-            Step::OpenSysctl,
-            Step::WriteSysctl,
-            Step::DropCapabilities,
-            Step::SetGroups,
-            Step::SetGid,
-            Step::SetUid,
-            Step::NoNewPrivs,
-            Step::BlockSignals,
-        ] {
+        for s in Step::ALL {
             assert_eq!(Step::from_wire(s as u8), s);
         }
         assert_eq!(Step::from_wire(200), Step::Unknown);
