@@ -990,6 +990,72 @@ mod tests {
         }
     }
 
+    /// One request frame for `/containerd.task.v3.Task/<method>` with a ConnectRequest body.
+    fn request_frame(stream_id: u32, method: &str, id: &str) -> Vec<u8> {
+        let body = Request {
+            service: "containerd.task.v3.Task".into(),
+            method: method.into(),
+            payload: protobuf::Message::write_to_bytes(&ConnectRequest {
+                id: id.into(),
+                ..Default::default()
+            })
+            .unwrap(),
+            ..Default::default()
+        }
+        .encode()
+        .unwrap();
+        crate::wire::encode_frame(stream_id, MESSAGE_TYPE_REQUEST, &body)
+    }
+
+    #[test]
+    fn ten_thousand_parked_calls_on_one_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let parker = Arc::new(Parker::default());
+        let (addr, handle) = serve_with(dir.path(), Some(parker.clone()));
+        let mut conn = UnixStream::connect(addr.trim_start_matches("unix://")).unwrap();
+        const N: u32 = 10_000;
+        let mut frames = Vec::new();
+        for i in 0..N {
+            frames.extend(request_frame(2 * i + 1, "Wait", "park"));
+        }
+        conn.write_all(&frames).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while parker.parked.lock().unwrap().len() < N as usize {
+            assert!(Instant::now() < deadline, "calls did not all arrive");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            handle.workers() <= 1,
+            "{} workers for parked calls",
+            handle.workers()
+        );
+        // A call behind ten thousand parked ones is answered at once.
+        let start = Instant::now();
+        conn.write_all(&request_frame(2 * N + 1, "Connect", "state"))
+            .unwrap();
+        let (h, _) = crate::wire::read_frame(&mut conn).unwrap();
+        assert_eq!(h.stream_id, 2 * N + 1);
+        assert!(
+            start.elapsed() < Duration::from_millis(200),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(parker.release(), N as usize);
+        let mut answered = std::collections::HashSet::new();
+        for _ in 0..N {
+            let (h, body) = crate::wire::read_frame(&mut conn).unwrap();
+            let res = <Response as Codec>::decode(&body).unwrap();
+            let r: ConnectResponse = protobuf::Message::parse_from_bytes(&res.payload).unwrap();
+            assert_eq!(r.version, "released");
+            answered.insert(h.stream_id);
+        }
+        assert_eq!(
+            answered.len(),
+            N as usize,
+            "every parked call answered once"
+        );
+    }
+
     #[test]
     fn a_parked_method_may_answer_at_once_and_a_reply_after_close_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
