@@ -83,17 +83,21 @@ impl TaskManager {
             }
         }
         p.release_io();
+        self.publish_held_exit(p);
         let (exit, wakeup) = p.state().delete();
         wakeup.wake();
         exit
     }
 }
 
-/// A process that runs (or whose exit is not visible yet) cannot be deleted.
+/// A process that runs cannot be deleted. One that ended but whose exit is still held (its
+/// terminal output flushing, an init waiting for its execs) can: Delete publishes that exit
+/// first ([`TaskManager::publish_held_exit`]), so nothing is left behind when a pod is torn
+/// down at that moment.
 fn refuse_if_running(p: &Process) -> Result<()> {
     let st = p.state();
     let running = match st.phase() {
-        Phase::Starting | Phase::Running | Phase::Paused => true,
+        Phase::Starting | Phase::Running | Phase::Paused => !st.has_ended(),
         // An init that was created but never started is deleted with `runc delete --force`.
         Phase::Created | Phase::Exited(_) | Phase::FailedToStart(_) | Phase::Deleted(_) => false,
     };

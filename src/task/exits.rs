@@ -106,15 +106,21 @@ impl TaskManager {
         let pid = st.pid();
         let wakeup = st.publish_exit();
         if let Some(exit) = st.visible_exit() {
-            self.events.publish(Event::Exit(TaskExit {
-                container_id: p.container_id().to_string(),
-                id: p.event_id().to_string(),
-                pid: pid as u32,
-                exit_status: exit.status,
-                exited_at: MessageField::some(timestamp(exit.at)),
-                ..Default::default()
-            }));
+            self.events.publish(exit_event(p, pid, exit));
         }
+        drop(st);
+        wakeup.wake();
+    }
+
+    /// Delete of a process whose exit is still held: its TaskExit goes out now, so that
+    /// TaskExit still comes before TaskDelete.
+    pub(super) fn publish_held_exit(&self, p: &Process) {
+        let mut st = p.state();
+        let pid = st.pid();
+        let Some((exit, wakeup)) = st.release_held_exit() else {
+            return;
+        };
+        self.events.publish(exit_event(p, pid, exit));
         drop(st);
         wakeup.wake();
     }
@@ -141,4 +147,16 @@ impl TaskManager {
             }
         }
     }
+}
+
+/// The TaskExit of `p`.
+fn exit_event(p: &Process, pid: i32, exit: ExitInfo) -> Event {
+    Event::Exit(TaskExit {
+        container_id: p.container_id().to_string(),
+        id: p.event_id().to_string(),
+        pid: pid as u32,
+        exit_status: exit.status,
+        exited_at: MessageField::some(timestamp(exit.at)),
+        ..Default::default()
+    })
 }

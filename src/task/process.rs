@@ -220,6 +220,16 @@ impl ProcState {
         }
     }
 
+    /// An exit the reaper saw that is still held back (not during Start), for Delete to make
+    /// visible first: → Exited.
+    pub fn release_held_exit(&mut self) -> Option<(ExitInfo, Wakeup)> {
+        let exit = match self.phase {
+            Phase::Created | Phase::Running | Phase::Paused => self.reaped?,
+            _ => return None,
+        };
+        Some((exit, self.set_terminal(Phase::Exited(exit))))
+    }
+
     /// → Deleted; returns the exit Delete reports.
     pub fn delete(&mut self) -> (ExitInfo, Wakeup) {
         let exit = self.known_exit().unwrap_or_else(ExitInfo::unknown);
@@ -525,5 +535,19 @@ mod tests {
         assert!(!st.reap(exit(9)));
         assert_eq!(st.publishable_exit(), None);
         assert_eq!(st.visible_exit(), Some(exit(2)));
+    }
+
+    #[test]
+    fn a_held_exit_can_be_released_for_delete() {
+        let mut st = ProcState::new(false); // a terminal: the exit waits for the flush
+        st.begin_start().unwrap();
+        st.started(3);
+        assert!(st.release_held_exit().is_none(), "nothing reaped yet");
+        st.reap(exit(9));
+        assert_eq!(st.publishable_exit(), None);
+        let (e, w) = st.release_held_exit().unwrap();
+        w.wake();
+        assert_eq!((e, st.phase()), (exit(9), Phase::Exited(exit(9))));
+        assert!(st.release_held_exit().is_none());
     }
 }

@@ -1374,3 +1374,33 @@ fn close_io_during_an_exec_start_still_ends_its_stdin() {
         "the process must read EOF: no client holds the fifo and CloseIO came"
     );
 }
+
+#[test]
+fn deleting_a_container_whose_exit_is_held_publishes_it_first() {
+    let f = fixture();
+    let init = running(&f, "t1");
+    f.exec("t1", "e1").unwrap();
+    f.start("t1", "e1").unwrap();
+    // The init ended, but its exit waits for its exec's (which never came: a pod torn down
+    // right now). Delete must not be refused, and TaskExit still precedes TaskDelete.
+    f.exit(init, 137);
+    assert_eq!(
+        f.tm.state("t1", "").unwrap().status,
+        crate::task::Status::Running
+    );
+    f.svc
+        .delete(
+            &ctx(),
+            DeleteRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let topics = f.events.topics();
+    assert_eq!(
+        &topics[topics.len() - 2..],
+        ["/tasks/exit", "/tasks/delete"]
+    );
+    assert!(f.tm.is_empty());
+}
