@@ -97,6 +97,8 @@ pub fn start(
         shim_cgroup::join(cgroups, cgroup, pid)
             .with_context(|| format!("move the shim into ShimCgroup {cgroup:?}"))?;
     }
+    adjust_oom_score(pid, std::os::unix::process::parent_id())
+        .context("adjust the shim's OOM score")?;
     write_file_atomic(
         &bundle.join(SHIM_PID_FILE),
         pid.to_string().as_bytes(),
@@ -106,6 +108,25 @@ pub fn start(
     record_address(bundle, &address, &dir)?;
     guard.disarm();
     Ok(address)
+}
+
+/// As containerd's runc shim: the daemon's `oom_score_adj` is containerd's (our parent's) plus
+/// one, so that under memory pressure the kernel picks a shim before containerd. Raising a
+/// score needs no privilege; where the kernel refuses anyway (a user namespace), the score
+/// stays as inherited.
+fn adjust_oom_score(pid: u32, parent: u32) -> Result<()> {
+    let path = format!("/proc/{parent}/oom_score_adj");
+    let score: i32 = std::fs::read_to_string(&path)
+        .with_context(|| format!("read {path}"))?
+        .trim()
+        .parse()
+        .map_err(|e| Error::internal(format!("{path}: {e}")))?;
+    let target = (score + 1).min(1000);
+    match std::fs::write(format!("/proc/{pid}/oom_score_adj"), target.to_string()) {
+        Ok(()) => Ok(()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => Ok(()),
+        Err(e) => Err(Error::from(e).context(format!("set /proc/{pid}/oom_score_adj"))),
+    }
 }
 
 /// Saves our address (and a non-default socket dir) in the bundle for `delete`.
@@ -140,8 +161,6 @@ fn spawn_daemon(
             address,
         ])
         .env("TTRPC_ADDRESS", &params.ttrpc_address)
-        // One malloc arena: the daemon's threads mostly sleep; per-thread arenas only cost memory.
-        .env("MALLOC_ARENA_MAX", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -480,5 +499,29 @@ mod tests {
                 .unwrap_or(false)
         });
         assert!(!alive);
+    }
+
+    #[test]
+    fn the_daemon_gets_its_parents_oom_score_plus_one() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let me = std::process::id();
+        let mine: i32 = std::fs::read_to_string(format!("/proc/{me}/oom_score_adj"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        adjust_oom_score(child.id(), me).unwrap();
+        let theirs: i32 = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", child.id()))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(theirs, (mine + 1).min(1000));
+        assert!(adjust_oom_score(child.id(), 0).is_err(), "no such parent");
     }
 }
