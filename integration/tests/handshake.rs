@@ -335,7 +335,16 @@ fn start_speaks_the_2_3_protocol_and_delete_removes_the_killed_shims_socket() {
     assert_eq!(path.parent(), Some(sockets.as_path()));
     assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
     let pid = started.pid().expect("shim.pid");
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    // spawn() returns once the exec has closed the CLOEXEC fds, a moment before the kernel
+    // lays out the new stack: until then /proc/<pid>/environ reads empty.
+    let mut environ = Vec::new();
+    for _ in 0..200 {
+        environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        if !environ.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     assert!(
         environ
             .split(|b| *b == 0)
