@@ -26,6 +26,10 @@ use crate::runtime::RuncConfig;
 use crate::sync::{Lock, Wait};
 use crate::task::{LinuxHost, TaskDeps, TaskManager};
 
+/// After the last reply, how long the daemon waits for its peers to close their connections
+/// (containerd does at once; a client that never does only delays our exit by this much).
+const PEERS_HANG_UP: Duration = Duration::from_secs(1);
+
 /// Set once when the shim should exit.
 #[derive(Default)]
 pub struct ExitSignal {
@@ -216,7 +220,14 @@ pub fn serve(flags: &Flags) -> Result<()> {
     // working without the file).
     let _ = std::fs::remove_file(flags.socket.trim_start_matches("unix://"));
     log::info!("shim {} exiting", flags.id);
-    // Let the call that asked for the exit (and any other short one) send its reply.
+    // Let the call that asked for the exit (and any other short one) send its reply, then let
+    // containerd hang up first (see ServerHandle::wait_disconnected).
     handle.wait_idle(0, Duration::from_secs(2));
+    if !handle.wait_disconnected(PEERS_HANG_UP) {
+        log::debug!(
+            "shim {}: a peer kept its connection open; exiting",
+            flags.id
+        );
+    }
     Ok(())
 }

@@ -67,7 +67,27 @@ pub struct Server {
     methods: Methods,
     parked: HashMap<String, Arc<dyn ParkedMethod>>,
     pool: Arc<Pool>,
+    connections: Arc<Connections>,
     me: Weak<Server>,
+}
+
+/// How many connections are open, so that the daemon can leave the closing to its peers.
+#[derive(Default)]
+struct Connections {
+    open: Mutex<usize>,
+    changed: Condvar,
+}
+
+impl Connections {
+    fn opened(&self) {
+        *self.open.locked() += 1;
+    }
+
+    fn closed(&self) {
+        let mut open = self.open.locked();
+        *open = open.saturating_sub(1);
+        self.changed.notify_all();
+    }
 }
 
 struct Conn {
@@ -187,6 +207,7 @@ impl Server {
                 done: Condvar::new(),
                 queued: Condvar::new(),
             }),
+            connections: Arc::default(),
             me: me.clone(),
         })
     }
@@ -274,6 +295,7 @@ impl Server {
             })?;
         Ok(ServerHandle {
             pool: self.pool.clone(),
+            connections: self.connections.clone(),
         })
     }
 
@@ -297,10 +319,20 @@ impl Server {
             closed: AtomicBool::new(false),
             outbox: Mutex::default(),
         });
-        std::thread::Builder::new()
+        let connections = self.connections.clone();
+        connections.opened();
+        let spawned = std::thread::Builder::new()
             .name("conn".into())
             .stack_size(128 * 1024)
-            .spawn(move || self.read_loop(stream, conn))?;
+            .spawn(move || {
+                let connections = self.connections.clone();
+                self.read_loop(stream, conn);
+                connections.closed();
+            });
+        if let Err(e) = spawned {
+            connections.closed();
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -593,9 +625,11 @@ impl Pool {
     }
 }
 
-/// Lets the daemon wait for in-flight calls (e.g. the Shutdown reply) before it exits.
+/// Lets the daemon wait for in-flight calls (e.g. the Shutdown reply) and for its peers to
+/// hang up before it exits.
 pub struct ServerHandle {
     pool: Arc<Pool>,
+    connections: Arc<Connections>,
 }
 
 impl ServerHandle {
@@ -610,6 +644,27 @@ impl ServerHandle {
                 return false;
             }
             st = self.pool.done.wait_on_timeout(st, left).0;
+        }
+        true
+    }
+
+    /// Waits until every peer has closed its connection, at most `timeout`.
+    ///
+    /// A daemon that exits right after writing its last reply races Go's ttrpc client (1.2):
+    /// when the reply and the end of the connection arrive together, the waiting call picks
+    /// one of them at random and may fail with "ttrpc: closed" although its answer arrived
+    /// (RemovePodSandbox failed that way under load). containerd closes its connection as
+    /// soon as it has the ShutdownSandbox (or Shutdown) reply, so leaving the closing to it
+    /// costs nothing.
+    pub fn wait_disconnected(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut open = self.connections.open.locked();
+        while *open > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            open = self.connections.changed.wait_on_timeout(open, left).0;
         }
         true
     }
@@ -744,6 +799,27 @@ mod tests {
         };
         let res = client.request(req)?;
         Ok(protobuf::Message::parse_from_bytes(&res.payload).unwrap())
+    }
+
+    #[test]
+    fn the_daemon_can_wait_for_its_peers_to_hang_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, handle) = serve_with(dir.path(), None);
+        assert!(handle.wait_disconnected(Duration::ZERO), "no peer yet");
+        let mut a = UnixStream::connect(addr.trim_start_matches("unix://")).unwrap();
+        let b = UnixStream::connect(addr.trim_start_matches("unix://")).unwrap();
+        // A call answered on `a`: the peer has its reply and still holds the connection.
+        a.write_all(&request_frame(1, "Connect", "x")).unwrap();
+        let (h, _) = crate::wire::read_frame(&mut a).unwrap();
+        assert_eq!(h.stream_id, 1);
+        assert!(!handle.wait_disconnected(Duration::from_millis(50)));
+        drop(a);
+        assert!(
+            !handle.wait_disconnected(Duration::from_millis(50)),
+            "b is open"
+        );
+        drop(b);
+        assert!(handle.wait_disconnected(Duration::from_secs(10)));
     }
 
     #[test]
