@@ -119,12 +119,15 @@ impl ShimBinary {
                 )
             })?;
         guard.socket = Some(socket.clone());
-        let daemon = daemon_pid(id, &self.address)
+        let daemon = wait_for_daemon(id, &self.address)
             .ok_or_else(|| format!("start: no daemon process with -id {id}"))?;
         let pidfd = pidfd_open(daemon)?;
 
         let conn = crate::ttrpc::shutdown_task(&socket, id, NAMESPACE)
             .map_err(|e| format!("Shutdown ({}): {e}", socket.display()))?;
+        // containerd closes its connection as soon as it has the reply (rsandbox waits for
+        // that before it exits).
+        drop(conn);
         let t = Instant::now();
         if !wait_readable(&pidfd, Duration::from_secs(5)) {
             return Err(format!(
@@ -132,7 +135,6 @@ impl ShimBinary {
             ));
         }
         let exit_after_shutdown = t.elapsed();
-        drop(conn);
 
         let t = Instant::now();
         let out = self
@@ -195,6 +197,21 @@ pub fn socket_of_start_reply(out: &str) -> Option<PathBuf> {
     };
     let path = addr.strip_prefix("unix://")?;
     (!path.is_empty()).then(|| PathBuf::from(path))
+}
+
+/// [`daemon_pid`] once the daemon can be seen: `start` returns as soon as the daemon's exec has
+/// begun, a moment before the kernel shows its new command line in /proc.
+fn wait_for_daemon(id: &str, address: &Path) -> Option<i32> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        if let Some(pid) = daemon_pid(id, address) {
+            return Some(pid);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// The daemon of the actions' shim `id` (not a forked child of it).
