@@ -781,6 +781,17 @@ mod tests {
         (format!("unix://{}", path.display()), handle)
     }
 
+    /// One Connect call; [`Echo`] answers with `version` = `id` ("slow" takes 1.5 s).
+    fn connect(task: &TaskClient, id: &str) -> ttrpc::Result<ConnectResponse> {
+        task.connect(
+            ttrpc::context::with_timeout(0),
+            &ConnectRequest {
+                id: id.into(),
+                ..Default::default()
+            },
+        )
+    }
+
     fn serve(dir: &std::path::Path) -> String {
         serve_with(dir, None).0
     }
@@ -828,15 +839,7 @@ mod tests {
         let addr = serve(dir.path());
         let client = ttrpc::Client::connect(&addr).unwrap();
         let task = TaskClient::new(client.clone());
-        let r = task
-            .connect(
-                ttrpc::context::with_timeout(0),
-                &ConnectRequest {
-                    id: "a".into(),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let r = connect(&task, "a").unwrap();
         assert_eq!((r.shim_pid, r.version.as_str()), (7, "a"));
 
         // The same method under the v2 service name, through a raw request.
@@ -871,27 +874,10 @@ mod tests {
         let addr = serve(dir.path());
         let task = TaskClient::new(ttrpc::Client::connect(&addr).unwrap());
         let t2 = task.clone();
-        let slow = std::thread::spawn(move || {
-            t2.connect(
-                ttrpc::context::with_timeout(0),
-                &ConnectRequest {
-                    id: "slow".into(),
-                    ..Default::default()
-                },
-            )
-            .unwrap()
-        });
+        let slow = std::thread::spawn(move || connect(&t2, "slow").unwrap());
         std::thread::sleep(Duration::from_millis(50));
         let start = Instant::now();
-        let r = task
-            .connect(
-                ttrpc::context::with_timeout(0),
-                &ConnectRequest {
-                    id: "fast".into(),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let r = connect(&task, "fast").unwrap();
         assert_eq!(r.version, "fast");
         assert!(
             start.elapsed() < Duration::from_millis(750),
@@ -932,26 +918,12 @@ mod tests {
         let slow: Vec<_> = (0..INSTANT_WORKERS)
             .map(|_| {
                 let t = task.clone();
-                std::thread::spawn(move || {
-                    let req = ConnectRequest {
-                        id: "slow".into(),
-                        ..Default::default()
-                    };
-                    t.connect(ttrpc::context::with_timeout(0), &req).unwrap()
-                })
+                std::thread::spawn(move || connect(&t, "slow").unwrap())
             })
             .collect();
         std::thread::sleep(Duration::from_millis(50));
         let start = Instant::now();
-        let r = task
-            .connect(
-                ttrpc::context::with_timeout(0),
-                &ConnectRequest {
-                    id: "fast".into(),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let r = connect(&task, "fast").unwrap();
         assert_eq!(r.version, "fast");
         assert!(
             start.elapsed() < Duration::from_millis(750),
@@ -975,13 +947,7 @@ mod tests {
                 let task = TaskClient::new(client.clone());
                 std::thread::Builder::new()
                     .stack_size(64 * 1024)
-                    .spawn(move || {
-                        let req = ConnectRequest {
-                            id: format!("c{i}"),
-                            ..Default::default()
-                        };
-                        task.connect(ttrpc::context::with_timeout(0), &req).unwrap()
-                    })
+                    .spawn(move || connect(&task, &format!("c{i}")).unwrap())
                     .unwrap()
             })
             .collect();
@@ -1004,13 +970,7 @@ mod tests {
         let calls: Vec<_> = (0..RENDEZVOUS)
             .map(|_| {
                 let t = task.clone();
-                std::thread::spawn(move || {
-                    let req = ConnectRequest {
-                        id: "rendezvous".into(),
-                        ..Default::default()
-                    };
-                    t.connect(ttrpc::context::with_timeout(0), &req)
-                })
+                std::thread::spawn(move || connect(&t, "rendezvous"))
             })
             .collect();
         for c in calls {
@@ -1047,15 +1007,7 @@ mod tests {
         // Another call on the same connection is answered right away.
         let task = TaskClient::new(client.clone());
         let start = Instant::now();
-        let r = task
-            .connect(
-                ttrpc::context::with_timeout(0),
-                &ConnectRequest {
-                    id: "state".into(),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let r = connect(&task, "state").unwrap();
         assert_eq!(r.version, "state");
         assert!(
             start.elapsed() < Duration::from_millis(500),

@@ -276,6 +276,16 @@ impl Fixture {
         )
     }
 
+    fn state(&self, id: &str) -> ttrpc::Result<StateResponse> {
+        self.svc.state(
+            &ctx(),
+            StateRequest {
+                id: id.into(),
+                ..Default::default()
+            },
+        )
+    }
+
     fn exit(&self, pid: u32, status: i32) {
         self.tm.on_exit(Exit {
             pid: pid as i32,
@@ -311,16 +321,7 @@ fn lifecycle_publishes_events_in_order_and_cleans_up() {
     let pid = f.create("t1").unwrap().pid;
     assert!(pid as i32 >= FAKE_PID_BASE);
     assert_eq!(f.host.mounted.lock().unwrap().len(), 1);
-    let st = f
-        .svc
-        .state(
-            &ctx(),
-            StateRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let st = f.state("t1").unwrap();
     assert_eq!(
         st.status.enum_value().unwrap(),
         containerd_shim_protos::types::task::Status::CREATED
@@ -331,16 +332,7 @@ fn lifecycle_publishes_events_in_order_and_cleans_up() {
     let waiter = std::thread::spawn(move || tm.wait_blocking("t1", "").unwrap());
     f.exit(pid, 3);
     assert_eq!(waiter.join().unwrap().status, 3);
-    let st = f
-        .svc
-        .state(
-            &ctx(),
-            StateRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let st = f.state("t1").unwrap();
     assert_eq!(
         st.status.enum_value().unwrap(),
         containerd_shim_protos::types::task::Status::STOPPED
@@ -376,16 +368,7 @@ fn lifecycle_publishes_events_in_order_and_cleans_up() {
         f.host.runtime.calls(),
         ["create t1", "start t1", "delete t1 true"]
     );
-    assert_eq!(
-        code(f.svc.state(
-            &ctx(),
-            StateRequest {
-                id: "t1".into(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
-    );
+    assert_eq!(code(f.state("t1")), Code::NOT_FOUND);
 }
 
 #[test]
@@ -812,16 +795,7 @@ fn pause_resume_update_stats_and_checkpoint() {
             },
         )
         .unwrap();
-    let st = f
-        .svc
-        .state(
-            &ctx(),
-            StateRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let st = f.state("t1").unwrap();
     assert_eq!(
         st.status.enum_value().unwrap(),
         containerd_shim_protos::types::task::Status::PAUSED
