@@ -68,6 +68,13 @@ pub fn log_lines(needle: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// Fails the test with `res`'s error and the containerd log lines that mention `id`.
+pub fn expect_ok<E: std::fmt::Display>(id: &str, res: Result<(), E>) {
+    if let Err(e) = res {
+        panic!("{e}\n--- containerd log ---\n{}", log_lines(id, 20));
+    }
+}
+
 /// A unique ID for this test: `it-<name>-<pid>`, lower case.
 pub fn unique_id(name: &str) -> String {
     format!("it-{}-{}", name.replace('_', "-"), std::process::id())

@@ -520,9 +520,7 @@ async fn shim_cgroup_moves_the_shim() {
     let errs = stop_and_shutdown(&mut c, &id).await;
     drop(netns);
     drop(cgroup);
-    if let Err(e) = res {
-        panic!("{e}\n--- containerd log ---\n{}", log_lines(&id, 20));
-    }
+    expect_ok(&id, res);
     assert!(errs.is_empty(), "{errs:?}");
     g.assert_clean(&[id]);
 }
@@ -629,8 +627,6 @@ async fn killed_pod_shim_leaves_no_socket() {
     // The shim is gone: containerd answers Shutdown with NotFound; nothing else to check.
     let _ = stop_and_shutdown(&mut c, &id).await;
     drop(netns);
-    if let Err(e) = res {
-        panic!("{e}\n--- containerd log ---\n{}", log_lines(&id, 20));
-    }
+    expect_ok(&id, res);
     g.assert_clean(&[id]);
 }

@@ -163,9 +163,7 @@ async fn sandbox_without_netns_gets_a_shim_owned_network() {
     .await;
     let errs = stop_and_shutdown(&mut c, &id).await;
     drop_store_record(&id).await;
-    if let Err(e) = res {
-        panic!("{e}\n--- containerd log ---\n{}", log_lines(&id, 20));
-    }
+    expect_ok(&id, res);
     assert!(errs.is_empty(), "{errs:?}");
     // netns, veth, lease, cache entry: all gone.
     g.assert_clean(&[id, cid]);
@@ -433,9 +431,7 @@ async fn no_cni_config_gives_a_loopback_only_sandbox() {
     .await;
     let errs = stop_and_shutdown(&mut c, &id).await;
     drop_store_record(&id).await;
-    if let Err(e) = res {
-        panic!("{e}\n--- containerd log ---\n{}", log_lines(&id, 20));
-    }
+    expect_ok(&id, res);
     assert!(errs.is_empty(), "{errs:?}");
     g.assert_clean(&[id, cid]);
 }
@@ -491,9 +487,7 @@ async fn without_shim_networking_a_sandbox_without_pod_config_uses_the_host_netw
     .await;
     let errs = stop_and_shutdown(&mut c, &id).await;
     drop_store_record(&id).await;
-    if let Err(e) = res {
-        panic!("{e}\n--- containerd log ---\n{}", log_lines(&id, 20));
-    }
+    expect_ok(&id, res);
     assert!(errs.is_empty(), "{errs:?}");
     g.assert_clean(&[id, cid]);
 }

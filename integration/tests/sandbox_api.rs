@@ -70,9 +70,7 @@ async fn controller_lifecycle_with_a_netns() {
     .await;
     let errs = stop_and_shutdown(&mut c, &id).await;
     drop(netns);
-    if let Err(e) = res {
-        panic!("{e}\n--- containerd log ---\n{}", log_lines(&id, 20));
-    }
+    expect_ok(&id, res);
     assert!(errs.is_empty(), "{errs:?}");
     g.assert_clean(&[id]);
 }
@@ -141,9 +139,7 @@ async fn the_pause_process_is_recognisable() {
     .await;
     let errs = stop_and_shutdown(&mut c, &id).await;
     drop(netns);
-    if let Err(e) = res {
-        panic!("{e}\n--- containerd log ---\n{}", log_lines(&id, 20));
-    }
+    expect_ok(&id, res);
     assert!(errs.is_empty(), "{errs:?}");
     g.assert_clean(&[id]);
 }

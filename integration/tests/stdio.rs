@@ -38,9 +38,7 @@ where
         };
         body(&mut api, &id, &dir).await
     };
-    if let Err(e) = res {
-        panic!("{e}\n--- containerd log ---\n{}", log_lines(&id, 20));
-    }
+    expect_ok(&id, res);
     g.assert_clean(&[id]);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -45,9 +45,7 @@ where
         .unwrap_or_else(|e| panic!("{e}\n{}", log_lines(&name, 20)));
     let res = body(&mut pod).await;
     let cleanup = pod.remove_or_kill().await;
-    if let Err(e) = res {
-        panic!("{e}\n--- containerd log ---\n{}", log_lines(&pod.id, 20));
-    }
+    expect_ok(&pod.id, res);
     cleanup.unwrap_or_else(|e| panic!("clean-up: {e}"));
     let mut ids = pod.ids();
     ids.push(name);

@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rsandbox_integration::Runtime;
 use rsandbox_integration::cri::*;
-use rsandbox_integration::{BUSYBOX, Runtime};
+use rsandbox_integration::pods::{container_config, namespaces};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -92,29 +93,6 @@ impl Cri {
     }
 
     /// A busybox container sleeping for an hour, as the kubelet would ask for it.
-    fn container_config(name: &str) -> ContainerConfig {
-        ContainerConfig {
-            metadata: Some(ContainerMetadata {
-                name: name.into(),
-                attempt: 0,
-            }),
-            image: Some(ImageSpec {
-                image: BUSYBOX.into(),
-                ..Default::default()
-            }),
-            command: vec!["sleep".into(), "3600".into()],
-            log_path: format!("{name}.log"),
-            linux: Some(LinuxContainerConfig {
-                security_context: Some(LinuxContainerSecurityContext {
-                    namespace_options: Some(namespaces()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
     async fn run_pod(
         &self,
         handler: &str,
@@ -146,7 +124,7 @@ impl Cri {
         let mut rt = self.rt.clone();
         let (r, d) = timed(rt.create_container(CreateContainerRequest {
             pod_sandbox_id: pod.into(),
-            config: Some(Self::container_config("sleeper")),
+            config: Some(container_config("sleeper", &["sleep", "3600"])),
             sandbox_config: Some(config.clone()),
         }))
         .await;
@@ -450,16 +428,6 @@ impl Cri {
 
 fn label_selector() -> std::collections::HashMap<String, String> {
     [(LABEL.0.to_string(), LABEL.1.to_string())].into()
-}
-
-/// Pod-level network and IPC, a PID namespace per container: what the kubelet asks by default.
-fn namespaces() -> NamespaceOption {
-    NamespaceOption {
-        network: NamespaceMode::Pod as i32,
-        pid: NamespaceMode::Container as i32,
-        ipc: NamespaceMode::Pod as i32,
-        ..Default::default()
-    }
 }
 
 /// Waits for every task; the first error wins (the others still finish: their pods are
