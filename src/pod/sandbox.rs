@@ -39,6 +39,8 @@ pub trait PodHost: Send + Sync {
     fn remove_files(&self, dir: &Path) -> Result<()>;
     fn mount_shm(&self, path: &Path) -> Result<()>;
     fn unmount_shm(&self, path: &Path) -> Result<()>;
+    /// Checks that `path` is a network namespace, without blocking (a client's `netns_path`).
+    fn check_netns(&self, path: &Path) -> Result<()>;
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32>;
     fn join_cgroup(&self, parent: &Path, pid: i32) -> Result<PodCgroup>;
     fn remove_cgroup(&self, cg: &PodCgroup);
@@ -183,12 +185,15 @@ impl SandboxManager {
         check_abs_dir("bundle", &req.bundle)?;
         if let Some(ns) = &req.netns {
             check_abs_path("netns_path", ns)?;
-            if !ns.exists() {
-                return Err(Error::invalid(format!(
-                    "netns_path {} does not exist",
-                    ns.display()
-                )));
-            }
+            // Opened without blocking and checked: a fifo or a regular file given as
+            // netns_path is refused here, not waited on (or failed on late in StartSandbox).
+            self.host.check_netns(ns).map_err(|e| {
+                if e.kind() == crate::error::Kind::NotFound {
+                    Error::invalid(format!("netns_path {} does not exist", ns.display()))
+                } else {
+                    Error::invalid(format!("netns_path: {}", e.message()))
+                }
+            })?;
         }
         let provider = self.network.clone().filter(|_| self.network_for_pods);
         let mut req = req;
@@ -316,8 +321,13 @@ impl SandboxManager {
                 "sandbox {id} was already started"
             )));
         }
-        let cfg =
-            PauseConfig::for_pod(id, &s.spec, s.netns.as_deref(), self.host.sysctl_defaults());
+        let cfg = PauseConfig::for_pod(
+            id,
+            &s.spec,
+            s.netns.as_deref(),
+            self.host.sysctl_defaults(),
+            &s.bundle,
+        );
         // Subscribed before the fork: an exit of the pause process before its pid is stored
         // below is caught here, never lost (and never confused with a recycled pid).
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
@@ -387,8 +397,12 @@ impl SandboxManager {
         if s.exit.is_some() {
             return Vec::new();
         }
+        // A status the pause program exits with when its own set-up fails says which step.
+        let why = super::pause_image::describe_exit(exit.status)
+            .map(|w| format!(" (the pause program could not {w})"))
+            .unwrap_or_default();
         log::info!(
-            "sandbox {}: pause process {} exited with status {}",
+            "sandbox {}: pause process {} exited with status {}{why}",
             s.id,
             exit.pid,
             exit.status
@@ -607,13 +621,7 @@ fn check_abs_path(what: &str, p: &Path) -> Result<()> {
 
 fn check_abs_dir(what: &str, p: &Path) -> Result<()> {
     check_abs_path(what, p)?;
-    if !p.is_dir() {
-        return Err(Error::invalid(format!(
-            "{what} {} is not a directory",
-            p.display()
-        )));
-    }
-    Ok(())
+    crate::client_paths::check_dir(what, p)
 }
 
 /// Makes a container that asks for new network, IPC or UTS namespaces (and a new PID namespace
@@ -704,6 +712,9 @@ impl PodHost for LinuxPodHost {
     }
     fn unmount_shm(&self, path: &Path) -> Result<()> {
         super::files::unmount_shm(path).map_err(Error::from)
+    }
+    fn check_netns(&self, path: &Path) -> Result<()> {
+        crate::client_paths::open_netns(path).map(drop)
     }
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32> {
         super::pause::spawn(cfg)

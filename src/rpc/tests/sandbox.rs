@@ -72,6 +72,17 @@ impl PodHost for FakePodHost {
         self.log("unmount_shm".into());
         Ok(())
     }
+    fn check_netns(&self, path: &Path) -> Result<()> {
+        // The real check (client_paths::open_netns) is tested on its own; here any file is a
+        // netns and a missing one is NotFound, as there.
+        if !path.exists() {
+            return Err(crate::error::Error::not_found(format!(
+                "{}",
+                path.display()
+            )));
+        }
+        Ok(())
+    }
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32> {
         if *self.fail_pause.lock().unwrap() {
             return Err(crate::error::Error::internal(
@@ -978,6 +989,7 @@ fn host_network_pod_keeps_the_host_network_and_uts() {
             hostname: None,
             sysctls: vec![],
             pod_id: "pod1".into(),
+            root_mountpoint: cfg.root_mountpoint.clone(),
         },
         "pause in the host netns and UTS, no default net.* sysctls written into the host's"
     );
