@@ -46,6 +46,8 @@ pub trait PodHost: Send + Sync {
     fn remove_cgroup(&self, cg: &PodCgroup);
     fn kill(&self, pid: i32);
     fn metrics(&self, pid: i32) -> Result<Any>;
+    /// The cgroup of `pid` relative to its hierarchy (the one the pod cgroup is managed in).
+    fn cgroup_path(&self, pid: i32) -> Option<String>;
     /// Which of containerd's default pod sysctls this host accepts (detected once at start-up).
     fn sysctl_defaults(&self) -> SysctlDefaults;
 }
@@ -563,6 +565,28 @@ impl SandboxManager {
         Ok(())
     }
 
+    /// The OCI spec of the running sandbox, for `StartSandboxResponse.spec` (see
+    /// [`super::sandbox_spec`]).
+    pub fn sandbox_spec(&self, id: &str) -> Result<serde_json::Value> {
+        let s = match self.lock().as_ref() {
+            Some(s) if s.id == id => s.clone(),
+            _ => return Err(Error::not_found(format!("sandbox {id} not found"))),
+        };
+        if s.pid == 0 {
+            return Err(Error::precondition(format!("sandbox {id} was not started")));
+        }
+        let cgroups_path = self.host.cgroup_path(s.pid);
+        Ok(super::sandbox_spec::build(
+            super::sandbox_spec::RunningPod {
+                id,
+                spec: &s.spec,
+                pid: s.pid,
+                netns: s.netns.as_deref(),
+                cgroups_path: cgroups_path.as_deref(),
+            },
+        ))
+    }
+
     /// Pod statistics from the pause process's cgroup.
     pub fn metrics(&self, id: &str) -> Result<Any> {
         let s = self.get(id).context("sandbox metrics")?;
@@ -741,6 +765,10 @@ impl PodHost for LinuxPodHost {
     }
     fn metrics(&self, pid: i32) -> Result<Any> {
         crate::cgroups::CgroupPaths::of_pid(pid, self.unified)?.metrics()
+    }
+    fn cgroup_path(&self, pid: i32) -> Option<String> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        super::sandbox_spec::cgroups_path_from_proc(&text, self.unified)
     }
     fn sysctl_defaults(&self) -> SysctlDefaults {
         self.sysctl_defaults
