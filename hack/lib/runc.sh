@@ -18,7 +18,17 @@ RSANDBOX_RUNC=${RSANDBOX_RUNC:-1.1}
 RUNC13_ROOT=$P/runc-1.3
 RUNC13_BIN=$RUNC13_ROOT/runc
 
-runc11_bin() { command -v runc || echo /usr/sbin/runc; }
+runc11_bin() { # the host's runc: the first in PATH that is not $BIN/runc (our symlink)
+	local d
+	local IFS=:
+	for d in $PATH /usr/sbin /usr/bin /sbin /bin; do
+		[[ -n "$d" && "$(readlink -f "$d")" != "$(readlink -f "$BIN")" && -x "$d/runc" ]] && {
+			echo "$d/runc"
+			return 0
+		}
+	done
+	echo /usr/sbin/runc
+}
 
 # fetch_runc13: sid's runc + its libc6 and libseccomp2, patched onto them
 fetch_runc13() {
