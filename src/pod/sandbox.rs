@@ -328,6 +328,16 @@ impl SandboxManager {
                 "sandbox {id} was already started"
             )));
         }
+        // cgroup v2 without systemd's help: a pause process left in the shim's cgroup would sit
+        // beside the pod's cgroups; refuse plainly, before anything is started.
+        if let Some(CgroupParent::Systemd(p)) = s.spec.cgroup_parent_kind()
+            && self.host.unified_cgroups()
+        {
+            return Err(Error::invalid(format!(
+                "systemd cgroup parent {p:?}: rsandbox manages cgroupfs paths only on cgroup v2 \
+                 (use the cgroupfs cgroup driver: a cgroup_parent such as /kubepods/pod<uid>)"
+            )));
+        }
         let cfg = PauseConfig::for_pod(
             id,
             &s.spec,
@@ -354,15 +364,6 @@ impl SandboxManager {
                         return Err(e.context("put the pause process in the pod cgroup"));
                     }
                 }
-            }
-            // cgroup v2 without systemd's help: a pause process left in the shim's cgroup
-            // would sit beside the pod's cgroups; refuse plainly instead of failing later.
-            Some(CgroupParent::Systemd(p)) if self.host.unified_cgroups() => {
-                self.host.kill(pid);
-                return Err(Error::invalid(format!(
-                    "systemd cgroup parent {p:?}: rsandbox manages cgroupfs paths only on cgroup v2 \
-                     (use the cgroupfs cgroup driver: a cgroup_parent such as /kubepods/pod<uid>)"
-                )));
             }
             Some(CgroupParent::Systemd(p)) => log::warn!(
                 "sandbox {id}: systemd cgroup parent {p:?} is not managed by rsandbox; the pause process stays in the shim's cgroup"
