@@ -679,6 +679,16 @@ mod tests {
         }
     }
 
+    /// SIGTERM from the shim's side (outside the pod's PID namespace), then its exit status.
+    fn terminate(pid: i32) -> i32 {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        wait_exit(pid)
+    }
+
     fn status_field(pid: i32, key: &str) -> String {
         let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         s.lines()
@@ -772,12 +782,7 @@ mod tests {
             std::fs::read_to_string("/proc/sys/kernel/shm_rmid_forced").unwrap()
         });
         assert_eq!(got.trim(), "1");
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        assert_eq!(wait_exit(pid), 0);
+        assert_eq!(terminate(pid), 0);
     }
 
     #[test]
@@ -962,12 +967,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(200));
         let state = status_field(pid, "State");
         assert!(state.starts_with('S'), "the pause is {state}");
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        assert_eq!(wait_exit(pid), 0);
+        assert_eq!(terminate(pid), 0);
     }
 
     #[test]
