@@ -305,13 +305,13 @@ impl SandboxManager {
         let _ = self.host.remove_files(&record.files_dir);
     }
 
-    /// StartSandbox: the pause process. Returns (pid, created_at).
-    pub fn start(&self, id: &str) -> Result<(u32, SystemTime)> {
+    /// StartSandbox: the pause process. Returns (pid, created_at, the sandbox's OCI spec).
+    pub fn start(&self, id: &str) -> Result<(u32, SystemTime, serde_json::Value)> {
         self.start_inner(id)
             .with_context(|| format!("start sandbox {id}"))
     }
 
-    fn start_inner(&self, id: &str) -> Result<(u32, SystemTime)> {
+    fn start_inner(&self, id: &str) -> Result<(u32, SystemTime, serde_json::Value)> {
         validate::id("sandbox id", id)?;
         let _op = self.op.locked();
         let s = match self.lock().as_ref() {
@@ -374,10 +374,13 @@ impl SandboxManager {
         }
         steps.step("pod cgroup and record");
         log::info!("sandbox {id}: pause process {pid} ready");
+        // Built while the lifecycle lock is held: a concurrent StopSandbox cannot make its
+        // /proc/<pid> paths name another process before it is returned.
+        let spec = self.spec_of(s);
         self.changed.notify_all();
         drop(guard);
         crate::waiters::wake(ended, ExitInfo::unknown());
-        Ok((pid as u32, now))
+        Ok((pid as u32, now, spec))
     }
 
     // ---- Exits, Stop, Wait ----
@@ -566,25 +569,19 @@ impl SandboxManager {
     }
 
     /// The OCI spec of the running sandbox, for `StartSandboxResponse.spec` (see
-    /// [`super::sandbox_spec`]).
-    pub fn sandbox_spec(&self, id: &str) -> Result<serde_json::Value> {
-        let s = match self.lock().as_ref() {
-            Some(s) if s.id == id => s.clone(),
-            _ => return Err(Error::not_found(format!("sandbox {id} not found"))),
-        };
-        if s.pid == 0 {
-            return Err(Error::precondition(format!("sandbox {id} was not started")));
-        }
-        let cgroups_path = self.host.cgroup_path(s.pid);
-        Ok(super::sandbox_spec::build(
-            super::sandbox_spec::RunningPod {
-                id,
-                spec: &s.spec,
-                pid: s.pid,
-                netns: s.netns.as_deref(),
-                cgroups_path: cgroups_path.as_deref(),
-            },
-        ))
+    /// [`super::sandbox_spec`]). Its cgroups path only when the pause is in the pod cgroup:
+    /// otherwise it shares the shim's, which an NRI plugin must not take for the pod's.
+    fn spec_of(&self, s: &Sandbox) -> serde_json::Value {
+        let cgroups_path = (!s.record.cgroup.dirs.is_empty())
+            .then(|| self.host.cgroup_path(s.pid))
+            .flatten();
+        super::sandbox_spec::build(super::sandbox_spec::RunningPod {
+            id: &s.id,
+            spec: &s.spec,
+            pid: s.pid,
+            netns: s.netns.as_deref(),
+            cgroups_path: cgroups_path.as_deref(),
+        })
     }
 
     /// Pod statistics from the pause process's cgroup.

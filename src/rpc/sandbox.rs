@@ -72,20 +72,12 @@ impl Sandbox for SandboxService {
         req: StartSandboxRequest,
     ) -> R<StartSandboxResponse> {
         log::info!("start sandbox {}", req.sandbox_id);
-        let (pid, at) = self.sm.start(&req.sandbox_id)?;
-        // containerd >= 2.3 hands this to NRI plugins as the pod's spec; a pod that could not
-        // describe itself still started.
-        let spec = match self.sm.sandbox_spec(&req.sandbox_id) {
-            Ok(v) => MessageField::some(crate::pod::sandbox_spec::to_any(&v)),
-            Err(e) => {
-                log::warn!("start sandbox {}: no spec for NRI: {e}", req.sandbox_id);
-                MessageField::none()
-            }
-        };
+        let (pid, at, spec) = self.sm.start(&req.sandbox_id)?;
         Ok(StartSandboxResponse {
             pid,
             created_at: MessageField::some(timestamp(at)),
-            spec,
+            // containerd >= 2.3 hands this to NRI plugins as the pod's spec.
+            spec: MessageField::some(crate::pod::sandbox_spec::to_any(&spec)),
             ..Default::default()
         })
     }

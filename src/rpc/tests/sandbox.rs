@@ -473,6 +473,31 @@ fn create_start_status_stop_shutdown() {
     assert!(!f.sm.has_sandbox());
 }
 
+/// Without a pod cgroup the pause shares the shim's cgroup: the spec must not name that as
+/// the pod's (an NRI plugin would adjust the shim's cgroup).
+#[test]
+fn the_spec_names_no_cgroup_when_the_pod_has_none() {
+    use crate::cri;
+    let f = fixture();
+    let mut cfg = cri::PodSandboxConfig::new();
+    cfg.hostname = "h".into();
+    cfg.metadata.mut_or_insert_default().name = "web".into();
+    let any = Any {
+        type_url: "runtime.v1.PodSandboxConfig".into(),
+        value: cfg.write_to_bytes().unwrap(),
+        ..Default::default()
+    };
+    f.create("pod1", any).unwrap();
+    let start = f.start("pod1").unwrap();
+    let spec: serde_json::Value = serde_json::from_slice(&start.spec.value).unwrap();
+    assert!(spec["linux"].get("cgroupsPath").is_none(), "{spec}");
+    assert!(
+        spec["linux"]["namespaces"]
+            .as_array()
+            .is_some_and(|n| !n.is_empty())
+    );
+}
+
 #[test]
 fn create_twice_start_before_create_and_unknown_ids() {
     let f = fixture();
