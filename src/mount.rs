@@ -334,11 +334,14 @@ mod tests {
         }
     }
 
-    /// Records mount calls as (cwd, target, flags, data); fails the call numbered `fail_at`.
+    /// One recorded mount call: (cwd, target, flags, data).
+    type Recorded = (Option<PathBuf>, PathBuf, MsFlags, Option<String>);
+
+    /// Records mount calls; fails the call numbered `fail_at`.
     #[derive(Default)]
     struct FakeMounts {
         fail_at: Option<usize>,
-        calls: std::sync::Mutex<Vec<(Option<PathBuf>, PathBuf, MsFlags, Option<String>)>>,
+        calls: std::sync::Mutex<Vec<Recorded>>,
         unmounted: std::sync::Mutex<Vec<PathBuf>>,
     }
 
