@@ -30,7 +30,10 @@ impl TaskManager {
         let mut steps = Steps::new(|| format!("delete {id} {exec_id}"));
         let _op = c.op.locked();
         refuse_if_running(&p)?;
-        let pid = p.state().pid();
+        let (pid, never_started) = {
+            let st = p.state();
+            (st.pid(), st.never_started())
+        };
         if let Some(exec_id) = p.exec_id() {
             c.execs.locked().remove(exec_id);
             let exit = self.forget(&p);
@@ -58,7 +61,12 @@ impl TaskManager {
         for e in &execs {
             self.forget(e);
         }
-        let exit = self.forget(&p);
+        let mut exit = self.forget(&p);
+        if never_started {
+            // `runc delete --force` just killed it: the exit the reaper may have seen meanwhile
+            // is not the answer, the task never ran (containerd's runc shim answers 0 too).
+            exit = ExitInfo::never_started();
+        }
         self.events.publish(Event::Delete(TaskDelete {
             container_id: id.into(),
             pid: pid as u32,

@@ -42,6 +42,8 @@ struct FakeRuntime {
     exec_specs: Mutex<Vec<serde_json::Value>>,
     /// Runs inside `exec`, while `runc exec` would run.
     on_exec: Mutex<Option<Box<dyn Fn() + Send>>>,
+    /// Runs inside `delete`, while `runc delete` would run.
+    on_delete: Mutex<Option<Box<dyn Fn() + Send>>>,
     /// The stdio `exec` was given (the process's ends).
     exec_io: Mutex<Vec<ProcessIo>>,
     ps: Mutex<Vec<i32>>,
@@ -122,6 +124,9 @@ impl Runtime for FakeRuntime {
     }
     fn delete(&self, id: &str, force: bool) -> Result<()> {
         self.record(format!("delete {id} {force}"));
+        if let Some(f) = self.on_delete.lock().unwrap().take() {
+            f();
+        }
         self.check("delete")
     }
     fn pause(&self, id: &str) -> Result<()> {
@@ -1007,7 +1012,8 @@ fn deleting_processes_nobody_started_answers_their_waits() {
     running(&f, "t1");
     f.exec("t1", "e1").unwrap();
     let exec_wait = park_wait(&f, "t1", "e1");
-    f.svc
+    let deleted = f
+        .svc
         .delete(
             &ctx(),
             DeleteRequest {
@@ -1017,12 +1023,29 @@ fn deleting_processes_nobody_started_answers_their_waits() {
             },
         )
         .unwrap();
+    // Delete answers 0, as containerd's runc shim (TestDeleteContainerExecCreated); the Wait
+    // learns that the exec will never run.
+    assert_eq!((deleted.exit_status, deleted.pid), (0, 0));
     assert_eq!(exec_wait.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
 
-    // A created, never started init (e.g. `ctr run` whose start failed).
-    f.create("t2").unwrap();
+    // A created, never started init (e.g. `ctr run` whose start failed), which `runc delete
+    // --force` kills: its exit (137) is not the Delete's answer.
+    let pid = f.create("t2").unwrap().pid;
     let init_wait = park_wait(&f, "t2", "");
-    f.svc
+    *f.host.runtime.on_delete.lock().unwrap() = Some(Box::new({
+        let tm = Arc::downgrade(&f.tm);
+        move || {
+            if let Some(tm) = tm.upgrade() {
+                tm.on_exit(Exit {
+                    pid: pid as i32,
+                    status: 137,
+                    at: SystemTime::now(),
+                });
+            }
+        }
+    }));
+    let deleted = f
+        .svc
         .delete(
             &ctx(),
             DeleteRequest {
@@ -1031,7 +1054,14 @@ fn deleting_processes_nobody_started_answers_their_waits() {
             },
         )
         .unwrap();
-    assert_eq!(init_wait.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
+    assert_eq!((deleted.exit_status, deleted.pid), (0, pid));
+    match f.events.events.lock().unwrap().last() {
+        Some(crate::events::Event::Delete(d)) => {
+            assert_eq!((d.container_id.as_str(), d.exit_status), ("t2", 0))
+        }
+        other => panic!("expected TaskDelete last, got {other:?}"),
+    }
+    assert_eq!(init_wait.try_recv().unwrap().status, 137);
 
     // Deleting a container answers the Waits of its execs too.
     f.exec("t1", "e2").unwrap();
