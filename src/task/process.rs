@@ -568,7 +568,8 @@ mod tests {
     #[test]
     fn state_wait_and_delete_answers_match_containerds_runc_shim() {
         // (where, State status, State exit, Wait answers now, Delete reply or refused)
-        let table: [(Step, Status, Option<u32>, Option<u32>, Option<u32>); 8] = [
+        type Row = (Step, Status, Option<u32>, Option<u32>, Option<u32>);
+        let table: [Row; 8] = [
             (Step::Created, Status::Created, None, None, Some(0)),
             (
                 Step::CreatedThenDied,
