@@ -526,6 +526,12 @@ impl SandboxManager {
             return Err(e.context("shutdown sandbox"));
         }
         let mut steps = Steps::new(|| format!("shutdown sandbox {id}"));
+        // A Create under way would otherwise add its container (runc state, rootfs mount)
+        // after the deletes below, and the daemon would exit leaving it behind.
+        if !self.tm.close(Instant::now() + STOP_WAIT) {
+            log::warn!("shutdown sandbox {id}: a task create still runs after {STOP_WAIT:?}");
+        }
+        steps.step("settle creates");
         self.stop_locked(id).context("shutdown sandbox")?;
         steps.step("stop");
         for cid in self.tm.ids() {

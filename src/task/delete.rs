@@ -35,7 +35,7 @@ impl TaskManager {
             (st.pid(), st.never_started())
         };
         if let Some(exec_id) = p.exec_id() {
-            c.execs.locked().remove(exec_id);
+            c.execs.locked().by_id.remove(exec_id);
             let exit = self.forget(&p);
             return Ok((pid as u32, exit));
         }
@@ -57,7 +57,7 @@ impl TaskManager {
         }
         steps.step("network");
         self.containers.locked().remove(id);
-        let execs: Vec<_> = c.execs.locked().drain().map(|(_, e)| e).collect();
+        let execs = c.execs.locked().close();
         for e in &execs {
             self.forget(e);
         }

@@ -699,6 +699,28 @@ fn shutdown_after_a_failed_create_lets_the_shim_exit() {
 }
 
 #[test]
+fn after_shutdown_sandbox_no_task_create_starts() {
+    use containerd_shim_protos::shim_sync::Task as _;
+    let f = fixture();
+    f.create("pod1", pod_config("a", false)).unwrap();
+    f.shutdown("pod1").unwrap();
+    assert!(*f.shut.lock().unwrap());
+    // A Create that reaches the exiting shim is refused before anything is made (the fake
+    // host's runtime would panic if it got that far).
+    let bundle = f.dir.path().join("late");
+    std::fs::create_dir_all(&bundle).unwrap();
+    let r = f.tasks.create(
+        &ctx(),
+        containerd_shim_protos::api::CreateTaskRequest {
+            id: "late".into(),
+            bundle: bundle.display().to_string(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(code(r), Code::FAILED_PRECONDITION);
+}
+
+#[test]
 fn task_connect_and_pids_answer_for_the_sandbox_id() {
     // containerd probes a sandbox shim after a restart with Task.Connect and Task.Pids on the
     // sandbox ID; an error makes it drop the pod.

@@ -894,6 +894,87 @@ fn shutdown_exits_only_without_tasks() {
         )
         .unwrap();
     assert_eq!(f.shutdowns.load(Ordering::SeqCst), 1);
+    // The shim is exiting: a Create now would be left behind.
+    assert_eq!(code(f.create("t2")), Code::FAILED_PRECONDITION);
+    assert!(!f.host.runtime.calls().contains(&"create t2".to_string()));
+}
+
+#[test]
+fn a_create_racing_the_shims_close_takes_itself_down() {
+    let f = Arc::new(fixture());
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (inside_tx, inside_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = Mutex::new(go_rx);
+    *f.host.runtime.on_create.lock().unwrap() = Some(Box::new(move |_| {
+        let _ = inside_tx.send(());
+        let _ = go_rx
+            .lock()
+            .unwrap()
+            .recv_timeout(std::time::Duration::from_secs(5));
+    }));
+    let f2 = f.clone();
+    let creating = std::thread::spawn(move || f2.create("t1").map(|r| r.pid));
+    inside_rx.recv().unwrap(); // inside runc create, rootfs mounted
+    assert_eq!(f.host.mounted.lock().unwrap().len(), 1);
+    let f3 = f.clone();
+    let closing = std::thread::spawn(move || {
+        f3.tm
+            .close(std::time::Instant::now() + std::time::Duration::from_secs(30))
+    });
+    go_tx.send(()).unwrap();
+    // close returns only once the Create has ended, and the Create undid itself.
+    assert!(closing.join().unwrap());
+    assert!(
+        f.host
+            .runtime
+            .calls()
+            .contains(&"delete t1 true".to_string()),
+        "{:?}",
+        f.host.runtime.calls()
+    );
+    assert!(
+        f.host.mounted.lock().unwrap().is_empty(),
+        "rootfs unmounted"
+    );
+    assert_eq!(code(creating.join().unwrap()), Code::FAILED_PRECONDITION);
+    assert!(f.tm.is_empty());
+    assert!(
+        !f.events.topics().contains(&"/tasks/create"),
+        "no TaskCreate for a container that never was"
+    );
+    assert_eq!(code(f.create("t2")), Code::FAILED_PRECONDITION);
+}
+
+#[test]
+fn an_exec_racing_the_delete_of_its_container_is_not_found() {
+    let f = fixture();
+    let pid = running(&f, "t1");
+    // The Exec looked the container up (and saw its init running) ...
+    let c = f.tm.container("t1").unwrap();
+    // ... then the init exited and the container was deleted ...
+    f.exit(pid, 0);
+    f.svc
+        .delete(
+            &ctx(),
+            DeleteRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    // ... before the Exec registered its process.
+    let p = crate::task::Process::new(
+        "t1",
+        Some("e1".into()),
+        Default::default(),
+        Some(b"{}".to_vec()),
+    );
+    let e = f.tm.add_exec(&c, p).unwrap_err();
+    assert_eq!(e.kind(), crate::error::Kind::NotFound, "{e}");
+    assert!(c.exec_ids().is_empty());
+    let topics = f.events.topics();
+    assert_eq!(topics.last(), Some(&"/tasks/delete"), "{topics:?}");
+    assert!(!topics.contains(&"/tasks/exec-added"), "{topics:?}");
 }
 
 #[test]
