@@ -352,6 +352,23 @@ fn create_start_status_stop_shutdown() {
         "{}",
         st.info["info"]
     );
+    // The flat keys beside the document, verbose or not.
+    assert_eq!(st.info["pid"], PAUSE_PID.to_string());
+    assert_eq!(st.info["state"], "SANDBOX_READY");
+    let terse = f
+        .svc
+        .sandbox_status(
+            &ctx(),
+            SandboxStatusRequest {
+                sandbox_id: "pod1".into(),
+                verbose: false,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let mut keys: Vec<&str> = terse.info.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["pid", "state"]);
     let p = f
         .svc
         .platform(
@@ -402,6 +419,7 @@ fn create_start_status_stop_shutdown() {
     assert!(f.host.calls().contains(&format!("kill {PAUSE_PID}")));
     let st = f.status("pod1").unwrap();
     assert_eq!(st.state, "SANDBOX_NOTREADY");
+    assert_eq!(st.info["state"], "SANDBOX_NOTREADY");
     assert!(st.exited_at.is_some());
     // Stop is idempotent.
     f.svc
