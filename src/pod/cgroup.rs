@@ -65,7 +65,10 @@ pub fn join(roots: &[PathBuf], parent: &Path, pid: i32) -> Result<PodCgroup> {
             // hierarchies it already joined (to their root) before removing what we made.
             for root in joined {
                 if let Err(m) = std::fs::write(root.join("cgroup.procs"), pid.to_string()) {
-                    log::warn!("undo pod cgroup: move {pid} back to {}: {m}", root.display());
+                    log::warn!(
+                        "undo pod cgroup: move {pid} back to {}: {m}",
+                        root.display()
+                    );
                 }
             }
             for left in remove(&cg) {
@@ -146,7 +149,10 @@ mod tests {
             .into_iter()
             .next()
             .expect("a cgroup hierarchy");
-        let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
         let pid = child.id() as i32;
         let top = format!("rsandbox-partial-join-{pid}");
         // The second "hierarchy" refuses the move: its cgroup.procs is a directory.

@@ -644,6 +644,61 @@ fn containers_get_the_pod_files_and_the_pod_shm() {
 }
 
 #[test]
+fn only_containers_in_the_pods_ipc_namespace_get_the_pod_shm() {
+    let f = fixture();
+    f.create("pod1", pod_config("a", false)).unwrap();
+    f.svc
+        .start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let shm_of = |ipc: serde_json::Value| {
+        let mut spec = serde_json::json!({
+            "root": {"path": "rootfs"},
+            "mounts": [{"destination": "/dev/shm", "type": "tmpfs", "source": "shm"}],
+            "linux": {"namespaces": [ipc, {"type": "mount"}]}
+        });
+        f.sm.prepare_spec("c", &mut spec).unwrap();
+        let m = spec["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["destination"] == "/dev/shm")
+            .unwrap()
+            .clone();
+        (m["type"].as_str().unwrap().to_string(), spec)
+    };
+    let pause_ipc = format!("/proc/{PAUSE_PID}/ns/ipc");
+    // CRI names the pause process's namespace: the pod's /dev/shm.
+    let (kind, _) = shm_of(serde_json::json!({"type": "ipc", "path": pause_ipc}));
+    assert_eq!(kind, "bind");
+    // A new one asked for by a client (ctr run --sandbox) is placed in the pod's: the pod's.
+    let (kind, spec) = shm_of(serde_json::json!({"type": "ipc"}));
+    assert_eq!(kind, "bind");
+    assert_eq!(spec["linux"]["namespaces"][0]["path"], pause_ipc);
+    // Another process's IPC namespace: its own /dev/shm stays.
+    let (kind, _) = shm_of(serde_json::json!({"type": "ipc", "path": "/proc/1/ns/ipc"}));
+    assert_eq!(kind, "tmpfs");
+}
+
+#[test]
+fn a_new_ipc_namespace_keeps_its_own_shm_when_there_is_no_pause_to_join() {
+    let f = fixture();
+    f.create("pod1", pod_config("a", false)).unwrap(); // not started: no pause process
+    let mut spec = serde_json::json!({
+        "mounts": [{"destination": "/dev/shm", "type": "tmpfs", "source": "shm"}],
+        "linux": {"namespaces": [{"type": "ipc"}]}
+    });
+    f.sm.prepare_spec("c", &mut spec).unwrap();
+    assert_eq!(spec["mounts"][0]["type"], "tmpfs");
+    assert_eq!(spec["linux"]["namespaces"][0].get("path"), None);
+}
+
+#[test]
 fn containers_without_namespace_paths_join_the_pod() {
     let f = fixture();
     f.create("pod1", pod_config("a", true)).unwrap();
