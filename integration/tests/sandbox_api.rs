@@ -231,3 +231,105 @@ async fn a_member_in_its_own_ipc_namespace_keeps_its_own_shm() {
     ids.extend(cids);
     g.assert_clean(&ids);
 }
+
+/// `ctr events` in the background; [`Events::stop`] returns what it printed.
+struct Events(std::process::Child);
+
+impl Events {
+    fn start() -> Events {
+        let mut cmd = ctr_cmd("default", &["events"]);
+        cmd.stdout(std::process::Stdio::piped());
+        let child = cmd.spawn().expect("ctr events");
+        // Let it subscribe before anything happens.
+        std::thread::sleep(Duration::from_millis(300));
+        Events(child)
+    }
+    fn stop(mut self) -> String {
+        let _ = self.0.kill();
+        let out = std::mem::replace(
+            &mut self.0,
+            std::process::Command::new("true").spawn().unwrap(),
+        )
+        .wait_with_output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+        out
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Issue 14 item 7: ShutdownSandbox deletes the members still there and the daemon exits right
+/// after: their TaskDelete (published by the shim: it carries the `id`) still reaches
+/// containerd.
+#[tokio::test]
+async fn the_last_events_of_a_shutdown_sandbox_reach_containerd() {
+    let g = Guard::new();
+    let id = unique_id("lastevents");
+    let member = unique_id("lastevents-member");
+    let netns = NetNs::new(&id);
+    let mut c = controller().await;
+    store_record(&id).await;
+    let events = Events::start();
+    let res: Result<(), String> = async {
+        create_and_start(&mut c, &id, &netns.path()).await?;
+        let o = ctr(
+            "default",
+            &[
+                "run",
+                "-d",
+                "--sandbox",
+                &id,
+                "--runtime",
+                RUNTIME,
+                BUSYBOX,
+                &member,
+                "sleep",
+                "300",
+            ],
+        );
+        if !o.ok() {
+            return Err(format!("ctr run -d --sandbox: {o:?}"));
+        }
+        Ok(())
+    }
+    .await;
+    let errs = stop_and_shutdown(&mut c, &id).await;
+    // The daemon is gone once its shim process is.
+    let gone = poll(Duration::from_secs(10), || {
+        shim_daemons_for(&id).is_empty().then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let seen = events.stop();
+    ctr_force_remove("default", std::slice::from_ref(&member));
+    // containerd made the member's bundle and removes it only when it deletes the task itself;
+    // here the sandbox shim deleted the member (CRI removes members before the sandbox, so this
+    // test is the only place that leaves it).
+    let _ = std::fs::remove_dir_all(
+        prefix()
+            .join("run/containerd/io.containerd.runtime.v2.task/default")
+            .join(&member),
+    );
+    drop_store_record(&id).await;
+    drop(netns);
+    expect_ok(&id, res);
+    assert!(errs.is_empty(), "{errs:?}");
+    assert!(gone.is_some(), "the shim of {id} did not exit");
+    let from_shim = |topic: &str| {
+        seen.lines().any(|l| {
+            l.contains(topic)
+                && l.contains(&format!("\"container_id\":\"{member}\""))
+                && l.contains(&format!("\"id\":\"{member}\""))
+        })
+    };
+    assert!(
+        from_shim("/tasks/exit") && from_shim("/tasks/delete"),
+        "the shim's TaskExit/TaskDelete of {member} did not arrive:\n{seen}"
+    );
+    g.assert_clean(&[id, member]);
+}
