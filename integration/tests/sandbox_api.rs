@@ -246,13 +246,11 @@ impl Events {
     }
     fn stop(mut self) -> String {
         let _ = self.0.kill();
-        let out = std::mem::replace(
-            &mut self.0,
-            std::process::Command::new("true").spawn().unwrap(),
-        )
-        .wait_with_output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
+        let _ = self.0.wait();
+        let mut out = String::new();
+        if let Some(mut stdout) = self.0.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+        }
         out
     }
 }
