@@ -517,7 +517,7 @@ impl SandboxManager {
             // killed by `delete` and its socket file stays in /run/containerd/s.
             if e.kind() == crate::error::Kind::NotFound
                 && self.lock().is_none()
-                && self.tm.all().is_empty()
+                && self.tm.close_if_empty()
             {
                 log::info!("shutdown sandbox {id}: no sandbox was created; exiting");
                 (self.on_shutdown)();

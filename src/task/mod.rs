@@ -596,17 +596,28 @@ impl TaskManager {
     /// Shutdown: the shim exits once it holds neither tasks nor a sandbox.
     pub fn shutdown(&self) {
         let has_sandbox = self.pod().is_some_and(|p| p.has_sandbox());
-        {
-            let table = self.containers.locked();
-            if has_sandbox || !table.is_empty() {
-                log::debug!("shutdown ignored: tasks or a sandbox remain");
-                return;
-            }
-            // Decided under the table's lock: a Create arriving now is refused, not left
-            // behind by the exiting daemon.
-            self.closed.store(true, Ordering::SeqCst);
+        if has_sandbox || !self.close_if_empty() {
+            log::debug!("shutdown ignored: tasks or a sandbox remain");
+            return;
         }
         (self.on_shutdown)();
+    }
+
+    #[cfg(test)]
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Closes the task manager (see [`TaskManager::close`]) if it holds no container, not even
+    /// one being created: decided under the table's lock, so a Create arriving now is refused
+    /// rather than left behind by the exiting daemon. Returns whether it closed.
+    pub fn close_if_empty(&self) -> bool {
+        let table = self.containers.locked();
+        if !table.is_empty() {
+            return false;
+        }
+        self.closed.store(true, Ordering::SeqCst);
+        true
     }
 
     /// The shim is going away (ShutdownSandbox): refuses new Creates, and waits, at most until

@@ -921,6 +921,12 @@ fn a_create_racing_the_shims_close_takes_itself_down() {
         f3.tm
             .close(std::time::Instant::now() + std::time::Duration::from_secs(30))
     });
+    // Let the Create go on only once close has begun (and waits for it).
+    let t = std::time::Instant::now();
+    while !f.tm.is_closed() && t.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(f.tm.is_closed());
     go_tx.send(()).unwrap();
     // close returns only once the Create has ended, and the Create undid itself.
     assert!(closing.join().unwrap());
