@@ -34,7 +34,7 @@ fn deep_images_run_as_with_runc() {
     let mut ids = Vec::new();
     for layers in [80usize, 128] {
         let image = format!("localhost/rsandbox-deep-{layers}:latest");
-        let work = scratch_dir(&unique_id(&format!("deep{layers}")));
+        let work = scratch_dir(&unique_id(&format!("deep{layers}-image")));
         let _gone = ImageGone(NS, image.clone());
         if let Err(e) = import_deep_image(NS, &image, layers, &work) {
             panic!("build the {layers}-layer image: {e}");
@@ -43,8 +43,8 @@ fn deep_images_run_as_with_runc() {
         let script = format!(
             "echo $(cat /layers/2) $(cat /layers/{layers}) $(cat /layers/shadowed) $(ls /layers | wc -l)"
         );
-        for runtime in [RUNC, RUNTIME] {
-            let id = unique_id(&format!("deep{layers}"));
+        for (runtime, short) in [(RUNC, "runc"), (RUNTIME, "rsb")] {
+            let id = unique_id(&format!("deep{layers}-{short}"));
             ids.push(id.clone());
             let _cleanup = CtrObjects {
                 ns: NS,
@@ -152,8 +152,11 @@ async fn delete_of_processes_that_never_started_answers_as_runc() {
     let mut api = TaskApi::connect(NS).await;
     let mut seen = Vec::new();
     let mut ids = Vec::new();
-    for runtime in [RUNC, RUNTIME] {
-        let (id, id2) = (unique_id("never"), unique_id("never-task"));
+    for (runtime, short) in [(RUNC, "runc"), (RUNTIME, "rsb")] {
+        let (id, id2) = (
+            unique_id(&format!("never-{short}")),
+            unique_id(&format!("never-task-{short}")),
+        );
         ids.extend([id.clone(), id2.clone()]);
         let res = {
             let _cleanup = CtrObjects {
@@ -185,8 +188,8 @@ async fn wait_of_an_exec_that_failed_to_start_answers_255() {
     let g = Guard::new();
     let mut api = TaskApi::connect(NS).await;
     let mut ids = Vec::new();
-    for runtime in [RUNC, RUNTIME] {
-        let id = unique_id("failexec");
+    for (runtime, short) in [(RUNC, "runc"), (RUNTIME, "rsb")] {
+        let id = unique_id(&format!("failexec-{short}"));
         ids.push(id.clone());
         let _cleanup = CtrObjects {
             ns: NS,
