@@ -36,7 +36,7 @@ is_our_shim() { # pid: a shim (or pause process) of this bench's containerd
 	# Only shims of this bench's containerd (another containerd on this machine may run
 	# rsandbox shims too).
 	[[ "$cmd" == *containerd-shim*" -address $SOCK "* ]] && return 0
-	# Pause processes are forked shims that call themselves `rsandbox-pause <pod id>`: ours
+	# Pause processes run the shim's pause program as `rsandbox-pause <pod id>`: ours
 	# when their parent is one of our shims, and any orphaned one (its shim is gone).
 	[[ "$cmd" == "rsandbox-pause "* ]] || return 1
 	ppid=$(awk '{ print $4 }' "/proc/$1/stat" 2>/dev/null) || return 0

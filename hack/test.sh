@@ -41,6 +41,8 @@ trap on_exit EXIT
 
 section "cargo fmt --check"
 cargo fmt --check
+# the pause program is built by build.rs, outside the crate's module tree
+rustfmt --check --edition 2024 pause/pause.rs
 if [[ -f integration/Cargo.toml ]]; then
 	cargo fmt --check --manifest-path integration/Cargo.toml
 fi

@@ -7,6 +7,7 @@ pub mod bundle;
 pub mod cgroups;
 pub mod cleanup;
 pub mod cli;
+pub mod client_paths;
 pub mod cni;
 pub mod config;
 pub mod cri;

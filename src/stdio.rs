@@ -18,10 +18,9 @@
 //! With a terminal, runc gives us the pty master and one small thread copies between it and
 //! the fifos (see [`TtyCopier`]).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +28,7 @@ use std::time::Duration;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
+use crate::client_paths::{self, FifoEnd};
 use crate::error::{Context, Error, Result};
 use crate::runtime::ProcessIo;
 
@@ -133,51 +133,13 @@ pub struct Opened {
 }
 
 fn open_fifo_rdwr(path: &Path) -> Result<File> {
-    let meta = std::fs::metadata(path).with_context(|| format!("stat {}", path.display()))?;
-    if !meta.file_type().is_fifo() {
-        return Err(Error::invalid(format!("{} is not a fifo", path.display())));
-    }
-    // O_RDWR never blocks and never fails for want of a peer.
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)
-        .with_context(|| format!("open fifo {}", path.display()))
-        .and_then(|f| blocking(f, path))
+    client_paths::open_fifo(path, FifoEnd::ReadWrite).and_then(|f| client_paths::blocking(f, path))
 }
 
 /// Opens the write end of `path` (a fifo with a live reader: our keepalive) without
 /// blocking, then makes the descriptor blocking for the container.
 fn open_fifo_writer(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)
-        .with_context(|| format!("open fifo {}", path.display()))
-        .and_then(|f| blocking(f, path))
-}
-
-fn blocking(f: File, path: &Path) -> Result<File> {
-    let flags = OFlag::from_bits_truncate(
-        fcntl(f.as_fd(), FcntlArg::F_GETFL).with_context(|| format!("fcntl {}", path.display()))?,
-    );
-    fcntl(f.as_fd(), FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))
-        .with_context(|| format!("fcntl {}", path.display()))?;
-    Ok(f)
-}
-
-fn open_log_file(path: &Path) -> Result<File> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    }
-    OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o640)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)
-        .with_context(|| format!("open log file {}", path.display()))
+    client_paths::open_fifo(path, FifoEnd::Write).and_then(|f| client_paths::blocking(f, path))
 }
 
 /// Opens the streams of a non-terminal process: descriptors for the process and keepalives.
@@ -185,31 +147,16 @@ pub fn open(req: &StdioRequest) -> Result<Opened> {
     let mut keepalive = Keepalive::default();
     let mut process = ProcessIo::default();
     if let Target::Fifo(p) = parse_target("stdin", &req.stdin)? {
-        let meta = std::fs::metadata(&p).with_context(|| format!("stat {}", p.display()))?;
-        if !meta.file_type().is_fifo() {
-            return Err(Error::invalid(format!("{} is not a fifo", p.display())));
-        }
-        // The process's read end first (non-blocking: no writer is needed to open it), then
-        // our writer (which needs a reader), then the read end becomes blocking for the
-        // process.
-        let reader = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOFOLLOW)
-            .open(&p)
-            .with_context(|| format!("open fifo {}", p.display()))?;
-        keepalive.stdin = Some(
-            OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOFOLLOW)
-                .open(&p)
-                .with_context(|| format!("open fifo {} for writing", p.display()))?,
-        );
-        process.stdin = Some(OwnedFd::from(blocking(reader, &p)?));
+        // The process's read end first (no writer is needed to open it), then our writer
+        // (which needs a reader), then the read end becomes blocking for the process.
+        let reader = client_paths::open_fifo(&p, FifoEnd::Read)?;
+        keepalive.stdin = Some(client_paths::open_fifo(&p, FifoEnd::Write)?);
+        process.stdin = Some(OwnedFd::from(client_paths::blocking(reader, &p)?));
     }
     let mut output = |name: &str, s: &str| -> Result<Option<OwnedFd>> {
         Ok(match parse_target(name, s)? {
             Target::None => None,
-            Target::File(p) => Some(OwnedFd::from(open_log_file(&p)?)),
+            Target::File(p) => Some(OwnedFd::from(client_paths::open_log_file(&p)?)),
             Target::Fifo(p) => {
                 keepalive.outputs.push(open_fifo_rdwr(&p)?);
                 Some(OwnedFd::from(open_fifo_writer(&p)?))
@@ -246,7 +193,7 @@ impl TtyCopier {
         };
         let stdout = match parse_target("stdout", &req.stdout)? {
             Target::Fifo(p) => Some(open_fifo_rdwr(&p)?),
-            Target::File(p) => Some(open_log_file(&p)?),
+            Target::File(p) => Some(client_paths::open_log_file(&p)?),
             Target::None => None,
         };
         let (rx, tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("tty control pipe")?;
@@ -417,6 +364,8 @@ fn copy_loop(master: &File, mut stdin: Option<File>, mut stdout: Option<File>, m
 mod tests {
     use super::*;
     use crate::error::Kind;
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::OpenOptionsExt;
 
     #[test]
     fn parses_the_schemes_containerd_sends() {

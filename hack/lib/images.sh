@@ -21,8 +21,8 @@ size_of() { stat -c %s "$1"; }
 # oci_archive NAME ROOTFS OUT.tar ENTRYPOINT_JSON CMD_JSON
 # Writes an OCI image layout tarball with one gzip layer, reproducibly (fixed
 # owners and mtimes), so a rebuild gives the same digests.
-oci_archive() {
-	local name=$1 rootfs=$2 out=$3 entrypoint=$4 cmd=$5
+oci_archive() { # name rootfs out entrypoint cmd [user]
+	local name=$1 rootfs=$2 out=$3 entrypoint=$4 cmd=$5 user=${6:-}
 	local w arch layer_tar diff_id layer_gz layer_digest cfg cfg_digest man man_digest
 	arch=$(dpkg --print-architecture)
 	w=$(mktemp -d "$P/tmp/oci.XXXXXX")
@@ -39,7 +39,7 @@ oci_archive() {
 	cfg=$w/config.json
 	printf '%s' "{\"architecture\":\"$arch\",\"os\":\"linux\",\"created\":\"1970-01-01T00:00:00Z\",\
 \"config\":{\"Env\":[\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"],\
-\"Entrypoint\":$entrypoint,\"Cmd\":$cmd,\"WorkingDir\":\"/\"},\
+\"Entrypoint\":$entrypoint,\"Cmd\":$cmd,\"WorkingDir\":\"/\"${user:+,\"User\":\"$user\"}},\
 \"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$diff_id\"]},\
 \"history\":[{\"created\":\"1970-01-01T00:00:00Z\",\"created_by\":\"rsandbox hack/setup.sh\"}]}" >"$cfg"
 	cfg_digest=$(sha256_of "$cfg")
@@ -92,11 +92,13 @@ build_images() {
 	write_busybox_helpers "$b/busybox"
 	oci_archive "$BUSYBOX_IMAGE" "$b/busybox" "$IMG_DIR/busybox.oci.tar" '["/bin/sh"]' 'null'
 
-	# pause: one static binary (fallback: busybox sleeping in a loop)
+	# pause: one static binary (fallback: busybox sleeping in a loop), run as 65535:65535 like
+	# registry.k8s.io/pause (its Dockerfile's USER), so the runc path's pause container is the
+	# one a real node runs (the isolation tests compare what a container reaches through it)
 	mkdir -p "$b/pause"
 	write_pause_c "$P/src/pause.c"
 	if gcc -static -Os -s -o "$b/pause/pause" "$P/src/pause.c" 2>"$P/tmp/pause-gcc.log"; then
-		oci_archive "$PAUSE_IMAGE" "$b/pause" "$IMG_DIR/pause.oci.tar" '["/pause"]' 'null'
+		oci_archive "$PAUSE_IMAGE" "$b/pause" "$IMG_DIR/pause.oci.tar" '["/pause"]' 'null' 65535:65535
 	else
 		log "warning: static gcc build failed ($(head -n1 "$P/tmp/pause-gcc.log")), pause = busybox sleep loop"
 		base_rootfs "$b/pause"
@@ -104,19 +106,28 @@ build_images() {
 		ln -sf /bin/busybox "$b/pause/bin/sh"
 		ln -sf /bin/busybox "$b/pause/bin/sleep"
 		oci_archive "$PAUSE_IMAGE" "$b/pause" "$IMG_DIR/pause.oci.tar" \
-			'["/bin/sh","-c","trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait $!; done"]' 'null'
+			'["/bin/sh","-c","trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait $!; done"]' 'null' 65535:65535
 	fi
 	rm -rf "$b"
+	echo "$IMAGES_RECIPE" >"$IMG_DIR/recipe"
 }
 
-ensure_images() { # build the tarballs if missing, import what a namespace lacks
-	local ns snap have img
-	[[ -f "$IMG_DIR/busybox.oci.tar" && -f "$IMG_DIR/pause.oci.tar" && "${RSANDBOX_REFRESH:-0}" != 1 ]] || build_images
+# Bumped whenever build_images makes different images: a bench with older ones rebuilds and
+# re-imports them.
+IMAGES_RECIPE=2
+
+ensure_images() { # build the tarballs if missing or stale, import what a namespace lacks
+	local ns snap have img rebuilt=0
+	if [[ ! -f "$IMG_DIR/busybox.oci.tar" || ! -f "$IMG_DIR/pause.oci.tar" || "${RSANDBOX_REFRESH:-0}" == 1 ||
+		"$(cat "$IMG_DIR/recipe" 2>/dev/null)" != "$IMAGES_RECIPE" ]]; then
+		build_images
+		rebuilt=1
+	fi
 	snap=$(snapshotter)
 	for ns in "${NAMESPACES[@]}"; do
 		have=$(ctr_ -n "$ns" images ls -q)
 		for img in busybox:"$BUSYBOX_IMAGE" pause:"$PAUSE_IMAGE"; do
-			grep -qxF "${img#*:}" <<<"$have" && continue
+			((rebuilt)) || ! grep -qxF "${img#*:}" <<<"$have" || continue
 			log "importing ${img#*:} into namespace $ns"
 			ctr_ -n "$ns" images import --snapshotter "$snap" "$IMG_DIR/${img%%:*}.oci.tar" >/dev/null
 		done

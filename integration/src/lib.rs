@@ -25,9 +25,10 @@ pub mod pods;
 pub mod shim;
 pub mod tasks;
 
-/// Name of our shim binary (and the executable of the pause process, a forked copy of it).
+/// Name of our shim binary.
 pub const SHIM: &str = "containerd-shim-rsandbox-v1";
-/// `argv[0]` of a pause process (it rewrites its command line to `rsandbox-pause <pod id>`).
+/// `argv[0]` of a pause process: the shim executes its pause program (from a sealed memfd,
+/// `/proc/<pid>/exe` is `/memfd:rsandbox-pause (deleted)`) as `rsandbox-pause <pod id>`.
 pub const PAUSE_ARGV0: &str = "rsandbox-pause";
 /// Runtime type for `ctr run --runtime`.
 pub const RUNTIME: &str = "io.containerd.rsandbox.v1";
@@ -241,14 +242,13 @@ pub struct Proc {
 }
 
 impl Proc {
-    /// A pause process (a forked shim that renamed itself).
+    /// A pause process.
     pub fn is_pause(&self) -> bool {
         self.cmdline.split(' ').next() == Some(PAUSE_ARGV0)
     }
 }
 
-/// All processes whose executable is our shim (shims and pause processes alike) and that
-/// serve the bench's containerd: shims started with `-address <its socket>` (another
+/// All shim and pause processes that serve the bench's containerd: shims started with `-address <its socket>` (another
 /// containerd on the machine may run shims of its own), and pause processes whose parent is
 /// one of those.
 pub fn shim_procs() -> Vec<Proc> {
@@ -272,7 +272,8 @@ pub fn pause_procs_of(id: &str) -> Vec<Proc> {
         .collect()
 }
 
-/// All processes whose executable is our shim, whoever started them.
+/// All processes whose executable is our shim, and all pause processes (`rsandbox-pause <id>`
+/// run from the shim's memfd), whoever started them.
 pub fn all_shim_procs() -> Vec<Proc> {
     let mut v = Vec::new();
     let Ok(rd) = fs::read_dir("/proc") else {
@@ -295,7 +296,9 @@ pub fn all_shim_procs() -> Vec<Proc> {
             })
             .unwrap_or_default();
         let first = cmdline.split(' ').next().unwrap_or("");
-        let is_shim = exe.trim_end_matches(" (deleted)").ends_with(SHIM) || first.ends_with(SHIM);
+        let is_shim = exe.trim_end_matches(" (deleted)").ends_with(SHIM)
+            || first.ends_with(SHIM)
+            || first == PAUSE_ARGV0;
         if !is_shim {
             continue;
         }
@@ -391,7 +394,7 @@ fn ip_leases() -> BTreeSet<String> {
         .collect()
 }
 
-/// Shim daemons (not their pause processes, which are forked copies) started with `-id <id>`.
+/// Shim daemons (not their pause processes) started with `-id <id>`.
 pub fn shim_daemons_for(id: &str) -> Vec<Proc> {
     let procs = shim_procs();
     let pids: BTreeSet<i32> = procs.iter().map(|p| p.pid).collect();

@@ -237,3 +237,130 @@ fn children_of(pid: i32) -> Vec<i32> {
         })
         .collect()
 }
+
+/// A CRI pod on a given runtime handler with the containers a test starts in it: for the tests
+/// that run one probe on the `rsandbox` handler and on containerd's own `runc` handler.
+pub struct Pod {
+    pub rt: Runtime,
+    pub handler: String,
+    pub id: String,
+    pub config: PodSandboxConfig,
+    pub containers: Vec<String>,
+    removed: bool,
+}
+
+impl Pod {
+    /// RunPodSandbox with `config` on `handler`.
+    pub async fn run(handler: &str, config: PodSandboxConfig) -> Result<Pod, String> {
+        let (mut rt, _) = cri_clients().await;
+        let id = rt
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: handler.into(),
+            })
+            .await
+            .map_err(|s| format!("{handler}: RunPodSandbox: {}", s.message()))?
+            .into_inner()
+            .pod_sandbox_id;
+        Ok(Pod {
+            rt,
+            handler: handler.into(),
+            id,
+            config,
+            containers: Vec::new(),
+            removed: false,
+        })
+    }
+
+    /// Creates and starts a container; returns its ID.
+    pub async fn start(&mut self, config: ContainerConfig) -> Result<String, String> {
+        let name = config.metadata.as_ref().map(|m| m.name.clone());
+        let what = format!("{}: container {name:?}", self.handler);
+        let id = self
+            .rt
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: self.id.clone(),
+                config: Some(config),
+                sandbox_config: Some(self.config.clone()),
+            })
+            .await
+            .map_err(|s| format!("{what}: CreateContainer: {}", s.message()))?
+            .into_inner()
+            .container_id;
+        self.containers.push(id.clone());
+        self.rt
+            .start_container(StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .map_err(|s| format!("{what}: StartContainer: {}", s.message()))?;
+        Ok(id)
+    }
+
+    /// ExecSync `sh -c script` in container `cid` (20 s timeout): (exit code, stdout, stderr).
+    pub async fn sh(&mut self, cid: &str, script: &str) -> Result<(i32, String, String), String> {
+        let r = self
+            .rt
+            .exec_sync(ExecSyncRequest {
+                container_id: cid.into(),
+                cmd: vec!["sh".into(), "-c".into(), script.into()],
+                timeout: 20,
+            })
+            .await
+            .map_err(|s| format!("{}: ExecSync {script:?}: {}", self.handler, s.message()))?
+            .into_inner();
+        Ok((
+            r.exit_code,
+            String::from_utf8_lossy(&r.stdout).into_owned(),
+            String::from_utf8_lossy(&r.stderr).into_owned(),
+        ))
+    }
+
+    /// The pod's CRI state (`PodSandboxState`).
+    pub async fn state(&mut self) -> Result<i32, String> {
+        let s = self
+            .rt
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: self.id.clone(),
+                verbose: false,
+            })
+            .await
+            .map_err(|s| format!("{}: PodSandboxStatus: {}", self.handler, s.message()))?
+            .into_inner();
+        Ok(s.status.map(|s| s.state).unwrap_or(-1))
+    }
+
+    /// StopPodSandbox + RemovePodSandbox (30 s each at most), unless done already.
+    pub async fn remove(&mut self) -> Result<(), String> {
+        if self.removed {
+            return Ok(());
+        }
+        let limit = Duration::from_secs(30);
+        let id = self.id.clone();
+        let stop = self.rt.stop_pod_sandbox(StopPodSandboxRequest {
+            pod_sandbox_id: id.clone(),
+        });
+        let stopped = match tokio::time::timeout(limit, stop).await {
+            Ok(r) => r.map(drop).map_err(|s| s.message().to_string()),
+            Err(_) => Err("timed out".into()),
+        };
+        let remove = self
+            .rt
+            .remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id });
+        let removed = match tokio::time::timeout(limit, remove).await {
+            Ok(r) => r.map(drop).map_err(|s| s.message().to_string()),
+            Err(_) => Err("timed out".into()),
+        };
+        self.removed = removed.is_ok();
+        stopped
+            .and(removed)
+            .map_err(|e| format!("{}: remove pod {}: {e}", self.handler, self.id))
+    }
+
+    /// Every ID the pod made (for [`crate::Guard::assert_clean`]).
+    pub fn ids(&self) -> Vec<String> {
+        std::iter::once(self.id.clone())
+            .chain(self.containers.iter().cloned())
+            .collect()
+    }
+}

@@ -39,11 +39,15 @@ pub trait PodHost: Send + Sync {
     fn remove_files(&self, dir: &Path) -> Result<()>;
     fn mount_shm(&self, path: &Path) -> Result<()>;
     fn unmount_shm(&self, path: &Path) -> Result<()>;
+    /// Checks that `path` is a network namespace, without blocking (a client's `netns_path`).
+    fn check_netns(&self, path: &Path) -> Result<()>;
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32>;
     fn join_cgroup(&self, parent: &Path, pid: i32) -> Result<PodCgroup>;
     fn remove_cgroup(&self, cg: &PodCgroup);
     fn kill(&self, pid: i32);
     fn metrics(&self, pid: i32) -> Result<Any>;
+    /// The cgroup of `pid` relative to its hierarchy (the one the pod cgroup is managed in).
+    fn cgroup_path(&self, pid: i32) -> Option<String>;
     /// Which of containerd's default pod sysctls this host accepts (detected once at start-up).
     fn sysctl_defaults(&self) -> SysctlDefaults;
 }
@@ -183,12 +187,15 @@ impl SandboxManager {
         check_abs_dir("bundle", &req.bundle)?;
         if let Some(ns) = &req.netns {
             check_abs_path("netns_path", ns)?;
-            if !ns.exists() {
-                return Err(Error::invalid(format!(
-                    "netns_path {} does not exist",
-                    ns.display()
-                )));
-            }
+            // Opened without blocking and checked: a fifo or a regular file given as
+            // netns_path is refused here, not waited on (or failed on late in StartSandbox).
+            self.host.check_netns(ns).map_err(|e| {
+                if e.kind() == crate::error::Kind::NotFound {
+                    Error::invalid(format!("netns_path {} does not exist", ns.display()))
+                } else {
+                    Error::invalid(format!("netns_path: {}", e.message()))
+                }
+            })?;
         }
         let provider = self.network.clone().filter(|_| self.network_for_pods);
         let mut req = req;
@@ -316,8 +323,13 @@ impl SandboxManager {
                 "sandbox {id} was already started"
             )));
         }
-        let cfg =
-            PauseConfig::for_pod(id, &s.spec, s.netns.as_deref(), self.host.sysctl_defaults());
+        let cfg = PauseConfig::for_pod(
+            id,
+            &s.spec,
+            s.netns.as_deref(),
+            self.host.sysctl_defaults(),
+            &s.bundle,
+        );
         // Subscribed before the fork: an exit of the pause process before its pid is stored
         // below is caught here, never lost (and never confused with a recycled pid).
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
@@ -387,8 +399,12 @@ impl SandboxManager {
         if s.exit.is_some() {
             return Vec::new();
         }
+        // A status the pause program exits with when its own set-up fails says which step.
+        let why = super::pause_image::describe_exit(exit.status)
+            .map(|w| format!(" (the pause program could not {w})"))
+            .unwrap_or_default();
         log::info!(
-            "sandbox {}: pause process {} exited with status {}",
+            "sandbox {}: pause process {} exited with status {}{why}",
             s.id,
             exit.pid,
             exit.status
@@ -555,6 +571,28 @@ impl SandboxManager {
         Ok(())
     }
 
+    /// The OCI spec of the running sandbox, for `StartSandboxResponse.spec` (see
+    /// [`super::sandbox_spec`]).
+    pub fn sandbox_spec(&self, id: &str) -> Result<serde_json::Value> {
+        let s = match self.lock().as_ref() {
+            Some(s) if s.id == id => s.clone(),
+            _ => return Err(Error::not_found(format!("sandbox {id} not found"))),
+        };
+        if s.pid == 0 {
+            return Err(Error::precondition(format!("sandbox {id} was not started")));
+        }
+        let cgroups_path = self.host.cgroup_path(s.pid);
+        Ok(super::sandbox_spec::build(
+            super::sandbox_spec::RunningPod {
+                id,
+                spec: &s.spec,
+                pid: s.pid,
+                netns: s.netns.as_deref(),
+                cgroups_path: cgroups_path.as_deref(),
+            },
+        ))
+    }
+
     /// Pod statistics from the pause process's cgroup.
     pub fn metrics(&self, id: &str) -> Result<Any> {
         let s = self.get(id).context("sandbox metrics")?;
@@ -613,13 +651,7 @@ fn check_abs_path(what: &str, p: &Path) -> Result<()> {
 
 fn check_abs_dir(what: &str, p: &Path) -> Result<()> {
     check_abs_path(what, p)?;
-    if !p.is_dir() {
-        return Err(Error::invalid(format!(
-            "{what} {} is not a directory",
-            p.display()
-        )));
-    }
-    Ok(())
+    crate::client_paths::check_dir(what, p)
 }
 
 /// Makes a container that asks for new network, IPC or UTS namespaces (and a new PID namespace
@@ -726,6 +758,9 @@ impl PodHost for LinuxPodHost {
     fn unmount_shm(&self, path: &Path) -> Result<()> {
         super::files::unmount_shm(path).map_err(Error::from)
     }
+    fn check_netns(&self, path: &Path) -> Result<()> {
+        crate::client_paths::open_netns(path).map(drop)
+    }
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32> {
         super::pause::spawn(cfg)
     }
@@ -751,6 +786,10 @@ impl PodHost for LinuxPodHost {
     }
     fn metrics(&self, pid: i32) -> Result<Any> {
         crate::cgroups::CgroupPaths::of_pid(pid, self.unified)?.metrics()
+    }
+    fn cgroup_path(&self, pid: i32) -> Option<String> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        super::sandbox_spec::cgroups_path_from_proc(&text, self.unified)
     }
     fn sysctl_defaults(&self) -> SysctlDefaults {
         self.sysctl_defaults

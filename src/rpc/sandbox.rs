@@ -73,9 +73,19 @@ impl Sandbox for SandboxService {
     ) -> R<StartSandboxResponse> {
         log::info!("start sandbox {}", req.sandbox_id);
         let (pid, at) = self.sm.start(&req.sandbox_id)?;
+        // containerd >= 2.3 hands this to NRI plugins as the pod's spec; a pod that could not
+        // describe itself still started.
+        let spec = match self.sm.sandbox_spec(&req.sandbox_id) {
+            Ok(v) => MessageField::some(crate::pod::sandbox_spec::to_any(&v)),
+            Err(e) => {
+                log::warn!("start sandbox {}: no spec for NRI: {e}", req.sandbox_id);
+                MessageField::none()
+            }
+        };
         Ok(StartSandboxResponse {
             pid,
             created_at: MessageField::some(timestamp(at)),
+            spec,
             ..Default::default()
         })
     }

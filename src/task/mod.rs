@@ -667,11 +667,5 @@ fn validate_bundle(bundle: &Path) -> Result<()> {
             bundle
         )));
     }
-    if !bundle.is_dir() {
-        return Err(Error::invalid(format!(
-            "bundle {} is not a directory",
-            bundle.display()
-        )));
-    }
-    Ok(())
+    crate::client_paths::check_dir("bundle", bundle)
 }

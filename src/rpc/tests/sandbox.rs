@@ -72,6 +72,17 @@ impl PodHost for FakePodHost {
         self.log("unmount_shm".into());
         Ok(())
     }
+    fn check_netns(&self, path: &Path) -> Result<()> {
+        // The real check (client_paths::open_netns) is tested on its own; here any file is a
+        // netns and a missing one is NotFound, as there.
+        if !path.exists() {
+            return Err(crate::error::Error::not_found(format!(
+                "{}",
+                path.display()
+            )));
+        }
+        Ok(())
+    }
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32> {
         if *self.fail_pause.lock().unwrap() {
             return Err(crate::error::Error::internal(
@@ -103,6 +114,9 @@ impl PodHost for FakePodHost {
             type_url: "io.containerd.cgroups.v1.Metrics".into(),
             ..Default::default()
         })
+    }
+    fn cgroup_path(&self, _pid: i32) -> Option<String> {
+        Some("/kubepods/pod1/pod1".into())
     }
     fn sysctl_defaults(&self) -> SysctlDefaults {
         *self.sysctl_defaults.lock().unwrap()
@@ -320,6 +334,27 @@ fn create_start_status_stop_shutdown() {
         .unwrap();
     assert_eq!(start.pid, PAUSE_PID as u32);
     assert!(start.created_at.seconds > 0);
+    // The sandbox's OCI spec (containerd >= 2.3 gives it to NRI): the pause's namespaces by
+    // path, its cgroup, CRI's annotations.
+    assert_eq!(
+        start.spec.type_url,
+        "types.containerd.io/opencontainers/runtime-spec/1/Spec"
+    );
+    let spec: serde_json::Value = serde_json::from_slice(&start.spec.value).unwrap();
+    let pid_ns = format!("/proc/{PAUSE_PID}/ns/pid");
+    assert!(
+        spec["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["type"] == "pid" && n["path"] == pid_ns.as_str()),
+        "{spec}"
+    );
+    assert_eq!(spec["linux"]["cgroupsPath"], "/kubepods/pod1/pod1");
+    assert_eq!(
+        spec["annotations"]["io.kubernetes.cri.sandbox-uid"],
+        "uid-1"
+    );
     let cfg = f.host.pause.lock().unwrap().clone().unwrap();
     assert!(cfg.new_ipc && cfg.new_uts && cfg.new_pid);
     assert_eq!(cfg.hostname.as_deref(), Some("web-0"));
@@ -1073,6 +1108,7 @@ fn host_network_pod_keeps_the_host_network_and_uts() {
             hostname: None,
             sysctls: vec![],
             pod_id: "pod1".into(),
+            root_mountpoint: cfg.root_mountpoint.clone(),
         },
         "pause in the host netns and UTS, no default net.* sysctls written into the host's"
     );

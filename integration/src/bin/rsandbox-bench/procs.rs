@@ -57,8 +57,7 @@ impl ProcTable {
     }
 
     /// Shim processes (executable `containerd-shim-*`) started with `-id <id>` for the
-    /// containerd at `address`; the pause process of rsandbox (a forked copy of the shim, same
-    /// command line) is one of them.
+    /// containerd at `address`.
     pub fn shims_of(&self, id: &str, address: &str) -> Vec<&ProcInfo> {
         let want_id = format!(" -id {id} ");
         let want_addr = format!(" -address {address} ");
@@ -183,8 +182,8 @@ mod tests {
         let cmd = "/b/containerd-shim-rsandbox-v1 -namespace k8s.io -id p1 -address /s.sock";
         let t = table(&[
             (10, 1, "containerd-shim-rsandbox-v1", cmd),
-            (11, 10, "containerd-shim-rsandbox-v1", cmd), // pause: forked copy
-            (12, 10, "busybox", "sleep 3600"),            // the app container
+            (11, 10, "memfd:rsandbox-pause", "rsandbox-pause p1"), // the pause
+            (12, 10, "busybox", "sleep 3600"),                     // the app container
             (
                 20,
                 1,
