@@ -536,7 +536,7 @@ impl SandboxManager {
             // killed by `delete` and its socket file stays in /run/containerd/s.
             if e.kind() == crate::error::Kind::NotFound
                 && self.lock().is_none()
-                && self.tm.all().is_empty()
+                && self.tm.close_if_empty()
             {
                 log::info!("shutdown sandbox {id}: no sandbox was created; exiting");
                 (self.on_shutdown)();
@@ -545,6 +545,12 @@ impl SandboxManager {
             return Err(e.context("shutdown sandbox"));
         }
         let mut steps = Steps::new(|| format!("shutdown sandbox {id}"));
+        // A Create under way would otherwise add its container (runc state, rootfs mount)
+        // after the deletes below, and the daemon would exit leaving it behind.
+        if !self.tm.close(Instant::now() + STOP_WAIT) {
+            log::warn!("shutdown sandbox {id}: a task create still runs after {STOP_WAIT:?}");
+        }
+        steps.step("settle creates");
         self.stop_locked(id).context("shutdown sandbox")?;
         steps.step("stop");
         for cid in self.tm.ids() {
@@ -660,8 +666,21 @@ fn join_pod_namespaces(s: &Sandbox, spec: &mut serde_json::Value) -> bool {
     })
 }
 
-/// The files and /dev/shm the pod gives each container.
-fn pod_mounts(s: &Sandbox) -> Vec<PodMount> {
+/// Whether a container (its namespaces already placed by [`join_pod_namespaces`]) lives in
+/// the pod's IPC namespace, and so gets the pod's /dev/shm: it joins the pause process's
+/// (the path CRI and [`join_pod_namespaces`] write), or its spec names no IPC namespace at all
+/// (the node's, as in a host-IPC pod). One with an IPC namespace of its own, or another
+/// process's, keeps its own /dev/shm: POSIX shared memory there must not meet the pod's.
+fn shares_pod_ipc(s: &Sandbox, spec: &serde_json::Value) -> bool {
+    match oci::namespace_place(spec, "ipc") {
+        oci::NamespacePlace::Inherited => true,
+        oci::NamespacePlace::New => false,
+        oci::NamespacePlace::Joins(path) => s.pid != 0 && path == format!("/proc/{}/ns/ipc", s.pid),
+    }
+}
+
+/// The files the pod gives each container, and its /dev/shm to those in its IPC namespace.
+fn pod_mounts(s: &Sandbox, shares_ipc: bool) -> Vec<PodMount> {
     let file = |destination: &'static str, name: &str| PodMount {
         destination,
         source: s.record.files_dir.join(name),
@@ -673,6 +692,7 @@ fn pod_mounts(s: &Sandbox) -> Vec<PodMount> {
         file("/etc/hostname", super::files::HOSTNAME),
     ];
     let shm = match &s.record.shm {
+        _ if !shares_ipc => None,
         Some(shm) => Some(shm.clone()),
         None if s.spec.ipc == IpcMode::Host => Some(PathBuf::from("/dev/shm")),
         None => None,
@@ -693,7 +713,8 @@ impl PodHooks for SandboxManager {
             return Ok(false);
         };
         let joined = join_pod_namespaces(&s, spec);
-        let mounted = oci::add_pod_mounts(spec, &pod_mounts(&s))?;
+        let shares_ipc = shares_pod_ipc(&s, spec);
+        let mounted = oci::add_pod_mounts(spec, &pod_mounts(&s, shares_ipc))?;
         Ok(joined || mounted)
     }
 
