@@ -237,14 +237,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn pause_cgroup_is_a_child_of_the_pod_cgroup() {
-        assert_eq!(
-            pause_cgroup(Path::new("/kubepods/besteffort/pod1"), "sb1"),
-            PathBuf::from("/kubepods/besteffort/pod1/sb1")
-        );
-    }
-
     /// A join that fails in its second hierarchy leaves nothing in the first, where the
     /// process had already been moved (a real cgroup hierarchy: rmdir is EBUSY while it is in).
     #[test]
@@ -279,6 +271,14 @@ mod tests {
         let _ = std::fs::remove_dir(real.join(&top));
         assert!(r.is_err());
         assert!(!left, "{} was left behind", real.join(&top).display());
+    }
+
+    #[test]
+    fn pause_cgroup_is_a_child_of_the_pod_cgroup() {
+        assert_eq!(
+            pause_cgroup(Path::new("/kubepods/besteffort/pod1"), "sb1"),
+            PathBuf::from("/kubepods/besteffort/pod1/sb1")
+        );
     }
 
     #[test]
