@@ -190,6 +190,18 @@ impl Subscription {
         }
     }
 
+    /// Whether the exit of `pid` was seen, leaving it for [`Subscription::take`].
+    pub fn has_seen(&self, pid: i32) -> bool {
+        let mut seen = self.seen.locked();
+        seen.extend(self.rx.try_iter());
+        seen.iter().any(|e| e.pid == pid)
+    }
+
+    /// Keeps every child unreaped while the guard lives (see [`Reaper::hold_reaps`]).
+    pub fn hold_reaps(&self) -> ReapGuard<'_> {
+        self.reaper.hold_reaps()
+    }
+
     /// The exit of `pid` if it was already seen, without waiting.
     pub fn take(&self, pid: i32) -> Option<Exit> {
         let mut seen = self.seen.locked();
@@ -228,6 +240,10 @@ pub struct Output {
 pub struct Child {
     pub inner: StdChild,
     subscription: Option<Subscription>,
+    /// The exit status once seen: a [`Child::try_wait`] that consumed the exit from the
+    /// subscription must not leave a later [`Child::wait`] waiting for ever, and a reaped
+    /// child is never signalled.
+    status: Option<i32>,
     /// The child leads its own process group: kill the whole group.
     group: bool,
 }
@@ -252,6 +268,7 @@ impl Spawner {
         Ok(Child {
             inner,
             subscription,
+            status: None,
             group: false,
         })
     }
@@ -335,25 +352,33 @@ impl Child {
 
     /// Its exit status if it has exited, without waiting.
     pub fn try_wait(&mut self) -> io::Result<Option<i32>> {
-        match &self.subscription {
-            Some(s) => Ok(s.take(self.pid()).map(|e| e.status)),
-            None => Ok(self.inner.try_wait()?.map(status_code)),
+        if self.status.is_none() {
+            self.status = match &self.subscription {
+                Some(s) => s.take(self.pid()).map(|e| e.status),
+                None => self.inner.try_wait()?.map(status_code),
+            };
         }
+        Ok(self.status)
     }
 
     /// Waits for the exit, at most `timeout` (`None`: forever); `Ok(None)` on timeout.
     pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Option<i32>> {
+        if self.status.is_some() {
+            return Ok(self.status);
+        }
         let pid = self.pid();
         if let Some(s) = &self.subscription {
-            return Ok(s.wait(pid, timeout).map(|e| e.status));
+            self.status = s.wait(pid, timeout).map(|e| e.status);
+            return Ok(self.status);
         }
         let Some(timeout) = timeout else {
-            return self.inner.wait().map(|s| Some(status_code(s)));
+            self.status = Some(status_code(self.inner.wait()?));
+            return Ok(self.status);
         };
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(s) = self.inner.try_wait()? {
-                return Ok(Some(status_code(s)));
+            if let Some(s) = self.try_wait()? {
+                return Ok(Some(s));
             }
             if Instant::now() >= deadline {
                 return Ok(None);
@@ -363,14 +388,30 @@ impl Child {
     }
 
     /// Sends SIGKILL to the child, or to its whole group (errors ignored: it may be gone).
+    /// A child whose exit was seen is left alone: its pid may belong to another process now.
+    /// Through the reaper the check and the signal happen while it holds off reaping, so the
+    /// pid cannot be reaped (and recycled) in between.
     pub fn kill(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        let _held = self.subscription.as_ref().map(|s| s.hold_reaps());
+        if let Some(s) = &self.subscription
+            && let Some(e) = s.take(self.pid())
+        {
+            self.status = Some(e.status);
+            return;
+        }
         if self.group {
             let _ = nix::sys::signal::killpg(
                 Pid::from_raw(self.pid()),
                 nix::sys::signal::Signal::SIGKILL,
             );
         } else {
-            let _ = self.inner.kill();
+            let _ = nix::sys::signal::kill(
+                Pid::from_raw(self.pid()),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }
@@ -535,6 +576,40 @@ mod tests {
         assert_eq!(sub.wait(4, Some(Duration::from_millis(10))), None);
         drop(sub);
         assert!(reaper.subscribers.locked().list.is_empty());
+    }
+
+    /// Issue 14 item 3: an exit that `try_wait` consumed is kept for `wait`, and a child
+    /// whose exit was seen (reaped: its pid may be another process's now) is never signalled.
+    #[test]
+    fn a_seen_exit_is_kept_and_its_pid_never_signalled() {
+        let reaper = Reaper::new_for_test();
+        let spawner = Spawner::with_reaper(reaper.clone());
+        let mut child = spawner.spawn(Command::new("/bin/sleep").arg("30")).unwrap();
+        let pid = child.pid();
+        assert_eq!(child.try_wait().unwrap(), None);
+        // The reaper reports it; the real process stands in for whoever has the pid now.
+        reaper.inject(Exit {
+            pid,
+            status: 3,
+            at: SystemTime::now(),
+        });
+        assert_eq!(child.try_wait().unwrap(), Some(3));
+        assert_eq!(
+            child.wait(Some(Duration::from_millis(10))).unwrap(),
+            Some(3),
+            "the exit try_wait consumed is lost"
+        );
+        child.kill();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let _ = child.inner.kill();
+        let status = child.inner.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert!(!stat.contains(") Z "), "the pid was signalled: {stat}");
+        // Not seen yet: kill reaches it.
+        let mut child = spawner.spawn(Command::new("/bin/sleep").arg("30")).unwrap();
+        child.kill();
+        assert_eq!(child.inner.wait().unwrap().signal(), Some(libc::SIGKILL));
     }
 
     #[test]
