@@ -273,6 +273,11 @@ impl TaskManager {
         stdio::TtyCopier::start(
             master,
             process.stdio(),
+            format!(
+                "task {} process {}",
+                process.container_id(),
+                process.event_id()
+            ),
             Box::new(move || {
                 if let Some(tm) = me.upgrade() {
                     tm.output_drained(&p);
