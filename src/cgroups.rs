@@ -163,6 +163,32 @@ impl CgroupPaths {
         Ok(any)
     }
 
+    /// Thaws the cgroup: v1 `freezer.state = THAWED`, v2 `cgroup.freeze = 0`. After a
+    /// SIGKILL to a paused container, as `runc kill` does: a v1 freezer holds the signal until
+    /// the cgroup thaws (v2 delivers SIGKILL to frozen tasks; thawing is harmless there).
+    /// A cgroup already gone (the container is gone with it) is not an error.
+    pub fn thaw(&self) -> Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let (file, value) = match (&self.v2, self.v1.get("freezer")) {
+            (Some(dir), _) => (dir.join("cgroup.freeze"), "0"),
+            (None, Some(dir)) => (dir.join("freezer.state"), "THAWED"),
+            (None, None) => return Ok(()),
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&file)
+        {
+            Ok(mut f) => {
+                use std::io::Write;
+                f.write_all(value.as_bytes())
+                    .with_context(|| format!("write {value} to {}", file.display()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::from(e).context(format!("open {}", file.display()))),
+        }
+    }
+
     fn v1_metrics(&self) -> v1::Metrics {
         let mut m = v1::Metrics::new();
         if let Some(dir) = self.v1.get("pids") {

@@ -177,6 +177,7 @@ impl TaskManager {
             shares_pid_ns,
             network,
             op: Default::default(),
+            sigkilled: Default::default(),
         });
         {
             let mut table = self.containers.locked();
