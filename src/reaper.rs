@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::errno::Errno;
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::sync::Lock;
@@ -103,24 +102,30 @@ impl Reaper {
     fn reap_all(&self) {
         loop {
             let _reaping = self.reaping.write().unwrap_or_else(PoisonError::into_inner);
-            let exit = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(pid, code)) => Exit {
-                    pid: pid.as_raw(),
-                    status: code,
-                    at: SystemTime::now(),
+            // Raw waitpid: nix decodes the terminating signal into its Signal enum, which has
+            // no real-time signals, and answers EINVAL for a process killed by one (SIGRTMIN+3
+            // is systemd's stop signal) after the kernel reaped it: the exit would be lost.
+            let mut raw = 0;
+            // SAFETY: waitpid writes one int through the pointer, which outlives the call.
+            let pid = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
+            let exit = match pid {
+                0 => return, // children left, none exited
+                -1 => match Errno::last() {
+                    Errno::EINTR => continue,
+                    Errno::ECHILD => return,
+                    e => {
+                        log::warn!("waitpid: {e}");
+                        return;
+                    }
                 },
-                Ok(WaitStatus::Signaled(pid, sig, _)) => Exit {
-                    pid: pid.as_raw(),
-                    status: 128 + sig as i32,
-                    at: SystemTime::now(),
+                pid => match exit_status(raw) {
+                    Some(status) => Exit {
+                        pid,
+                        status,
+                        at: SystemTime::now(),
+                    },
+                    None => continue, // stopped or continued: not an exit
                 },
-                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
-                Ok(_) => continue,
-                Err(Errno::EINTR) => continue,
-                Err(e) => {
-                    log::warn!("waitpid: {e}");
-                    return;
-                }
             };
             self.dispatch(exit);
         }
@@ -416,6 +421,18 @@ impl Child {
     }
 }
 
+/// The exit status of a raw wait status: the code, or 128 + the signal that killed it (any
+/// signal number). `None` when the status is no exit (stopped, continued).
+fn exit_status(raw: i32) -> Option<i32> {
+    if libc::WIFEXITED(raw) {
+        Some(libc::WEXITSTATUS(raw))
+    } else if libc::WIFSIGNALED(raw) {
+        Some(128 + libc::WTERMSIG(raw))
+    } else {
+        None
+    }
+}
+
 fn status_code(s: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
@@ -610,6 +627,22 @@ mod tests {
         let mut child = spawner.spawn(Command::new("/bin/sleep").arg("30")).unwrap();
         child.kill();
         assert_eq!(child.inner.wait().unwrap().signal(), Some(libc::SIGKILL));
+    }
+
+    /// Issue 14 item 1: a process killed by a real-time signal has an exit (nix's waitpid
+    /// answered EINVAL for it, after the kernel had reaped it).
+    #[test]
+    fn an_exit_by_a_real_time_signal_is_decoded() {
+        let child = Command::new("/bin/sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let sig = libc::SIGRTMIN() + 3;
+        // SAFETY: kill and waitpid on our own child; waitpid writes one int.
+        unsafe { libc::kill(pid, sig) };
+        let mut raw = 0;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut raw, 0) }, pid);
+        assert_eq!(exit_status(raw), Some(128 + sig));
+        assert_eq!(exit_status(0x0300), Some(3), "exit(3)");
+        assert_eq!(exit_status(0x137f), None, "stopped by SIGSTOP");
     }
 
     #[test]
