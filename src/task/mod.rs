@@ -389,9 +389,14 @@ impl TaskManager {
     // ---- Signals, state ----
 
     /// Kill: `signal` (any of 1..=SIGRTMAX) to the init, an exec, or with `all` to every
-    /// process of the container. A process that has ended (its exit visible or only reaped)
-    /// is NotFound "process already finished" and nothing runs, as with containerd's runc
-    /// shim: containerd's client and CRI take that NotFound as "already stopped".
+    /// process of the container. Once the process has ended (its exit visible or only
+    /// reaped) nothing runs: a Kill of it is NotFound "process already finished", as with
+    /// containerd's runc shim, and one with `all` succeeds, as the runc shim's `runc kill
+    /// --all` of a stopped container does (nothing is left: a container with its own pid
+    /// namespace died with its init, and the rest of one without was killed at the init's
+    /// exit, see `exits.rs`). Running runc there raced its cgroup teardown ("invalid state
+    /// transition from stopped to paused"), and CRI's exit handler, which sends exactly that
+    /// after every TaskExit, failed and retried after a back-off.
     pub fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()> {
         let (c, p) = self
             .process(id, exec_id)
@@ -406,6 +411,9 @@ impl TaskManager {
             (st.pid(), st.phase(), st.has_ended())
         };
         if ended {
+            if all && p.is_init() {
+                return Ok(());
+            }
             return Err(Error::not_found(format!(
                 "{what}: process already finished"
             )));
