@@ -454,11 +454,13 @@ fn exit_handler_failures() -> usize {
         .count()
 }
 
-/// 200 StopContainer calls on containers that exit on SIGTERM: none over 200 ms, and CRI's
-/// exit handler never fails (its Kill(SIGKILL, all) after the TaskExit found a stopped
-/// container and runc kill --all failed on it, 1 call in 40, each 1.3-2 s: containerd retries
-/// after a back-off). The same probe on the `runc` handler: no failure and nothing near the
-/// back-off (its own path takes up to ~220 ms here in a shared pid namespace, so it gets 1 s).
+/// 200 StopContainer calls on containers that exit on SIGTERM: CRI's exit handler never fails
+/// and no call comes near its back-off (its Kill(SIGKILL, all) after the TaskExit found a
+/// stopped container and runc kill --all failed on it: "failed to handle container TaskExit
+/// event", a retry after a back-off, calls of 1.3-2 s). On an idle machine no call takes over
+/// 200 ms (max 100-140 ms here); this 2-core machine is shared with other benches, so up to
+/// 2% of the calls may (measured: 0-4 of 200 at a load average of 8, up to 450 ms), none 1 s.
+/// The same probe on the `runc` handler (no failure, none 1 s; its own calls reach 240 ms).
 /// Containers with a pid namespace of their own.
 #[tokio::test]
 async fn stop_container_of_a_container_that_exits_on_sigterm() {
@@ -481,10 +483,10 @@ async fn stop_containers(pid: NamespaceMode) {
         "-c",
         "trap 'exit 0' TERM; echo ready; sleep 3600 & wait",
     ];
-    for (handler, limit) in [
-        (HANDLER, Duration::from_millis(200)),
-        (RUNC_HANDLER, Duration::from_secs(1)),
-    ] {
+    const LIMIT: Duration = Duration::from_millis(200);
+    const BACK_OFF: Duration = Duration::from_secs(1);
+    // How many calls may exceed LIMIT (a loaded machine), per handler.
+    for (handler, tolerated) in [(HANDLER, CALLS / 50), (RUNC_HANDLER, CALLS)] {
         let g = Guard::new();
         let tag = if pid == NamespaceMode::Pod {
             "shared"
@@ -547,11 +549,11 @@ async fn stop_containers(pid: NamespaceMode) {
         let slow: Vec<_> = times
             .iter()
             .enumerate()
-            .filter(|(_, t)| **t > limit)
+            .filter(|(_, t)| **t > LIMIT)
             .collect();
         let failures = exit_handler_failures() - failures_before;
         eprintln!(
-            "[{handler}, {pid:?} pid namespace] {} StopContainer calls: p50 {:?}, p99 {:?}, max {:?}, over {limit:?}: \
+            "[{handler}, {pid:?} pid namespace] {} StopContainer calls: p50 {:?}, p99 {:?}, max {:?}, over {LIMIT:?}: \
              {slow:?}; exit handler failures: {failures}",
             times.len(),
             sorted.get(sorted.len() / 2),
@@ -559,7 +561,10 @@ async fn stop_containers(pid: NamespaceMode) {
             sorted.last()
         );
         let res = res.and_then(|()| {
-            ensure!(slow.is_empty(), "StopContainer over {limit:?}: {slow:?}");
+            ensure!(
+                slow.len() <= tolerated && slow.iter().all(|(_, t)| **t < BACK_OFF),
+                "StopContainer over {LIMIT:?}: {slow:?}"
+            );
             ensure!(
                 failures == 0,
                 "{failures} 'failed to handle container TaskExit event' in containerd's log"
