@@ -633,13 +633,12 @@ mod tests {
     /// answered EINVAL for it, after the kernel had reaped it).
     #[test]
     fn an_exit_by_a_real_time_signal_is_decoded() {
-        let child = Command::new("/bin/sleep").arg("30").spawn().unwrap();
-        let pid = child.id() as i32;
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = Command::new("/bin/sleep").arg("30").spawn().unwrap();
         let sig = libc::SIGRTMIN() + 3;
-        // SAFETY: kill and waitpid on our own child; waitpid writes one int.
-        unsafe { libc::kill(pid, sig) };
-        let mut raw = 0;
-        assert_eq!(unsafe { libc::waitpid(pid, &mut raw, 0) }, pid);
+        // SAFETY: kill(2) of our own unreaped child takes two integers.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        let raw = child.wait().unwrap().into_raw();
         assert_eq!(exit_status(raw), Some(128 + sig));
         assert_eq!(exit_status(0x0300), Some(3), "exit(3)");
         assert_eq!(exit_status(0x137f), None, "stopped by SIGSTOP");

@@ -702,7 +702,7 @@ const SIGKILL: u32 = libc::SIGKILL as u32;
 
 /// A signal Kill may send: 1..=SIGRTMAX of this system (real-time signals included: systemd's
 /// stop signal is SIGRTMIN+3). 0 only probes, and containerd never sends it.
-pub fn check_signal(signal: u32) -> Result<()> {
+fn check_signal(signal: u32) -> Result<()> {
     let max = libc::SIGRTMAX();
     if signal == 0 || i64::from(signal) > i64::from(max) {
         return Err(Error::invalid(format!(
