@@ -652,6 +652,45 @@ mod tests {
         );
     }
 
+    /// Issue 14 item 2: the thaw after a SIGKILL writes the v1 freezer or the v2 freeze file;
+    /// a cgroup already gone, or no freezer, is no error.
+    #[test]
+    fn thaw_writes_the_freezer_of_either_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = dir.path().join("freezer");
+        std::fs::create_dir(&v1).unwrap();
+        std::fs::write(v1.join("freezer.state"), "FROZEN\n").unwrap();
+        let mut paths = CgroupPaths::default();
+        paths.v1.insert("freezer".into(), v1.clone());
+        paths.thaw().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(v1.join("freezer.state"))
+                .unwrap()
+                .trim(),
+            "THAWED"
+        );
+        let v2 = dir.path().join("unified");
+        std::fs::create_dir(&v2).unwrap();
+        std::fs::write(v2.join("cgroup.freeze"), "1\n").unwrap();
+        let paths = CgroupPaths {
+            v2: Some(v2.clone()),
+            ..Default::default()
+        };
+        paths.thaw().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(v2.join("cgroup.freeze"))
+                .unwrap()
+                .trim(),
+            "0"
+        );
+        let gone = CgroupPaths {
+            v2: Some(dir.path().join("gone")),
+            ..Default::default()
+        };
+        gone.thaw().unwrap();
+        CgroupPaths::default().thaw().unwrap();
+    }
+
     #[test]
     fn v2_metrics_read_files() {
         let dir = tempfile::tempdir().unwrap();
