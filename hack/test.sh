@@ -11,7 +11,7 @@
 #   6. hack/build.sh: release shim, installed into the bench prefix
 #   7. hack/setup.sh: the bench set up (idempotent, ~1 s when done) and
 #      containerd running; every task/container left by an earlier run removed
-#   8. integration tests: cargo test --manifest-path integration/Cargo.toml
+#   8. integration tests: cargo test --manifest-path integration/Cargo.toml --no-fail-fast
 #      -- --test-threads=1 (skipped while integration/ does not exist), with
 #      the bench's env exported (see hack/containerd.sh env, RSANDBOX_PREFIX),
 #      once with runc 1.1 (the host's) and once with runc 1.3 (sid's, see
@@ -85,7 +85,7 @@ if [[ -f integration/Cargo.toml ]]; then
 		# no container may outlive a switch: runc's state belongs to one version
 		reset_objects
 		select_runc
-		if ! cargo test --manifest-path integration/Cargo.toml -- --test-threads=1; then
+		if ! cargo test --manifest-path integration/Cargo.toml --no-fail-fast -- --test-threads=1; then
 			failed+=("integration tests (runc $RSANDBOX_RUNC)")
 			log "containerd log (last 40 lines of $LOGFILE):"
 			tail -n 40 "$LOGFILE" >&2 || true
