@@ -990,6 +990,7 @@ fn host_network_pod_keeps_the_host_network_and_uts() {
             sysctls: vec![],
             pod_id: "pod1".into(),
             root_mountpoint: cfg.root_mountpoint.clone(),
+            userns: None,
         },
         "pause in the host netns and UTS, no default net.* sysctls written into the host's"
     );
