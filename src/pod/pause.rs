@@ -1482,7 +1482,6 @@ mod tests {
             ],
             pod_id: "pod-u".into(),
             userns: userns_at(200000),
-            ..Default::default()
         };
         let pid = spawn(&cfg).unwrap();
         let _kill = KillOnDrop(pid);
