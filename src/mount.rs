@@ -91,7 +91,26 @@ pub fn mount_all(mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
         } else {
             rootfs.join(&m.target)
         };
-        let (flags, data) = parse_options(&m.options);
+        // A user-namespaced container's overlay (uidmap=/gidmap=): idmapped layers, see
+        // crate::idmap. Dropped after the mount attempt (the overlay holds its layers).
+        let scratch = target.with_file_name(".rootfs-idmapped");
+        let (options, idmapped) = match m.kind.as_str() {
+            "overlay" => crate::idmap::overlay_options(&m.options, &scratch),
+            _ => crate::idmap::take_idmap_options(&m.options).and_then(|(o, maps)| match maps {
+                None => Ok((o, None)),
+                Some(_) => Err(Error::invalid(format!(
+                    "uidmap=/gidmap= on a {} mount: only overlay rootfs mounts are idmapped",
+                    m.kind
+                ))),
+            }),
+        }
+        .map_err(|e| {
+            for t in done.iter().rev() {
+                let _ = unmount(t);
+            }
+            e.context(format!("mount rootfs[{i}]"))
+        })?;
+        let (flags, data) = parse_options(&options);
         let data = data.join(",");
         let source = if m.source.is_empty() {
             None
@@ -133,6 +152,7 @@ pub fn mount_all(mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
                 Ok(())
             }
         });
+        drop(idmapped);
         if let Err(e) = r {
             for t in done.iter().rev() {
                 let _ = unmount(t);

@@ -43,13 +43,18 @@
 //! joins the pod netns (it belongs to the node's user namespace: joined, and its net.* sysctls
 //! written, while the child still has the node's privileges), then makes the user namespace and
 //! waits on a socket pair until the parent has written `/proc/<child>/uid_map` and `gid_map`,
-//! becomes root of the namespace and clones the pause with the other new namespaces (a new PID
+//! and clones the pause with the other new namespaces (a new PID
 //! namespace takes effect for children only: the pause is its PID 1). The child reports the
 //! pause's pid on the status pipe and exits; the pause goes to the shim, a child subreaper (the
 //! parent waits for the child's end by pidfd, so this holds when `spawn` returns). The pause
 //! then sets the hostname and the other sysctls (the kernel lets the root of the user namespace
 //! write those of the IPC namespace it owns) and goes on as without a user namespace: empty
 //! root, privileges dropped to 65535 (which the maps must cover: refused otherwise), exec.
+//! It mounts its empty root with the node's uid 0, unmapped in the namespace and without any
+//! capability outside it: as their owner it may pass containerd's state directories (mode
+//! 0700) to the mount point in the sandbox bundle, which the namespace's root could not. Then
+//! it becomes root of the namespace (whose root owns the sysctls of its IPC namespace), writes
+//! them, and pivots into the mounted root by descriptor.
 //!
 //! # The forked child never allocates, locks or unwinds
 //!
@@ -178,21 +183,25 @@ enum Step {
     Exec = 17,
     UnshareUserns = 18,
     WaitForMaps = 19,
-    BecomeNsRoot = 20,
-    CreateNamespaces = 21,
+    CreateNamespaces = 20,
+    BecomeNsRoot = 21,
+    JoinUserns = 22,
+    CheckMaps = 23,
 }
 
 impl Step {
     /// Every step, in the child's order. In a user-namespaced pod, the four user namespace
     /// steps come right after JoinNetns and the net.* sysctls (written while the child still
     /// has the node's privileges in the pod netns); the other sysctls follow the hostname.
-    const ALL: [Step; 20] = [
+    const ALL: [Step; 22] = [
         Step::JoinNetns,
+        Step::JoinUserns,
+        Step::CheckMaps,
         Step::UnshareUserns,
         Step::WaitForMaps,
-        Step::BecomeNsRoot,
         Step::CreateNamespaces,
         Step::SetHostname,
+        Step::BecomeNsRoot,
         Step::OpenSysctl,
         Step::WriteSysctl,
         Step::PrivateMounts,
@@ -222,8 +231,13 @@ impl Step {
             Step::JoinNetns => "join the pod network namespace",
             Step::UnshareUserns => "create its user namespace",
             Step::WaitForMaps => "wait for the maps of its user namespace",
-            Step::BecomeNsRoot => "become root of its user namespace",
             Step::CreateNamespaces => "create the pod namespaces in its user namespace",
+            Step::BecomeNsRoot => "become root of its user namespace",
+            Step::JoinUserns => "join the user namespace that owns the pod netns",
+            Step::CheckMaps => {
+                "check the maps of the user namespace that owns the pod netns (they are not \
+                 the pod's)"
+            }
             Step::SetHostname => "set the hostname",
             Step::OpenSysctl => "open the file of sysctl",
             Step::WriteSysctl => "write sysctl",
@@ -263,6 +277,9 @@ const READY_FD: libc::c_int = 0;
 const ROOT_FSTYPE: &CStr = c"tmpfs";
 const ROOT_SOURCE: &CStr = c"rsandbox-pause";
 const ROOT_OPTIONS: &CStr = c"size=4k,nr_inodes=2,mode=0555";
+/// The same in a user namespace, owned by its root (the pause mounts it as the node's uid 0,
+/// which the namespace does not map).
+const USERNS_ROOT_OPTIONS: &CStr = c"size=4k,nr_inodes=2,mode=0555,uid=0,gid=0";
 
 /// Everything the child needs, allocated before the clone.
 struct Prepared {
@@ -272,11 +289,21 @@ struct Prepared {
     /// In a user-namespaced pod, the namespaces of the pause (cloned by the child once its user
     /// namespace has its maps, so they belong to it); `None`: the child is the pause.
     pause_flags: Option<libc::c_int>,
+    /// The user namespace that owns the pod netns, when it is not the node's: CRI makes the
+    /// netns of a user-namespaced pod inside a user namespace with the pod's maps, and the pod
+    /// must live in that one (else its containers have no privilege over their own network:
+    /// no sysfs, no interface changes). The child joins it instead of making one.
+    join_userns: Option<OwnedFd>,
+    /// `/proc/self/uid_map` and `gid_map` as the kernel shows the pod's maps (`%10u %10u %10u`
+    /// lines): what the joined namespace must show.
+    expected_maps: [Vec<u8>; 2],
     netns: Option<OwnedFd>,
     hostname: Option<CString>,
     sysctls: Vec<PreparedSysctl>,
     /// Where the empty root is mounted (in the child's mount namespace only).
     root: CString,
+    /// Its mount options ([`ROOT_OPTIONS`], or [`USERNS_ROOT_OPTIONS`]).
+    root_options: &'static CStr,
     cap_last: libc::c_int,
     /// Upper bound (exclusive) of the fds the one-by-one fallback closes.
     fd_limit: u32,
@@ -311,6 +338,14 @@ fn prepare(cfg: &PauseConfig) -> Result<Prepared> {
     let netns = match &cfg.netns {
         Some(p) => Some(crate::client_paths::open_netns(p)?),
         None => None,
+    };
+    let join_userns = match (&cfg.userns, &netns) {
+        (Some(_), Some(ns)) => owner_unless_initial(ns)?,
+        _ => None,
+    };
+    let expected_maps = match &cfg.userns {
+        Some(u) => [kernel_map_text(&u.uids), kernel_map_text(&u.gids)],
+        None => [Vec::new(), Vec::new()],
     };
     let hostname = match &cfg.hostname {
         Some(h) if cfg.new_uts && !h.is_empty() => {
@@ -351,10 +386,17 @@ fn prepare(cfg: &PauseConfig) -> Result<Prepared> {
     Ok(Prepared {
         flags,
         pause_flags,
+        join_userns,
+        expected_maps,
         netns,
         hostname,
         sysctls,
         root,
+        root_options: if cfg.userns.is_some() {
+            USERNS_ROOT_OPTIONS
+        } else {
+            ROOT_OPTIONS
+        },
         cap_last,
         fd_limit: fd_limit(),
         use_close_range: true,
@@ -405,6 +447,59 @@ fn check_maps(u: &UserNamespace) -> Result<()> {
     Ok(())
 }
 
+/// The user namespace that owns `netns` (NS_GET_USERNS), or `None` when that is the shim's.
+fn owner_unless_initial(netns: &OwnedFd) -> Result<Option<OwnedFd>> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: NS_GET_USERNS returns a new descriptor (or -1), which we own.
+    let fd = unsafe { libc::ioctl(netns.as_raw_fd(), libc::NS_GET_USERNS) };
+    if fd < 0 {
+        return Err(Error::from(std::io::Error::last_os_error())
+            .context("pause: find the user namespace of the pod netns"));
+    }
+    // SAFETY: as above.
+    let owner = File::from(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+    let ours = std::fs::metadata("/proc/self/ns/user").context("pause: stat /proc/self/ns/user")?;
+    let theirs = owner.metadata().context("pause: stat the netns owner")?;
+    if (theirs.dev(), theirs.ino()) == (ours.dev(), ours.ino()) {
+        return Ok(None);
+    }
+    Ok(Some(OwnedFd::from(owner)))
+}
+
+/// A map as `/proc/<pid>/uid_map` shows it.
+fn kernel_map_text(maps: &[IdMapping]) -> Vec<u8> {
+    maps.iter()
+        .map(|m| format!("{:>10} {:>10} {:>10}\n", m.container_id, m.host_id, m.size))
+        .collect::<String>()
+        .into_bytes()
+}
+
+/// Whether the file at `path` holds exactly `want` (at most 4 KiB). Raw system calls on a
+/// stack buffer: it runs in the forked child.
+///
+/// # Safety
+/// Only with `path` NUL-terminated.
+unsafe fn file_is(path: &CStr, want: &[u8]) -> bool {
+    let mut buf = [0u8; 4096];
+    // SAFETY: open/read/close into our own stack buffer.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let mut got = 0usize;
+        while got < buf.len() {
+            let n = libc::read(fd, buf.as_mut_ptr().add(got).cast(), buf.len() - got);
+            if n <= 0 {
+                break;
+            }
+            got += n as usize;
+        }
+        libc::close(fd);
+        buf.get(..got) == Some(want)
+    }
+}
+
 /// Starts the pause process; returns its host pid once it holds the namespaces, dropped its
 /// privileges and runs the pause program under its seccomp filter. Its exit is reaped by the
 /// shim's reaper like any child.
@@ -417,8 +512,8 @@ fn spawn_prepared(cfg: &PauseConfig, p: Prepared) -> Result<i32> {
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pause: create status pipe")?;
     // With a user namespace: the child says on `sync` when it has made it, and waits there
     // for its maps; the parent gets a pidfd of the child (CLONE_PIDFD).
-    let sync = match (&cfg.userns, p.pause_flags) {
-        (Some(u), Some(_)) => Some((
+    let sync = match (&cfg.userns, p.pause_flags, &p.join_userns) {
+        (Some(u), Some(_), None) => Some((
             u,
             nix::sys::socket::socketpair(
                 nix::sys::socket::AddressFamily::Unix,
@@ -459,8 +554,14 @@ fn spawn_prepared(cfg: &PauseConfig, p: Prepared) -> Result<i32> {
     let pidfd =
         (pidfd >= 0).then(|| unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(pidfd) });
     drop(tx);
+    let p_userns = p.pause_flags.is_some();
     drop(p);
     let r = match sync {
+        None if p_userns => read_status(rx, cfg).and_then(|pause| {
+            pause.ok_or_else(|| {
+                Error::internal("pause: the pause process is ready but its pid never came")
+            })
+        }),
         None => read_status(rx, cfg).map(|_| pid),
         Some((u, (ours, theirs))) => {
             drop(theirs);
@@ -735,8 +836,25 @@ fn close_all_but<C: CloseFds>(sys: &C, keep: [u32; 2], limit: u32, use_close_ran
 ///
 /// # Safety
 /// Only in the forked child, with `root` a NUL-terminated path.
-unsafe fn enter_empty_root(root: &CStr, status_fd: i32) {
-    // SAFETY: raw system calls on NUL-terminated constants and `root`; fds are our own.
+unsafe fn enter_empty_root(root: &CStr, options: &CStr, status_fd: i32) {
+    // SAFETY: as the two halves require.
+    unsafe {
+        let (old_root, new_root) = mount_empty_root(root, options, status_fd);
+        pivot_into(old_root, new_root, status_fd);
+    }
+}
+
+/// The first half of [`enter_empty_root`]: mounts private, the tmpfs on `root`; returns
+/// descriptors of the old root and of the new one (close-on-exec).
+///
+/// # Safety
+/// Only in the forked child, with `root` and `options` NUL-terminated.
+unsafe fn mount_empty_root(
+    root: &CStr,
+    options: &CStr,
+    status_fd: i32,
+) -> (libc::c_int, libc::c_int) {
+    // SAFETY: raw system calls on NUL-terminated constants and `root`.
     unsafe {
         if libc::mount(
             std::ptr::null(),
@@ -753,7 +871,7 @@ unsafe fn enter_empty_root(root: &CStr, status_fd: i32) {
             root.as_ptr(),
             ROOT_FSTYPE.as_ptr(),
             libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            ROOT_OPTIONS.as_ptr().cast(),
+            options.as_ptr().cast(),
         ) != 0
         {
             fail(status_fd, Step::MountRoot, 0);
@@ -761,7 +879,22 @@ unsafe fn enter_empty_root(root: &CStr, status_fd: i32) {
         let flags = libc::O_DIRECTORY | libc::O_RDONLY | libc::O_CLOEXEC;
         let old_root = libc::open(c"/".as_ptr(), flags);
         let new_root = libc::open(root.as_ptr(), flags);
-        if old_root < 0 || new_root < 0 || libc::fchdir(new_root) != 0 {
+        if old_root < 0 || new_root < 0 {
+            fail(status_fd, Step::PivotRoot, 0);
+        }
+        (old_root, new_root)
+    }
+}
+
+/// The second half of [`enter_empty_root`]: `pivot_root` into `new_root`, the node's tree
+/// (from `old_root`) detached; both descriptors closed.
+///
+/// # Safety
+/// Only in the forked child, with the descriptors of [`mount_empty_root`].
+unsafe fn pivot_into(old_root: libc::c_int, new_root: libc::c_int, status_fd: i32) {
+    // SAFETY: raw system calls on NUL-terminated constants; fds are our own.
+    unsafe {
+        if libc::fchdir(new_root) != 0 {
             fail(status_fd, Step::PivotRoot, 0);
         }
         // As runc: pivot_root(".", ".") stacks the old root on the new one; from the old root's
@@ -793,7 +926,7 @@ unsafe fn enter_empty_root(root: &CStr, status_fd: i32) {
 ///
 /// Without a user namespace the child is the pause. With one (`p.pause_flags`), the child joins
 /// the pod netns and writes the net.* sysctls with the node's privileges, makes the user
-/// namespace, waits on `sync_fd` for the parent to write its maps, becomes its root and clones
+/// namespace, waits on `sync_fd` for the parent to write its maps and clones
 /// the pause into new namespaces owned by it (a new PID namespace only applies to children:
 /// the pause is PID 1 there); it reports the pause's pid on the status pipe and exits, and the
 /// pause goes to the shim, a child subreaper.
@@ -824,24 +957,32 @@ fn child(p: &Prepared, status_fd: i32, sync_fd: i32) -> ! {
                 fail(status_fd, Step::SetHostname, 0);
             }
             write_sysctls(p, status_fd, |_| true);
-            become_pause(p, status_fd);
+            become_pause(p, status_fd, false);
         };
         write_sysctls(p, status_fd, |s| s.in_netns);
-        if libc::unshare(libc::CLONE_NEWUSER) != 0 {
-            fail(status_fd, Step::UnshareUserns, 0);
+        if let Some(owner) = &p.join_userns {
+            if libc::setns(owner.as_raw_fd(), libc::CLONE_NEWUSER) != 0 {
+                fail(status_fd, Step::JoinUserns, 0);
+            }
+            let [uids, gids] = &p.expected_maps;
+            if !file_is(c"/proc/self/uid_map", uids) || !file_is(c"/proc/self/gid_map", gids) {
+                *libc::__errno_location() = libc::EINVAL;
+                fail(status_fd, Step::CheckMaps, 0);
+            }
+        } else {
+            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                fail(status_fd, Step::UnshareUserns, 0);
+            }
+            let mut b = [1u8];
+            if libc::write(sync_fd, b.as_ptr().cast(), 1) != 1
+                || libc::read(sync_fd, b.as_mut_ptr().cast(), 1) != 1
+            {
+                fail(status_fd, Step::WaitForMaps, 0);
+            }
         }
-        let mut b = [1u8];
-        if libc::write(sync_fd, b.as_ptr().cast(), 1) != 1
-            || libc::read(sync_fd, b.as_mut_ptr().cast(), 1) != 1
-        {
-            fail(status_fd, Step::WaitForMaps, 0);
-        }
-        // Raw syscalls: glibc's wrappers would try to signal the shim's other threads.
-        if libc::syscall(libc::SYS_setresgid, 0, 0, 0) != 0
-            || libc::syscall(libc::SYS_setresuid, 0, 0, 0) != 0
-        {
-            fail(status_fd, Step::BecomeNsRoot, 0);
-        }
+        // No setresuid(0) into the namespace here: the pause still has the node's uid 0 (no
+        // capability outside the namespace) while it reaches its root's mount point through
+        // containerd's state directories (mode 0700, the node root's), then drops to 65535.
         let pid = libc::syscall(
             libc::SYS_clone,
             pause_flags as libc::c_ulong,
@@ -859,8 +1000,17 @@ fn child(p: &Prepared, status_fd: i32, sync_fd: i32) -> ! {
             {
                 fail(status_fd, Step::SetHostname, 0);
             }
+            // Its root is mounted as the node's uid 0 (see the module docs); the sysctls of
+            // its IPC namespace are its root's to write.
+            let root = mount_empty_root(&p.root, p.root_options, status_fd);
+            if libc::syscall(libc::SYS_setresgid, 0, 0, 0) != 0
+                || libc::syscall(libc::SYS_setresuid, 0, 0, 0) != 0
+            {
+                fail(status_fd, Step::BecomeNsRoot, 0);
+            }
             write_sysctls(p, status_fd, |s| !s.in_netns);
-            become_pause(p, status_fd);
+            pivot_into(root.0, root.1, status_fd);
+            become_pause(p, status_fd, true);
         }
         // Its pid in this PID namespace, the shim's: the pause's host pid.
         let pid = (pid as i32).to_ne_bytes();
@@ -893,12 +1043,14 @@ fn write_sysctls(p: &Prepared, status_fd: i32, which: impl Fn(&PreparedSysctl) -
     }
 }
 
-/// The pause's last steps: its empty root, every privilege dropped, every descriptor but the
+/// The pause's last steps: its empty root (unless it is in it already), every privilege dropped, every descriptor but the
 /// status pipe closed, the exec. Raw system calls; never returns.
-fn become_pause(p: &Prepared, status_fd: i32) -> ! {
+fn become_pause(p: &Prepared, status_fd: i32, in_empty_root: bool) -> ! {
     // SAFETY: as in `child`.
     unsafe {
-        enter_empty_root(&p.root, status_fd);
+        if !in_empty_root {
+            enter_empty_root(&p.root, p.root_options, status_fd);
+        }
         let mut cap = 0;
         while cap <= p.cap_last {
             if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 {
@@ -1581,13 +1733,15 @@ mod tests {
                 "{when}"
             );
         }
-        // A pause root it cannot reach: a directory of the node's root, mode 0700.
+        // A pause root it cannot reach: under a directory of another user, mode 0700 (the
+        // pause has no capability over the node's files).
         let dir = tempfile::tempdir().unwrap();
         let hidden = dir.path().join("hidden");
         std::fs::create_dir(&hidden).unwrap();
         std::fs::create_dir(hidden.join("root")).unwrap();
         std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .unwrap();
+        std::os::unix::fs::chown(&hidden, Some(12345), Some(12345)).unwrap();
         let cfg = PauseConfig {
             root_mountpoint: hidden.join("root"),
             new_ipc: true,
@@ -1603,6 +1757,76 @@ mod tests {
                 hidden.join("root").display()
             )
         );
+    }
+
+    /// A netns inside a new user namespace with `host`-based maps, as CRI makes it for a
+    /// user-namespaced pod (`setupNetnsWithinUserns`), held by a `sleep`.
+    fn netns_in_userns(host: u32) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let mut c = std::process::Command::new("sleep");
+        c.arg("60");
+        // SAFETY: unshare only, between fork and exec.
+        unsafe {
+            c.pre_exec(|| {
+                if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = c.spawn().unwrap();
+        for map in ["uid_map", "gid_map"] {
+            std::fs::write(
+                format!("/proc/{}/{map}", child.id()),
+                format!("0 {host} 65536\n"),
+            )
+            .unwrap();
+        }
+        child
+    }
+
+    /// Issue 16 with containerd's CRI: the pod netns belongs to a user namespace with the pod's
+    /// maps; the pause joins that one (its containers then own their network: sysfs, links) and
+    /// makes its other namespaces in it. Maps that are not the pod's are refused by name.
+    #[test]
+    #[ignore = "needs root: creates user namespaces"]
+    fn pause_joins_the_user_namespace_that_owns_the_pod_netns() {
+        nix::sys::prctl::set_child_subreaper(true).unwrap();
+        let mut holder = netns_in_userns(500000);
+        let netns = PathBuf::from(format!("/proc/{}/ns/net", holder.id()));
+        let cfg = PauseConfig {
+            root_mountpoint: std::env::temp_dir(),
+            netns: Some(netns.clone()),
+            new_ipc: true,
+            new_uts: true,
+            new_pid: true,
+            sysctls: vec![("net.ipv4.ip_unprivileged_port_start".into(), "0".into())],
+            userns: userns_at(500000),
+            ..Default::default()
+        };
+        let pid = spawn(&cfg).unwrap();
+        let kill = KillOnDrop(pid);
+        let user = ino(&format!("/proc/{}/ns/user", holder.id()));
+        assert_eq!(ino(&format!("/proc/{pid}/ns/user")), user);
+        for kind in ["mnt", "ipc", "uts", "pid", "net"] {
+            assert_eq!(owner_of(&format!("/proc/{pid}/ns/{kind}")), user, "{kind}");
+        }
+        assert_eq!(status_field(pid, "Uid"), "565535\t565535\t565535\t565535");
+        assert_eq!(status_field(pid, "PPid"), std::process::id().to_string());
+        assert_eq!(status_field(pid, "Seccomp"), "2");
+        drop(kill);
+        let wrong = PauseConfig {
+            userns: userns_at(600000),
+            ..cfg
+        };
+        let err = spawn(&wrong).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "pause: check the maps of the user namespace that owns the pod netns (they are not \
+             the pod's): Invalid argument (os error 22)"
+        );
+        let _ = holder.kill();
+        let _ = holder.wait();
     }
 
     #[test]
