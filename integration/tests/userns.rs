@@ -55,7 +55,11 @@ fn bench_runc() -> PathBuf {
 /// `runc --version`: its first line and (major, minor).
 fn runc_version(runc: &Path) -> (String, (u32, u32)) {
     let out = Command::new(runc).arg("--version").output().unwrap();
-    assert!(out.status.success(), "{} --version: {out:?}", runc.display());
+    assert!(
+        out.status.success(),
+        "{} --version: {out:?}",
+        runc.display()
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().next().unwrap_or("").trim().to_string();
     let number = line.split_whitespace().nth(2).unwrap_or("");

@@ -37,24 +37,29 @@
 //!
 //! # User-namespaced pods
 //!
-//! With `userns_options` mode POD the pause holds a new user namespace with the pod's maps,
-//! and its mount, IPC, UTS and PID namespaces belong to it, so that the pod's containers, which
+//! With `userns_options` mode POD the pause lives in a user namespace with the pod's maps, and
+//! its mount, IPC, UTS and PID namespaces belong to it, so that the pod's containers, which
 //! run in that user namespace, can join them. The order is runc's (`nsexec.c`): the child first
-//! joins the pod netns (it belongs to the node's user namespace: joined, and its net.* sysctls
-//! written, while the child still has the node's privileges), then makes the user namespace and
-//! waits on a socket pair until the parent has written `/proc/<child>/uid_map` and `gid_map`,
-//! and clones the pause with the other new namespaces (a new PID
-//! namespace takes effect for children only: the pause is its PID 1). The child reports the
-//! pause's pid on the status pipe and exits; the pause goes to the shim, a child subreaper (the
-//! parent waits for the child's end by pidfd, so this holds when `spawn` returns). The pause
-//! then sets the hostname and the other sysctls (the kernel lets the root of the user namespace
-//! write those of the IPC namespace it owns) and goes on as without a user namespace: empty
-//! root, privileges dropped to 65535 (which the maps must cover: refused otherwise), exec.
-//! It mounts its empty root with the node's uid 0, unmapped in the namespace and without any
-//! capability outside it: as their owner it may pass containerd's state directories (mode
-//! 0700) to the mount point in the sandbox bundle, which the namespace's root could not. Then
-//! it becomes root of the namespace (whose root owns the sysctls of its IPC namespace), writes
-//! them, and pivots into the mounted root by descriptor.
+//! joins the pod netns and writes its net.* sysctls while it still has the node's privileges,
+//! then enters the user namespace:
+//! - containerd's CRI makes the netns of such a pod inside a user namespace with the pod's maps
+//!   (`setupNetnsWithinUserns`), and the pod must live in that one (its containers need
+//!   privilege over their network: sysfs, links; the runc path's pause joins it too): the child
+//!   joins the netns's owner and checks that its `/proc/self/{uid,gid}_map` are the pod's;
+//! - a netns of the node's user namespace (shim-owned networking, other clients): the child
+//!   makes a user namespace and waits on a socket pair until the parent has written
+//!   `/proc/<child>/uid_map` and `gid_map`.
+//!
+//! It then clones the pause with the other new namespaces (a new PID namespace takes effect
+//! for children only: the pause is its PID 1), reports the pause's pid on the status pipe and
+//! exits; the pause goes to the shim, a child subreaper (the parent waits for the child's end
+//! by pidfd, so this holds when `spawn` returns). The pause sets the hostname, mounts its empty
+//! root with the node's uid 0 (unmapped in the namespace, no capability outside it: as their
+//! owner it may pass containerd's state directories, mode 0700, to the mount point in the
+//! sandbox bundle, which the namespace's root could not), becomes root of the namespace (whose
+//! root owns the sysctls of its IPC namespace), writes the other sysctls, pivots into its root
+//! by descriptor and goes on as without a user namespace: privileges dropped to 65535 (which
+//! the maps must cover: refused otherwise), exec.
 //!
 //! # The forked child never allocates, locks or unwinds
 //!
@@ -925,9 +930,9 @@ unsafe fn pivot_into(old_root: libc::c_int, new_root: libc::c_int, status_fd: i3
 /// The child side. Only raw system calls; no allocation, no locks, no panics.
 ///
 /// Without a user namespace the child is the pause. With one (`p.pause_flags`), the child joins
-/// the pod netns and writes the net.* sysctls with the node's privileges, makes the user
-/// namespace, waits on `sync_fd` for the parent to write its maps and clones
-/// the pause into new namespaces owned by it (a new PID namespace only applies to children:
+/// the pod netns and writes the net.* sysctls with the node's privileges, joins the user
+/// namespace that owns the netns (`p.join_userns`) or makes one and waits on `sync_fd` for the
+/// parent to write its maps, and clones the pause into new namespaces owned by it (a new PID namespace only applies to children:
 /// the pause is PID 1 there); it reports the pause's pid on the status pipe and exits, and the
 /// pause goes to the shim, a child subreaper.
 fn child(p: &Prepared, status_fd: i32, sync_fd: i32) -> ! {
