@@ -561,24 +561,20 @@ fn spawn_prepared(cfg: &PauseConfig, p: Prepared) -> Result<i32> {
     drop(tx);
     let p_userns = p.pause_flags.is_some();
     drop(p);
+    // In a user-namespaced pod the pause is the child's child, its pid reported first.
+    let mut pause = (!p_userns).then_some(pid);
     let r = match sync {
-        None if p_userns => read_status(rx, cfg).and_then(|pause| {
-            pause.ok_or_else(|| {
-                Error::internal("pause: the pause process is ready but its pid never came")
-            })
-        }),
-        None => read_status(rx, cfg).map(|_| pid),
+        None => read_status(rx, cfg, &mut pause),
         Some((u, (ours, theirs))) => {
             drop(theirs);
-            userns_handshake(pid, u, ours)
-                .and_then(|()| read_status(rx, cfg))
-                .and_then(|pause| {
-                    pause.ok_or_else(|| {
-                        Error::internal("pause: the pause process is ready but its pid never came")
-                    })
-                })
+            userns_handshake(pid, u, ours).and_then(|()| read_status(rx, cfg, &mut pause))
         }
-    };
+    }
+    .and_then(|()| {
+        pause.ok_or_else(|| {
+            Error::internal("pause: the pause process is ready but its pid never came")
+        })
+    });
     match r {
         Ok(pause) => {
             if let Some(fd) = pidfd {
@@ -587,10 +583,12 @@ fn spawn_prepared(cfg: &PauseConfig, p: Prepared) -> Result<i32> {
             Ok(pause)
         }
         Err(e) => {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            for p in std::iter::once(pid).chain(pause.filter(|p| *p != pid)) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
             Err(e)
         }
     }
@@ -674,11 +672,10 @@ const REPORT_LEN: usize = 12;
 
 /// Reads the reports: one `0` byte from the pause program once it is confined, or the child's
 /// (step, errno, index); in a user-namespaced pod first the pause's host pid from the child
-/// that cloned it (returned).
-fn read_status(rx: OwnedFd, cfg: &PauseConfig) -> Result<Option<i32>> {
+/// that cloned it (stored in `pause` as it comes, so that a failure after it can kill it).
+fn read_status(rx: OwnedFd, cfg: &PauseConfig, pause: &mut Option<i32>) -> Result<()> {
     let mut f = File::from(rx);
     let deadline = Instant::now() + STATUS_TIMEOUT;
-    let mut pause = None;
     loop {
         let mut buf = [0u8; REPORT_LEN];
         let early = || {
@@ -691,13 +688,13 @@ fn read_status(rx: OwnedFd, cfg: &PauseConfig) -> Result<Option<i32>> {
             return Err(early());
         }
         if buf[0] == 0 {
-            return Ok(pause);
+            return Ok(());
         }
         if read_full(&mut f, &mut buf[1..], deadline)? < REPORT_LEN - 1 {
             return Err(early());
         }
         if buf[0] == PID_REPORT {
-            pause = Some(i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]));
+            *pause = Some(i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]));
             continue;
         }
         return Err(failure(&buf, cfg));
