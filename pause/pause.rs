@@ -6,7 +6,7 @@
 //! shim's memory (its configuration, its environment, the pod's secrets in flight) stays in a
 //! process that a container of a shared-PID pod can read with `CAP_SYS_PTRACE`.
 //!
-//! It is `no_std`, links nothing (no libc) and makes nine kinds of system call, so it is a few
+//! It is `no_std`, links nothing (no libc) and makes eight kinds of system call, so it is a few
 //! kilobytes and costs a few pages per pod. What it does:
 //! 1. marks itself non-dumpable again (`execve` resets the flag the shim set);
 //! 2. blocks SIGCHLD, SIGTERM, SIGINT, SIGHUP (it takes them with `rt_sigtimedwait`);
@@ -15,7 +15,7 @@
 //! 4. reports ready: one 0 byte on descriptor 0 (the shim's status pipe), then closes it;
 //! 5. loops: SIGCHLD reaps every exited child (it is PID 1 of a shared PID namespace), SIGTERM,
 //!    SIGINT and SIGHUP end it with status 0 when they come from outside its PID namespace
-//!    (the shim, the node). As PID 1, a signal from inside (a container of the pod with
+//!    (the shim, the node: sent with kill(2)/tgkill(2), whose sender the kernel states). As PID 1, a signal from inside (a container of the pod with
 //!    `CAP_KILL`, which every container has by default) is ignored: the kernel already drops
 //!    the others (SIGKILL and SIGSTOP included) for a PID 1 with no handler, but these four are
 //!    blocked for `rt_sigtimedwait`, and blocked signals are always queued. The runc path's
@@ -135,8 +135,14 @@ const PR_SET_DUMPABLE: usize = 4;
 const PR_SET_SECCOMP: usize = 22;
 const SECCOMP_MODE_FILTER: usize = 2;
 const WNOHANG: usize = 1;
-/// Index of `si_pid` in siginfo_t as 32-bit words (signo, errno, code, padding, pid).
+/// Indexes of `si_code` and `si_pid` in siginfo_t as 32-bit words (signo, errno, code,
+/// padding, pid).
+const SI_CODE_WORD: usize = 2;
 const SI_PID_WORD: usize = 4;
+/// `si_code` of kill(2) and of tkill(2)/tgkill(2): the kernel itself fills in `si_pid` for
+/// these; any other code (SI_QUEUE, ...) lets the sender write `si_pid`.
+const SI_USER: u32 = 0;
+const SI_TKILL: u32 = -6i32 as u32;
 
 const PR_SET_NAME: usize = 15;
 /// The shim's end of the ready report: one 0 byte written here once the filter is on.
@@ -304,9 +310,12 @@ extern "C" fn pause_main() -> ! {
                 while syscall4(SYS_WAIT4, usize::MAX, 0, WNOHANG, 0) > 0 {}
             } else if sig == SIGTERM as isize || sig == SIGINT as isize || sig == SIGHUP as isize {
                 // si_pid (bytes 16..20 on 64-bit Linux) is the sender's pid in our PID
-                // namespace: 0 for a sender outside it.
-                let sender = (*info)[SI_PID_WORD];
-                if !pid1 || sender == 0 {
+                // namespace, 0 for a sender outside it; trusted only where the kernel wrote
+                // it (rt_sigqueueinfo lets a sender in the pod forge si_pid = 0).
+                let code = (*info)[SI_CODE_WORD];
+                let from_outside =
+                    (code == SI_USER || code == SI_TKILL) && (*info)[SI_PID_WORD] == 0;
+                if !pid1 || from_outside {
                     exit(0);
                 }
             }

@@ -30,6 +30,10 @@ use crate::task::{LinuxHost, TaskDeps, TaskManager};
 /// (containerd does at once; a client that never does only delays our exit by this much).
 const PEERS_HANG_UP: Duration = Duration::from_secs(1);
 
+/// Before exiting, how long the daemon waits for containerd to take the events still queued
+/// (containerd's shim library waits as long for its publisher).
+const EVENTS_DRAIN: Duration = Duration::from_secs(5);
+
 /// Set once when the shim should exit.
 #[derive(Default)]
 pub struct ExitSignal {
@@ -121,10 +125,11 @@ pub fn serve(flags: &Flags) -> Result<()> {
     nix::sys::prctl::set_child_subreaper(true).context("become a child subreaper")?;
     let reaper = Reaper::start().context("start the reaper")?;
     let ttrpc_address = std::env::var("TTRPC_ADDRESS").unwrap_or_default();
-    let events: Arc<dyn EventSink> = Arc::new(
+    let publisher = Arc::new(
         RemotePublisher::start(ttrpc_address, flags.namespace.clone())
             .context("start the event forwarder")?,
     );
+    let events: Arc<dyn EventSink> = publisher.clone();
     let oom_events = events.clone();
     let unified = crate::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
     let host = Arc::new(LinuxHost {
@@ -225,6 +230,9 @@ pub fn serve(flags: &Flags) -> Result<()> {
     // Let the call that asked for the exit (and any other short one) send its reply, then let
     // containerd hang up first (see ServerHandle::wait_disconnected).
     handle.wait_idle(0, Duration::from_secs(2));
+    // The last TaskExit/TaskDelete (ShutdownSandbox deletes the containers left) must reach
+    // containerd before we go.
+    publisher.drain(EVENTS_DRAIN);
     if !handle.wait_disconnected(PEERS_HANG_UP) {
         log::debug!(
             "shim {}: a peer kept its connection open; exiting",

@@ -86,15 +86,17 @@ struct Queue {
     overflowed: usize,
 }
 
-/// The queue and its wake-up, shared by publishers and the forwarding thread.
+/// The queue and its wake-ups, shared by publishers and the forwarding thread.
 #[derive(Default)]
 struct Shared {
     queue: Mutex<Queue>,
     ready: Condvar,
+    /// Notified whenever the forwarder took an event off the queue ([`RemotePublisher::drain`]).
+    taken: Condvar,
 }
 
 /// How events leave the shim (containerd's `Events/Forward`; a fake in tests).
-trait Forwarder {
+trait Forwarder: Send + 'static {
     fn forward(&mut self, req: &ForwardRequest) -> Result<(), String>;
 }
 
@@ -128,16 +130,44 @@ impl RemotePublisher {
     /// Starts the forwarding thread for containerd's ttrpc socket `address` (a plain path or
     /// `unix://` URL) and `namespace`.
     pub fn start(address: String, namespace: String) -> std::io::Result<Self> {
+        Self::with_forwarder(move || TtrpcForwarder::new(&address), namespace, LIMITS)
+    }
+
+    fn with_forwarder<F: Forwarder>(
+        make: impl FnOnce() -> F + Send + 'static,
+        namespace: String,
+        limits: Limits,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         std::thread::Builder::new()
             .name("events".into())
             .stack_size(256 * 1024)
-            .spawn(move || {
-                let mut fwd = TtrpcForwarder::new(&address);
-                forward_loop(&s, &mut fwd, &namespace, LIMITS)
-            })?;
+            .spawn(move || forward_loop(&s, &mut make(), &namespace, limits))?;
         Ok(RemotePublisher { shared })
+    }
+
+    /// Before the daemon exits: waits until every event published so far has reached
+    /// containerd, at most `within` (containerd's shim library gives its publisher 5 s).
+    /// Returns how many were still waiting at the deadline (logged: they are lost).
+    pub fn drain(&self, within: Duration) -> usize {
+        let mut q = self.shared.queue.locked();
+        let deadline = std::time::Instant::now() + within;
+        while !q.items.is_empty() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            q = self.shared.taken.wait_on_timeout(q, left).0;
+        }
+        let lost = q.items.len();
+        if lost > 0 {
+            let topics: Vec<&str> = q.items.iter().map(|(e, _)| e.topic()).collect();
+            log::error!(
+                "exiting with {lost} event(s) containerd did not take within {within:?}: {topics:?}"
+            );
+        }
+        lost
     }
 }
 
@@ -255,6 +285,8 @@ fn pop_if_head(shared: &Shared, event: &Event) {
     if q.items.front().is_some_and(|(e, _)| e == event) {
         q.items.pop_front();
     }
+    drop(q);
+    shared.taken.notify_all();
 }
 
 /// Records events (tests).
@@ -373,6 +405,68 @@ mod tests {
         // With no window the failed first attempt drops the head; the next goes through.
         assert_eq!(f.sent, ["/tasks/exit"]);
         assert_eq!(f.attempts, 2);
+    }
+
+    /// A containerd that takes `delay` per event (or refuses them all), recording what it got.
+    struct Slow {
+        delay: Duration,
+        refuse: bool,
+        got: Arc<Mutex<Vec<u32>>>,
+    }
+    impl Forwarder for Slow {
+        fn forward(&mut self, req: &ForwardRequest) -> Result<(), String> {
+            std::thread::sleep(self.delay);
+            if self.refuse {
+                return Err("containerd is gone".into());
+            }
+            let any = &req.envelope.event;
+            let exit = <TaskExit as protobuf::Message>::parse_from_bytes(&any.value).unwrap();
+            self.got.lock().unwrap().push(exit.exit_status);
+            Ok(())
+        }
+    }
+
+    fn slow_publisher(delay: Duration, refuse: bool) -> (RemotePublisher, Arc<Mutex<Vec<u32>>>) {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let g = got.clone();
+        let p = RemotePublisher::with_forwarder(
+            move || Slow {
+                delay,
+                refuse,
+                got: g,
+            },
+            "ns".into(),
+            FAST,
+        )
+        .unwrap();
+        (p, got)
+    }
+
+    #[test]
+    fn drain_returns_once_containerd_has_every_event() {
+        let (p, got) = slow_publisher(Duration::from_millis(20), false);
+        for i in 0..10 {
+            p.publish(exit_event(i));
+        }
+        assert_eq!(p.drain(Duration::from_secs(5)), 0);
+        // Not one event short: the last TaskExit/TaskDelete is what a drain is for.
+        assert_eq!(*got.lock().unwrap(), (0..10).collect::<Vec<_>>());
+        assert_eq!(
+            p.drain(Duration::from_secs(5)),
+            0,
+            "an empty queue drains at once"
+        );
+    }
+
+    #[test]
+    fn drain_gives_up_at_its_bound_and_counts_what_is_lost() {
+        let (p, got) = slow_publisher(Duration::from_millis(1), true);
+        p.publish(exit_event(1));
+        p.publish(exit_event(2));
+        let t = std::time::Instant::now();
+        assert_eq!(p.drain(Duration::from_millis(100)), 2);
+        assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+        assert!(got.lock().unwrap().is_empty());
     }
 
     #[test]

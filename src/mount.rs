@@ -80,9 +80,110 @@ pub fn validate(mounts: &[MountSpec]) -> Result<()> {
     Ok(())
 }
 
+/// The mount system calls, behind a seam so that the overlay compaction and the rollback
+/// paths can be tested without root.
+pub trait MountSys {
+    /// mount(2). With `cwd`, the call runs with that working directory (relative `lowerdir`s
+    /// are resolved against it).
+    fn mount(&self, call: &MountCall<'_>) -> nix::Result<()>;
+    /// Takes down whatever is mounted on `target` ([`unmount`]).
+    fn unmount(&self, target: &Path) -> Result<()>;
+}
+
+/// One mount(2) call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountCall<'a> {
+    pub cwd: Option<&'a Path>,
+    pub source: Option<&'a str>,
+    pub target: &'a Path,
+    pub kind: Option<&'a str>,
+    pub flags: MsFlags,
+    pub data: Option<&'a str>,
+}
+
+/// The real system calls.
+pub struct LinuxMounts;
+
+impl MountSys for LinuxMounts {
+    fn mount(&self, c: &MountCall<'_>) -> nix::Result<()> {
+        let call = || mount(c.source, c.target, c.kind, c.flags, c.data);
+        let Some(cwd) = c.cwd else {
+            return call();
+        };
+        // The working directory is shared by every thread of the process: change it only on a
+        // thread of our own that first unshares its fs context (as containerd's mountAt does).
+        // The thread exits afterwards, and its private context with it.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)?;
+                nix::unistd::chdir(cwd)?;
+                call()
+            })
+            .join()
+            .unwrap_or(Err(nix::Error::EINVAL))
+        })
+    }
+    fn unmount(&self, target: &Path) -> Result<()> {
+        unmount(target)
+    }
+}
+
+/// mount(2) takes at most one page of option data. containerd starts shortening `lowerdir`
+/// at a page less 512 bytes; so do we.
+fn options_limit() -> usize {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|p| usize::try_from(p).ok())
+        .unwrap_or(4096)
+}
+
+/// Shortens an overlay's `lowerdir` list by making every layer relative to their common
+/// parent directory (containerd's `compactLowerdirOption`): `/…/snapshots/12/fs:/…/snapshots/
+/// 11/fs` becomes `12/fs:11/fs`, mounted from that parent. Returns the parent and the new
+/// options, or `None` where nothing can be shortened (one layer, no common parent below `/`).
+pub fn compact_lowerdir(options: &[String]) -> Option<(PathBuf, Vec<String>)> {
+    const PREFIX: &str = "lowerdir=";
+    let idx = options.iter().position(|o| o.starts_with(PREFIX))?;
+    let dirs: Vec<&str> = options[idx][PREFIX.len()..].split(':').collect();
+    if dirs.len() < 2 {
+        return None;
+    }
+    // The longest common byte prefix is that of the smallest and the largest string.
+    let (min, max) = (dirs.iter().min()?, dirs.iter().max()?);
+    let common = min
+        .bytes()
+        .zip(max.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    // Back to the last '/' inside it: snapshot ids are numbers, and "snapshots/1" must not be
+    // taken for a parent of "snapshots/12". A parent of "/" (or none) is no use.
+    let slash = min.as_bytes()[..common].iter().rposition(|b| *b == b'/')?;
+    if slash == 0 {
+        return None;
+    }
+    let parent = &min[..slash];
+    let mut short = Vec::with_capacity(dirs.len());
+    for d in &dirs {
+        match d.get(slash + 1..) {
+            Some(rest) if !rest.is_empty() => short.push(rest),
+            _ => return None,
+        }
+    }
+    let mut out: Vec<String> = options.to_vec();
+    out.remove(idx);
+    out.push(format!("{PREFIX}{}", short.join(":")));
+    Some((PathBuf::from(parent), out))
+}
+
 /// Mounts `mounts` in order on `rootfs` (each at its `target` below it). On failure, the
 /// mounts already made are taken down again before the error is returned.
 pub fn mount_all(mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
+    mount_all_with(&LinuxMounts, mounts, rootfs)
+}
+
+/// [`mount_all`] through `sys`.
+pub fn mount_all_with(sys: &dyn MountSys, mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
     validate(mounts)?;
     let mut done: Vec<PathBuf> = Vec::new();
     for (i, m) in mounts.iter().enumerate() {
@@ -91,73 +192,11 @@ pub fn mount_all(mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
         } else {
             rootfs.join(&m.target)
         };
-        // A user-namespaced container's overlay (uidmap=/gidmap=): idmapped layers, see
-        // crate::idmap. Dropped after the mount attempt (the overlay holds its layers).
-        let scratch = target.with_file_name(".rootfs-idmapped");
-        let (options, idmapped) = match m.kind.as_str() {
-            "overlay" => crate::idmap::overlay_options(&m.options, &scratch),
-            _ => crate::idmap::take_idmap_options(&m.options).and_then(|(o, maps)| match maps {
-                None => Ok((o, None)),
-                Some(_) => Err(Error::invalid(format!(
-                    "uidmap=/gidmap= on a {} mount: only overlay rootfs mounts are idmapped",
-                    m.kind
-                ))),
-            }),
-        }
-        .map_err(|e| {
+        if let Err(e) = mount_one(sys, m, &target) {
             for t in done.iter().rev() {
-                let _ = unmount(t);
+                let _ = sys.unmount(t);
             }
-            e.context(format!("mount rootfs[{i}]"))
-        })?;
-        let (flags, data) = parse_options(&options);
-        let data = data.join(",");
-        let source = if m.source.is_empty() {
-            None
-        } else {
-            Some(m.source.as_str())
-        };
-        let kind = if flags.contains(MsFlags::MS_BIND) {
-            None
-        } else {
-            Some(m.kind.as_str())
-        };
-        // The first pass of a bind mount ignores MS_RDONLY; a read-only bind needs a remount.
-        let first = if flags.contains(MsFlags::MS_BIND) {
-            flags - MsFlags::MS_RDONLY
-        } else {
-            flags
-        };
-        let r = mount(
-            source,
-            &target,
-            kind,
-            first,
-            if data.is_empty() {
-                None
-            } else {
-                Some(data.as_str())
-            },
-        )
-        .and_then(|_| {
-            if flags.contains(MsFlags::MS_BIND) && flags.contains(MsFlags::MS_RDONLY) {
-                mount(
-                    None::<&str>,
-                    &target,
-                    None::<&str>,
-                    flags | MsFlags::MS_REMOUNT,
-                    None::<&str>,
-                )
-            } else {
-                Ok(())
-            }
-        });
-        drop(idmapped);
-        if let Err(e) = r {
-            for t in done.iter().rev() {
-                let _ = unmount(t);
-            }
-            return Err(Error::from(e).context(format!(
+            return Err(e.context(format!(
                 "mount rootfs[{i}] ({} {} on {})",
                 m.kind,
                 m.source,
@@ -165,6 +204,79 @@ pub fn mount_all(mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
             )));
         }
         done.push(target);
+    }
+    Ok(())
+}
+
+/// One mount; a half-made one (a bind whose read-only remount failed) is taken down again.
+fn mount_one(sys: &dyn MountSys, m: &MountSpec, target: &Path) -> Result<()> {
+    // A user-namespaced container's overlay (uidmap=/gidmap=): idmapped layers, see
+    // crate::idmap. `_idmapped` is dropped after the mount (the overlay holds its layers).
+    let scratch = target.with_file_name(".rootfs-idmapped");
+    let (m_options, _idmapped) = match m.kind.as_str() {
+        "overlay" => crate::idmap::overlay_options(&m.options, &scratch)?,
+        _ => match crate::idmap::take_idmap_options(&m.options)? {
+            (o, None) => (o, None),
+            (_, Some(_)) => {
+                return Err(Error::invalid(format!(
+                    "uidmap=/gidmap= on a {} mount: only overlay rootfs mounts are idmapped",
+                    m.kind
+                )));
+            }
+        },
+    };
+    let limit = options_limit();
+    let mut cwd = None;
+    let mut options = std::borrow::Cow::Borrowed(m_options.as_slice());
+    // Deep images: a long lowerdir list would not fit in the page mount(2) takes.
+    if m.kind == "overlay"
+        && options.iter().map(String::len).sum::<usize>() >= limit.saturating_sub(512)
+        && let Some((parent, short)) = compact_lowerdir(&m_options)
+    {
+        cwd = Some(parent);
+        options = std::borrow::Cow::Owned(short);
+    }
+    let (flags, data) = parse_options(&options);
+    let data = data.join(",");
+    if data.len() > limit {
+        return Err(Error::invalid(format!(
+            "mount options are too long ({} bytes, at most {limit})",
+            data.len()
+        )));
+    }
+    let bind = flags.contains(MsFlags::MS_BIND);
+    sys.mount(&MountCall {
+        cwd: cwd.as_deref(),
+        source: (!m.source.is_empty()).then_some(m.source.as_str()),
+        target,
+        kind: (!bind).then_some(m.kind.as_str()),
+        // The first pass of a bind mount ignores MS_RDONLY; a read-only bind needs a remount.
+        flags: if bind {
+            flags - MsFlags::MS_RDONLY
+        } else {
+            flags
+        },
+        data: (!data.is_empty()).then_some(data.as_str()),
+    })?;
+    if bind && flags.contains(MsFlags::MS_RDONLY) {
+        let remount = sys.mount(&MountCall {
+            cwd: None,
+            source: None,
+            target,
+            kind: None,
+            flags: flags | MsFlags::MS_REMOUNT,
+            data: None,
+        });
+        if let Err(e) = remount {
+            // The bind is there but writable: never leave it behind.
+            if let Err(u) = sys.unmount(target) {
+                log::warn!(
+                    "{}",
+                    u.context("undo a bind mount whose read-only remount failed")
+                );
+            }
+            return Err(Error::from(e).context("remount read-only"));
+        }
     }
     Ok(())
 }
@@ -235,6 +347,203 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    /// One recorded mount call: (cwd, target, flags, data).
+    type Recorded = (Option<PathBuf>, PathBuf, MsFlags, Option<String>);
+
+    /// Records mount calls; fails the call numbered `fail_at`.
+    #[derive(Default)]
+    struct FakeMounts {
+        fail_at: Option<usize>,
+        calls: std::sync::Mutex<Vec<Recorded>>,
+        unmounted: std::sync::Mutex<Vec<PathBuf>>,
+    }
+
+    impl MountSys for FakeMounts {
+        fn mount(&self, c: &MountCall<'_>) -> nix::Result<()> {
+            let mut calls = self.calls.lock().unwrap();
+            calls.push((
+                c.cwd.map(Path::to_path_buf),
+                c.target.to_path_buf(),
+                c.flags,
+                c.data.map(str::to_string),
+            ));
+            if Some(calls.len()) == self.fail_at {
+                return Err(nix::Error::EPERM);
+            }
+            Ok(())
+        }
+        fn unmount(&self, target: &Path) -> Result<()> {
+            self.unmounted.lock().unwrap().push(target.to_path_buf());
+            Ok(())
+        }
+    }
+
+    /// An overlay of `layers` layers with containerd-like snapshot paths under `root`.
+    fn deep_overlay(root: &str, layers: usize) -> MountSpec {
+        let snap =
+            |n: usize| format!("{root}/io.containerd.snapshotter.v1.overlayfs/snapshots/{n}");
+        let lower: Vec<String> = (1..=layers)
+            .rev()
+            .map(|n| format!("{}/fs", snap(n)))
+            .collect();
+        MountSpec {
+            kind: "overlay".into(),
+            source: "overlay".into(),
+            target: String::new(),
+            options: vec![
+                "index=off".into(),
+                format!("workdir={}/work", snap(layers + 1)),
+                format!("upperdir={}/fs", snap(layers + 1)),
+                format!("lowerdir={}", lower.join(":")),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_deep_overlay_is_mounted_relative_to_the_common_parent() {
+        let root = "/var/lib/containerd-with-a-rather-long-root-directory-name";
+        let m = deep_overlay(root, 128);
+        assert!(m.options.iter().map(String::len).sum::<usize>() > 8192);
+        let fake = FakeMounts::default();
+        mount_all_with(&fake, std::slice::from_ref(&m), Path::new("/b/rootfs")).unwrap();
+        let calls = fake.calls.lock().unwrap();
+        assert_eq!(calls.len(), 1);
+        let (cwd, target, _, data) = &calls[0];
+        let parent = format!("{root}/io.containerd.snapshotter.v1.overlayfs/snapshots");
+        assert_eq!(cwd.as_deref(), Some(Path::new(&parent)));
+        assert_eq!(target, Path::new("/b/rootfs"));
+        let data = data.as_deref().unwrap();
+        assert!(data.len() < options_limit(), "{} bytes", data.len());
+        assert!(data.starts_with(&format!("index=off,workdir={parent}/129/work,upperdir=")));
+        let lower = data.rsplit_once("lowerdir=").unwrap().1;
+        let layers: Vec<&str> = lower.split(':').collect();
+        assert_eq!(layers.len(), 128);
+        assert_eq!((layers[0], layers[127]), ("128/fs", "1/fs"), "order kept");
+    }
+
+    #[test]
+    fn a_short_overlay_is_mounted_as_given() {
+        let fake = FakeMounts::default();
+        mount_all_with(&fake, &[deep_overlay("/v", 3)], Path::new("/r")).unwrap();
+        let calls = fake.calls.lock().unwrap();
+        assert_eq!(calls[0].0, None);
+        assert!(
+            calls[0]
+                .3
+                .as_deref()
+                .unwrap()
+                .contains("lowerdir=/v/io.containerd")
+        );
+    }
+
+    #[test]
+    fn lowerdir_compaction_needs_a_common_parent_below_the_root() {
+        let o = |v: &str| opts(&["upperdir=/u", v]);
+        let (parent, out) =
+            compact_lowerdir(&o("lowerdir=/s/snapshots/12/fs:/s/snapshots/1/fs")).unwrap();
+        // "snapshots/1" is a common prefix, but the parent is the directory above it.
+        assert_eq!(parent, Path::new("/s/snapshots"));
+        assert_eq!(out, opts(&["upperdir=/u", "lowerdir=12/fs:1/fs"]));
+        assert_eq!(compact_lowerdir(&o("lowerdir=/s/a")), None, "one layer");
+        assert_eq!(
+            compact_lowerdir(&o("lowerdir=/a/x:/b/y")),
+            None,
+            "only / in common"
+        );
+        assert_eq!(
+            compact_lowerdir(&o("lowerdir=/s/a:/s/a")).map(|p| p.0),
+            Some(PathBuf::from("/s"))
+        );
+        assert_eq!(
+            compact_lowerdir(&opts(&["upperdir=/u"])),
+            None,
+            "no lowerdir"
+        );
+    }
+
+    #[test]
+    fn options_too_long_even_after_compaction_are_refused() {
+        let fake = FakeMounts::default();
+        let mut m = deep_overlay("/v", 2);
+        m.options.push(format!("x={}", "y".repeat(70_000)));
+        let e = mount_all_with(&fake, &[m], Path::new("/r")).unwrap_err();
+        assert_eq!(e.kind(), Kind::InvalidArgument);
+        assert!(fake.calls.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_read_only_bind_whose_remount_fails_is_unmounted() {
+        let bind = |target: &str| MountSpec {
+            kind: "bind".into(),
+            source: "/src".into(),
+            target: target.into(),
+            options: opts(&["rbind", "ro"]),
+        };
+        // Call 1: the first bind; 2: its remount; 3: the second bind; 4: its remount fails.
+        let fake = FakeMounts {
+            fail_at: Some(4),
+            ..Default::default()
+        };
+        let e = mount_all_with(&fake, &[bind("a"), bind("b")], Path::new("/r")).unwrap_err();
+        assert!(e.message().contains("remount read-only"), "{}", e.message());
+        assert!(e.message().contains("rootfs[1]"), "{}", e.message());
+        let calls = fake.calls.lock().unwrap();
+        assert!(
+            !calls[2].2.contains(MsFlags::MS_RDONLY),
+            "the first pass is read-write"
+        );
+        assert!(
+            calls[3]
+                .2
+                .contains(MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY)
+        );
+        // The half-made bind first, then the complete one before it.
+        assert_eq!(
+            *fake.unmounted.lock().unwrap(),
+            vec![PathBuf::from("/r/b"), PathBuf::from("/r/a")]
+        );
+    }
+
+    /// A real overlay of 128 layers with long paths (far beyond a page of options).
+    #[test]
+    #[ignore = "needs root"]
+    fn a_128_layer_overlay_mounts() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir
+            .path()
+            .join("a-long-directory-name-standing-in-for-containerds-root");
+        let root = base.to_str().unwrap();
+        let m = deep_overlay(root, 128);
+        let snaps = base.join("io.containerd.snapshotter.v1.overlayfs/snapshots");
+        for n in 1..=128 {
+            let fs = snaps.join(format!("{n}/fs"));
+            std::fs::create_dir_all(&fs).unwrap();
+            std::fs::write(fs.join(format!("layer{n}")), n.to_string()).unwrap();
+        }
+        std::fs::write(snaps.join("1/fs/shadowed"), "1").unwrap();
+        std::fs::write(snaps.join("128/fs/shadowed"), "128").unwrap();
+        std::fs::create_dir_all(snaps.join("129/fs")).unwrap();
+        std::fs::create_dir_all(snaps.join("129/work")).unwrap();
+        let rootfs = dir.path().join("rootfs");
+        std::fs::create_dir(&rootfs).unwrap();
+        mount_all(&[m], &rootfs).unwrap();
+        let seen = (
+            std::fs::read_to_string(rootfs.join("layer1")),
+            std::fs::read_to_string(rootfs.join("layer128")),
+            std::fs::read_to_string(rootfs.join("shadowed")),
+        );
+        unmount(&rootfs).unwrap();
+        assert_eq!(
+            (seen.0.unwrap(), seen.1.unwrap(), seen.2.unwrap()),
+            ("1".into(), "128".into(), "128".into()),
+            "every layer visible, the first lowerdir on top"
+        );
+        assert!(
+            std::fs::read_dir(&rootfs).unwrap().next().is_none(),
+            "unmounted"
+        );
     }
 
     #[test]

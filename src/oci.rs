@@ -90,6 +90,28 @@ fn is_new(entry: &Value) -> bool {
         .is_none_or(str::is_empty)
 }
 
+/// Where the spec puts the process's namespace of `kind`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamespacePlace<'a> {
+    /// No entry: the runtime's own (the node's).
+    Inherited,
+    /// A new one of its own.
+    New,
+    /// Joins the namespace at this path.
+    Joins(&'a str),
+}
+
+/// Where the spec puts the namespace of `kind`.
+pub fn namespace_place<'a>(spec: &'a Value, kind: &str) -> NamespacePlace<'a> {
+    match namespace(spec, kind) {
+        None => NamespacePlace::Inherited,
+        Some(entry) if is_new(entry) => NamespacePlace::New,
+        Some(entry) => {
+            NamespacePlace::Joins(entry.get("path").and_then(Value::as_str).unwrap_or(""))
+        }
+    }
+}
+
 /// True when the spec asks for a new network namespace.
 pub fn wants_new_netns(spec: &Value) -> bool {
     namespace(spec, "network").is_some_and(is_new)
@@ -221,6 +243,24 @@ mod tests {
     use super::*;
     use crate::error::Kind;
     use serde_json::json;
+
+    #[test]
+    fn namespace_places() {
+        let spec = json!({"linux": {"namespaces": [
+            {"type": "ipc", "path": "/proc/7/ns/ipc"}, {"type": "uts", "path": ""}, {"type": "pid"}
+        ]}});
+        assert_eq!(
+            namespace_place(&spec, "ipc"),
+            NamespacePlace::Joins("/proc/7/ns/ipc")
+        );
+        assert_eq!(namespace_place(&spec, "uts"), NamespacePlace::New);
+        assert_eq!(namespace_place(&spec, "pid"), NamespacePlace::New);
+        assert_eq!(namespace_place(&spec, "network"), NamespacePlace::Inherited);
+        assert_eq!(
+            namespace_place(&json!({}), "ipc"),
+            NamespacePlace::Inherited
+        );
+    }
 
     #[test]
     fn container_spec_checks_name_the_problem() {

@@ -29,6 +29,15 @@ impl ExitInfo {
             at: SystemTime::now(),
         }
     }
+
+    /// What Delete reports for a process that never started: status 0 and no exit time (the
+    /// epoch), as containerd's runc shim reports the zero values it holds then.
+    pub fn never_started() -> Self {
+        ExitInfo {
+            status: 0,
+            at: SystemTime::UNIX_EPOCH,
+        }
+    }
 }
 
 /// One parked wait.

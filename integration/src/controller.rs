@@ -91,3 +91,26 @@ pub async fn status(c: &mut Ctl, id: &str) -> Result<ControllerStatusResponse, S
     .map(|r| r.into_inner())
     .map_err(|s| format!("Controller.Status: {}", s.message()))
 }
+
+/// containerd's sandbox store record of `id` (which `ctr run --sandbox` looks the sandbox up
+/// in; the controller API alone does not write one).
+pub async fn store_record(id: &str) {
+    let ch = containerd_client::connect(address()).await.unwrap();
+    let mut store = store_client::StoreClient::new(ch);
+    store
+        .create(req(StoreCreateRequest {
+            sandbox: Some(sandbox_info(id)),
+        }))
+        .await
+        .unwrap();
+}
+
+/// Removes the record [`store_record`] wrote (errors ignored: clean-up).
+pub async fn drop_store_record(id: &str) {
+    let ch = containerd_client::connect(address()).await.unwrap();
+    let _ = store_client::StoreClient::new(ch)
+        .delete(req(StoreDeleteRequest {
+            sandbox_id: id.into(),
+        }))
+        .await;
+}

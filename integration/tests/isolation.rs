@@ -78,6 +78,41 @@ impl Drop for NodeSecret {
     }
 }
 
+/// Where the escape probe would land on the node (`/tmp/<name>`, `/<name>`); removed on drop.
+struct EscapeProof {
+    name: String,
+}
+
+impl EscapeProof {
+    fn new(name: &str) -> EscapeProof {
+        let e = EscapeProof { name: name.into() };
+        for p in e.paths() {
+            let _ = std::fs::remove_file(p);
+        }
+        e
+    }
+
+    fn paths(&self) -> [PathBuf; 2] {
+        [
+            Path::new("/tmp").join(&self.name),
+            Path::new("/").join(&self.name),
+        ]
+    }
+
+    /// The node files a container wrote.
+    fn written(&self) -> Vec<PathBuf> {
+        self.paths().into_iter().filter(|p| p.exists()).collect()
+    }
+}
+
+impl Drop for EscapeProof {
+    fn drop(&mut self) {
+        for p in self.paths() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
 /// Mount points (field 5) of a mountinfo text.
 fn mount_points(mountinfo: &str) -> Vec<&str> {
     mountinfo
@@ -92,26 +127,18 @@ async fn probe(p: &mut Pod, ptracer: &str, plain: &str, tag: &str) -> R {
     let h = p.handler.clone();
     let secret = NodeSecret::new(&format!("rsandbox-node-secret-{tag}"));
     let secret_name = secret.0.file_name().unwrap().to_string_lossy().into_owned();
-    let escape = format!("rsandbox-escape-proof-{tag}");
-    let _ = std::fs::remove_file(Path::new("/tmp").join(&escape));
-    let _ = std::fs::remove_file(Path::new("/").join(&escape));
-
-    // The reported escape: writing onto the node through PID 1's root and cwd.
+    // The reported escape: writing onto the node through PID 1's root and cwd. The guard
+    // removes what a container managed to write, whatever happens next.
+    let escape = EscapeProof::new(&format!("rsandbox-escape-proof-{tag}"));
     for dir in ["/proc/1/root", "/proc/1/cwd"] {
-        for target in [format!("{dir}/tmp/{escape}"), format!("{dir}/{escape}")] {
+        for target in [
+            format!("{dir}/tmp/{}", escape.name),
+            format!("{dir}/{}", escape.name),
+        ] {
             let _ = p.sh(ptracer, &format!("echo pwned > {target}")).await?;
         }
     }
-    let written: Vec<PathBuf> = [
-        Path::new("/tmp").join(&escape),
-        Path::new("/").join(&escape),
-    ]
-    .into_iter()
-    .filter(|host| host.exists())
-    .collect();
-    for host in &written {
-        let _ = std::fs::remove_file(host);
-    }
+    let written = escape.written();
     ensure!(
         written.is_empty(),
         "{h}: a container wrote {written:?} on the node"
@@ -152,6 +179,13 @@ async fn probe(p: &mut Pod, ptracer: &str, plain: &str, tag: &str) -> R {
         "{h}: PID 1 shows the node's mount points: {node_mounts:?}"
     );
 
+    // The pause's own empty root stays in its mount namespace: the node sees no such mount.
+    let node_mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    ensure!(
+        !node_mounts.contains("rsandbox-pause"),
+        "{h}: the pause's root tmpfs shows in the node's mount table"
+    );
+
     // The pause's environment and memory: nothing of the shim (its addresses, its config).
     let (_, environ, _) = p.sh(ptracer, "cat /proc/1/environ").await?;
     for leak in ["TTRPC_ADDRESS", "GRPC_ADDRESS", "RSANDBOX"] {
@@ -172,7 +206,8 @@ async fn probe(p: &mut Pod, ptracer: &str, plain: &str, tag: &str) -> R {
     // dumpable), as on the runc path.
     for probe in [
         "cat /proc/1/environ",
-        "head -c 64 /proc/1/mem",
+        // Opening it is the access check (a read at offset 0 fails anyway: nothing is mapped).
+        "exec 3</proc/1/mem && echo opened",
         "ls -A /proc/1/root/",
         "ls -A /proc/1/cwd/",
     ] {

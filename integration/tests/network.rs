@@ -17,7 +17,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use containerd_client::services::v1::sandbox::store_client::StoreClient;
 use rsandbox_integration::controller::*;
 use rsandbox_integration::*;
 
@@ -50,26 +49,6 @@ impl Drop for Restore {
             }
         }
     }
-}
-
-async fn store_record(id: &str) {
-    let ch = containerd_client::connect(address()).await.unwrap();
-    let mut store = StoreClient::new(ch);
-    store
-        .create(req(StoreCreateRequest {
-            sandbox: Some(sandbox_info(id)),
-        }))
-        .await
-        .unwrap();
-}
-
-async fn drop_store_record(id: &str) {
-    let ch = containerd_client::connect(address()).await.unwrap();
-    let _ = StoreClient::new(ch)
-        .delete(req(StoreDeleteRequest {
-            sandbox_id: id.into(),
-        }))
-        .await;
 }
 
 /// The IPv4 address of eth0 in the netns of `pid` (via nsenter, from the host).

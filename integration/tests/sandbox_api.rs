@@ -62,6 +62,11 @@ async fn controller_lifecycle_with_a_netns() {
         if s.state != "SANDBOX_READY" || s.pid != pid {
             return Err(format!("status after start: {s:?}"));
         }
+        // Issue 14 item 9: flat `pid` and `state` keys in info, through containerd.
+        let flat = (s.info.get("pid"), s.info.get("state"));
+        if flat != (Some(&pid.to_string()), Some(&"SANDBOX_READY".to_string())) {
+            return Err(format!("status info: {:?}", s.info));
+        }
         if shim_daemons_for(&id).len() != 1 {
             return Err(format!("shims for {id}: {:?}", shim_procs()));
         }
@@ -142,4 +147,187 @@ async fn the_pause_process_is_recognisable() {
     expect_ok(&id, res);
     assert!(errs.is_empty(), "{errs:?}");
     g.assert_clean(&[id]);
+}
+
+/// `ctr run --rm --sandbox <id> [extra] busybox <cid> sh -c <script>`: its stdout.
+fn in_sandbox(id: &str, cid: &str, extra: &[&str], script: &str) -> Result<String, String> {
+    let mut args = vec!["run", "--rm", "--sandbox", id, "--runtime", RUNTIME];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[BUSYBOX, cid, "sh", "-c", script]);
+    let o = ctr("default", &args);
+    if o.ok() {
+        Ok(o.stdout)
+    } else {
+        Err(format!("{cid}: {o:?}"))
+    }
+}
+
+/// Issue 14 item 9: a member container in an IPC namespace of its own keeps its own /dev/shm,
+/// one in the pod's shares the pod's. (No runc counterpart: containerd's CRI never gives a
+/// member an IPC namespace of its own, see `ipc_container_mode_behaves_as_with_runc` in
+/// cri.rs, where both handlers are compared.)
+#[tokio::test]
+async fn a_member_in_its_own_ipc_namespace_keeps_its_own_shm() {
+    let g = Guard::new();
+    let id = unique_id("ownipc");
+    let cids = [
+        unique_id("ownipc-writer"),
+        unique_id("ownipc-member"),
+        unique_id("ownipc-own"),
+    ];
+    let netns = NetNs::new(&id);
+    let mut c = controller().await;
+    // A process with an IPC namespace of its own (unshare execs sleep in place).
+    let mut other = std::process::Command::new("unshare")
+        .args(["--ipc", "sleep", "300"])
+        .spawn()
+        .expect("unshare --ipc sleep");
+    store_record(&id).await;
+    let res: Result<(), String> = async {
+        create_and_start(&mut c, &id, &netns.path()).await?;
+        let pod_ipc = in_sandbox(
+            &id,
+            &cids[0],
+            &[],
+            "echo pod > /dev/shm/marker; readlink /proc/self/ns/ipc",
+        )?;
+        let member = in_sandbox(
+            &id,
+            &cids[1],
+            &[],
+            "cat /dev/shm/marker; readlink /proc/self/ns/ipc",
+        )?;
+        if member != format!("pod\n{pod_ipc}") {
+            return Err(format!(
+                "a member in the pod's IPC namespace ({pod_ipc:?}) saw {member:?}"
+            ));
+        }
+        let other_ns = format!("/proc/{}/ns/ipc", other.id());
+        let other_ipc = std::fs::read_link(&other_ns).map_err(|e| e.to_string())?;
+        let own = in_sandbox(
+            &id,
+            &cids[2],
+            &["--with-ns", &format!("ipc:{other_ns}")],
+            "ls -A /dev/shm; echo end; readlink /proc/self/ns/ipc",
+        )?;
+        let want = format!("end\n{}\n", other_ipc.display());
+        if own != want {
+            return Err(format!(
+                "a member in another IPC namespace: {own:?}, want {want:?} (an empty /dev/shm of its own)"
+            ));
+        }
+        Ok(())
+    }
+    .await;
+    let _ = other.kill();
+    let _ = other.wait();
+    ctr_force_remove("default", &cids);
+    let errs = stop_and_shutdown(&mut c, &id).await;
+    drop_store_record(&id).await;
+    drop(netns);
+    expect_ok(&id, res);
+    assert!(errs.is_empty(), "{errs:?}");
+    let mut ids = vec![id];
+    ids.extend(cids);
+    g.assert_clean(&ids);
+}
+
+/// `ctr events` in the background; [`Events::stop`] returns what it printed.
+struct Events(std::process::Child);
+
+impl Events {
+    fn start() -> Events {
+        let mut cmd = ctr_cmd("default", &["events"]);
+        cmd.stdout(std::process::Stdio::piped());
+        let child = cmd.spawn().expect("ctr events");
+        // Let it subscribe before anything happens.
+        std::thread::sleep(Duration::from_millis(300));
+        Events(child)
+    }
+    fn stop(mut self) -> String {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let mut out = String::new();
+        if let Some(mut stdout) = self.0.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+        }
+        out
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Issue 14 item 7: ShutdownSandbox deletes the members still there and the daemon exits right
+/// after: their TaskDelete (published by the shim: it carries the `id`) still reaches
+/// containerd.
+#[tokio::test]
+async fn the_last_events_of_a_shutdown_sandbox_reach_containerd() {
+    let g = Guard::new();
+    let id = unique_id("lastevents");
+    let member = unique_id("lastevents-member");
+    let netns = NetNs::new(&id);
+    let mut c = controller().await;
+    store_record(&id).await;
+    let events = Events::start();
+    let res: Result<(), String> = async {
+        create_and_start(&mut c, &id, &netns.path()).await?;
+        let o = ctr(
+            "default",
+            &[
+                "run",
+                "-d",
+                "--sandbox",
+                &id,
+                "--runtime",
+                RUNTIME,
+                BUSYBOX,
+                &member,
+                "sleep",
+                "300",
+            ],
+        );
+        if !o.ok() {
+            return Err(format!("ctr run -d --sandbox: {o:?}"));
+        }
+        Ok(())
+    }
+    .await;
+    let errs = stop_and_shutdown(&mut c, &id).await;
+    // The daemon is gone once its shim process is.
+    let gone = poll(Duration::from_secs(10), || {
+        shim_daemons_for(&id).is_empty().then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let seen = events.stop();
+    ctr_force_remove("default", std::slice::from_ref(&member));
+    // containerd made the member's bundle and removes it only when it deletes the task itself;
+    // here the sandbox shim deleted the member (CRI removes members before the sandbox, so this
+    // test is the only place that leaves it).
+    let _ = std::fs::remove_dir_all(
+        prefix()
+            .join("run/containerd/io.containerd.runtime.v2.task/default")
+            .join(&member),
+    );
+    drop_store_record(&id).await;
+    drop(netns);
+    expect_ok(&id, res);
+    assert!(errs.is_empty(), "{errs:?}");
+    assert!(gone.is_some(), "the shim of {id} did not exit");
+    let from_shim = |topic: &str| {
+        seen.lines().any(|l| {
+            l.contains(topic)
+                && l.contains(&format!("\"container_id\":\"{member}\""))
+                && l.contains(&format!("\"id\":\"{member}\""))
+        })
+    };
+    assert!(
+        from_shim("/tasks/exit") && from_shim("/tasks/delete"),
+        "the shim's TaskExit/TaskDelete of {member} did not arrive:\n{seen}"
+    );
+    g.assert_clean(&[id, member]);
 }

@@ -32,6 +32,8 @@ pub fn hierarchies(mountinfo: &str, unified: bool) -> Vec<PathBuf> {
 pub fn join(roots: &[PathBuf], parent: &Path, pid: i32) -> Result<PodCgroup> {
     let rel = parent.strip_prefix("/").unwrap_or(parent);
     let mut cg = PodCgroup::default();
+    // The hierarchies `pid` was moved into so far.
+    let mut joined: Vec<&PathBuf> = Vec::new();
     let r = (|| -> Result<()> {
         for root in roots {
             let dir = root.join(rel);
@@ -51,6 +53,7 @@ pub fn join(roots: &[PathBuf], parent: &Path, pid: i32) -> Result<PodCgroup> {
             }
             std::fs::write(dir.join("cgroup.procs"), pid.to_string())
                 .with_context(|| format!("move pause into cgroup {}", dir.display()))?;
+            joined.push(root);
             cg.dirs.push(dir);
         }
         Ok(())
@@ -58,7 +61,19 @@ pub fn join(roots: &[PathBuf], parent: &Path, pid: i32) -> Result<PodCgroup> {
     match r {
         Ok(()) => Ok(cg),
         Err(e) => {
-            remove(&cg);
+            // A cgroup with a process in it cannot be removed (EBUSY): move the pid out of the
+            // hierarchies it already joined (to their root) before removing what we made.
+            for root in joined {
+                if let Err(m) = std::fs::write(root.join("cgroup.procs"), pid.to_string()) {
+                    log::warn!(
+                        "undo pod cgroup: move {pid} back to {}: {m}",
+                        root.display()
+                    );
+                }
+            }
+            for left in remove(&cg) {
+                log::warn!("undo pod cgroup: {left}");
+            }
             Err(e)
         }
     }
@@ -121,6 +136,40 @@ mod tests {
             hierarchies(mi, true),
             vec![PathBuf::from("/sys/fs/cgroup/unified")]
         );
+    }
+
+    /// A join that fails in its second hierarchy leaves nothing in the first, where the
+    /// process had already been moved (a real cgroup hierarchy: rmdir is EBUSY while it is in).
+    #[test]
+    #[ignore = "needs root"]
+    fn a_partial_join_removes_every_directory_it_made() {
+        let unified = crate::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let real = hierarchies(&mountinfo, unified)
+            .into_iter()
+            .next()
+            .expect("a cgroup hierarchy");
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let top = format!("rsandbox-partial-join-{pid}");
+        // The second "hierarchy" refuses the move: its cgroup.procs is a directory.
+        let other = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(other.path().join(&top).join("pod/cgroup.procs")).unwrap();
+        let r = join(
+            &[real.clone(), other.path().to_path_buf()],
+            &Path::new("/").join(&top).join("pod"),
+            pid,
+        );
+        let left = real.join(&top).exists();
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir(real.join(&top).join("pod"));
+        let _ = std::fs::remove_dir(real.join(&top));
+        assert!(r.is_err());
+        assert!(!left, "{} was left behind", real.join(&top).display());
     }
 
     #[test]

@@ -9,13 +9,15 @@
 //! * [`pause`]: the process that holds the pod's namespaces, in an empty root of its own;
 //! * [`pause_image`]: the pause program it runs (embedded, from a sealed memfd);
 //! * [`cgroup`]: the pod cgroup;
-//! * [`sandbox`]: the Sandbox service's state and logic.
+//! * [`sandbox`]: the Sandbox service's state and logic;
+//! * [`sandbox_spec`]: the OCI spec of the running sandbox that StartSandbox reports (NRI).
 
 pub mod cgroup;
 pub mod files;
 pub mod pause;
 pub mod pause_image;
 pub mod sandbox;
+pub mod sandbox_spec;
 pub mod spec;
 
 pub use files::{PodFiles, mount_shm, unmount_shm};

@@ -43,6 +43,14 @@ pub fn sealed() -> Result<OwnedFd> {
     let mut file = File::from(fd);
     file.write_all(PROGRAM)
         .context("pause program: write the memfd")?;
+    // Execute-only: the pause's own uid cannot read the file, so the kernel makes the process
+    // non-dumpable from the exec on (no window before the program's own prctl in which a
+    // process of uid 65535 could attach to it). Root (the shim) reads it all the same.
+    // SAFETY: fchmod on an open memfd.
+    if unsafe { libc::fchmod(file.as_raw_fd(), 0o111) } != 0 {
+        return Err(crate::error::Error::from(std::io::Error::last_os_error())
+            .context("pause program: chmod the memfd"));
+    }
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
     add_seals(&file, seals | F_SEAL_EXEC)
         .or_else(|e| match e.raw_os_error() {
@@ -134,6 +142,8 @@ mod tests {
         assert_eq!(got, PROGRAM);
         let link = std::fs::read_link(&path).unwrap();
         assert_eq!(link.to_str().unwrap(), "/memfd:rsandbox-pause (deleted)");
+        let mode = std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(&path).unwrap());
+        assert_eq!(mode & 0o7777, 0o111, "execute-only");
         // SAFETY: F_GETFD on an open descriptor.
         let fdflags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
         assert_eq!(fdflags & libc::FD_CLOEXEC, libc::FD_CLOEXEC);

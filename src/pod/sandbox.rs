@@ -46,6 +46,8 @@ pub trait PodHost: Send + Sync {
     fn remove_cgroup(&self, cg: &PodCgroup);
     fn kill(&self, pid: i32);
     fn metrics(&self, pid: i32) -> Result<Any>;
+    /// The cgroup of `pid` relative to its hierarchy (the one the pod cgroup is managed in).
+    fn cgroup_path(&self, pid: i32) -> Option<String>;
     /// Which of containerd's default pod sysctls this host accepts (detected once at start-up).
     fn sysctl_defaults(&self) -> SysctlDefaults;
     /// Whether the pod's OCI runtime can run user-namespaced containers (runc >= 1.2, see
@@ -326,13 +328,13 @@ impl SandboxManager {
         let _ = self.host.remove_files(&record.files_dir);
     }
 
-    /// StartSandbox: the pause process. Returns (pid, created_at).
-    pub fn start(&self, id: &str) -> Result<(u32, SystemTime)> {
+    /// StartSandbox: the pause process. Returns (pid, created_at, the sandbox's OCI spec).
+    pub fn start(&self, id: &str) -> Result<(u32, SystemTime, serde_json::Value)> {
         self.start_inner(id)
             .with_context(|| format!("start sandbox {id}"))
     }
 
-    fn start_inner(&self, id: &str) -> Result<(u32, SystemTime)> {
+    fn start_inner(&self, id: &str) -> Result<(u32, SystemTime, serde_json::Value)> {
         validate::id("sandbox id", id)?;
         let _op = self.op.locked();
         let s = match self.lock().as_ref() {
@@ -395,10 +397,13 @@ impl SandboxManager {
         }
         steps.step("pod cgroup and record");
         log::info!("sandbox {id}: pause process {pid} ready");
+        // Built while the lifecycle lock is held: a concurrent StopSandbox cannot make its
+        // /proc/<pid> paths name another process before it is returned.
+        let spec = self.spec_of(s);
         self.changed.notify_all();
         drop(guard);
         crate::waiters::wake(ended, ExitInfo::unknown());
-        Ok((pid as u32, now))
+        Ok((pid as u32, now, spec))
     }
 
     // ---- Exits, Stop, Wait ----
@@ -554,7 +559,7 @@ impl SandboxManager {
             // killed by `delete` and its socket file stays in /run/containerd/s.
             if e.kind() == crate::error::Kind::NotFound
                 && self.lock().is_none()
-                && self.tm.all().is_empty()
+                && self.tm.close_if_empty()
             {
                 log::info!("shutdown sandbox {id}: no sandbox was created; exiting");
                 (self.on_shutdown)();
@@ -563,6 +568,12 @@ impl SandboxManager {
             return Err(e.context("shutdown sandbox"));
         }
         let mut steps = Steps::new(|| format!("shutdown sandbox {id}"));
+        // A Create under way would otherwise add its container (runc state, rootfs mount)
+        // after the deletes below, and the daemon would exit leaving it behind.
+        if !self.tm.close(Instant::now() + STOP_WAIT) {
+            log::warn!("shutdown sandbox {id}: a task create still runs after {STOP_WAIT:?}");
+        }
+        steps.step("settle creates");
         self.stop_locked(id).context("shutdown sandbox")?;
         steps.step("stop");
         for cid in self.tm.ids() {
@@ -584,6 +595,22 @@ impl SandboxManager {
         crate::waiters::wake(late, ExitInfo::unknown());
         (self.on_shutdown)();
         Ok(())
+    }
+
+    /// The OCI spec of the running sandbox, for `StartSandboxResponse.spec` (see
+    /// [`super::sandbox_spec`]). Its cgroups path only when the pause is in the pod cgroup:
+    /// otherwise it shares the shim's, which an NRI plugin must not take for the pod's.
+    fn spec_of(&self, s: &Sandbox) -> serde_json::Value {
+        let cgroups_path = (!s.record.cgroup.dirs.is_empty())
+            .then(|| self.host.cgroup_path(s.pid))
+            .flatten();
+        super::sandbox_spec::build(super::sandbox_spec::RunningPod {
+            id: &s.id,
+            spec: &s.spec,
+            pid: s.pid,
+            netns: s.netns.as_deref(),
+            cgroups_path: cgroups_path.as_deref(),
+        })
     }
 
     /// Pod statistics from the pause process's cgroup.
@@ -666,8 +693,21 @@ fn join_pod_namespaces(s: &Sandbox, spec: &mut serde_json::Value) -> bool {
     })
 }
 
-/// The files and /dev/shm the pod gives each container.
-fn pod_mounts(s: &Sandbox) -> Vec<PodMount> {
+/// Whether a container (its namespaces already placed by [`join_pod_namespaces`]) lives in
+/// the pod's IPC namespace, and so gets the pod's /dev/shm: it joins the pause process's
+/// (the path CRI and [`join_pod_namespaces`] write), or its spec names no IPC namespace at all
+/// (the node's, as in a host-IPC pod). One with an IPC namespace of its own, or another
+/// process's, keeps its own /dev/shm: POSIX shared memory there must not meet the pod's.
+fn shares_pod_ipc(s: &Sandbox, spec: &serde_json::Value) -> bool {
+    match oci::namespace_place(spec, "ipc") {
+        oci::NamespacePlace::Inherited => true,
+        oci::NamespacePlace::New => false,
+        oci::NamespacePlace::Joins(path) => s.pid != 0 && path == format!("/proc/{}/ns/ipc", s.pid),
+    }
+}
+
+/// The files the pod gives each container, and its /dev/shm to those in its IPC namespace.
+fn pod_mounts(s: &Sandbox, shares_ipc: bool) -> Vec<PodMount> {
     let file = |destination: &'static str, name: &str| PodMount {
         destination,
         source: s.record.files_dir.join(name),
@@ -679,6 +719,7 @@ fn pod_mounts(s: &Sandbox) -> Vec<PodMount> {
         file("/etc/hostname", super::files::HOSTNAME),
     ];
     let shm = match &s.record.shm {
+        _ if !shares_ipc => None,
         Some(shm) => Some(shm.clone()),
         None if s.spec.ipc == IpcMode::Host => Some(PathBuf::from("/dev/shm")),
         None => None,
@@ -699,7 +740,8 @@ impl PodHooks for SandboxManager {
             return Ok(false);
         };
         let joined = join_pod_namespaces(&s, spec);
-        let mounted = oci::add_pod_mounts(spec, &pod_mounts(&s))?;
+        let shares_ipc = shares_pod_ipc(&s, spec);
+        let mounted = oci::add_pod_mounts(spec, &pod_mounts(&s, shares_ipc))?;
         Ok(joined || mounted)
     }
 
@@ -772,6 +814,10 @@ impl PodHost for LinuxPodHost {
     }
     fn metrics(&self, pid: i32) -> Result<Any> {
         crate::cgroups::CgroupPaths::of_pid(pid, self.unified)?.metrics()
+    }
+    fn cgroup_path(&self, pid: i32) -> Option<String> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        super::sandbox_spec::cgroups_path_from_proc(&text, self.unified)
     }
     fn sysctl_defaults(&self) -> SysctlDefaults {
         self.sysctl_defaults

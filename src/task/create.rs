@@ -178,10 +178,16 @@ impl TaskManager {
             network,
             op: Default::default(),
         });
-        undo.commit();
-        self.containers
-            .locked()
-            .insert(req.id.clone(), Slot::Live(container));
+        {
+            let mut table = self.containers.locked();
+            if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+                // ShutdownSandbox began while we ran: it will not delete what it cannot see,
+                // so take it down ourselves (the guard runs once the table is unlocked).
+                return Err(super::shutting_down());
+            }
+            undo.commit();
+            table.insert(req.id.clone(), Slot::Live(container));
+        }
         drop(reservation);
         self.events.publish(Event::Create(TaskCreate {
             container_id: req.id.clone(),

@@ -30,9 +30,12 @@ impl TaskManager {
         let mut steps = Steps::new(|| format!("delete {id} {exec_id}"));
         let _op = c.op.locked();
         refuse_if_running(&p)?;
-        let pid = p.state().pid();
+        let (pid, never_started) = {
+            let st = p.state();
+            (st.pid(), st.never_started())
+        };
         if let Some(exec_id) = p.exec_id() {
-            c.execs.locked().remove(exec_id);
+            c.execs.locked().by_id.remove(exec_id);
             let exit = self.forget(&p);
             return Ok((pid as u32, exit));
         }
@@ -54,11 +57,16 @@ impl TaskManager {
         }
         steps.step("network");
         self.containers.locked().remove(id);
-        let execs: Vec<_> = c.execs.locked().drain().map(|(_, e)| e).collect();
+        let execs = c.execs.locked().close();
         for e in &execs {
             self.forget(e);
         }
-        let exit = self.forget(&p);
+        let mut exit = self.forget(&p);
+        if never_started {
+            // `runc delete --force` just killed it: the exit the reaper may have seen meanwhile
+            // is not the answer, the task never ran (containerd's runc shim answers 0 too).
+            exit = ExitInfo::never_started();
+        }
         self.events.publish(Event::Delete(TaskDelete {
             container_id: id.into(),
             pid: pid as u32,

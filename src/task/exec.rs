@@ -46,22 +46,35 @@ impl TaskManager {
                 return Err(Error::precondition(format!("task {id} is not running")));
             }
         }
+        self.add_exec(
+            &c,
+            Process::new(id, Some(exec_id.into()), stdio, Some(spec)),
+        )
+    }
+
+    /// Registers `p` in `c`'s exec table and publishes TaskExecAdded, unless a Delete of `c`
+    /// came first (NotFound then: the caller looked `c` up before the Delete removed it).
+    pub(crate) fn add_exec(&self, c: &Container, p: Process) -> Result<()> {
+        let (id, exec_id) = (c.id.as_str(), p.exec_id().unwrap_or_default().to_string());
         let mut execs = c.execs.locked();
-        if execs.contains_key(exec_id) {
+        if execs.closed {
+            // Delete removed the container after we looked it up.
+            return Err(Error::not_found(format!("task {id} not found")));
+        }
+        if execs.by_id.contains_key(&exec_id) {
             return Err(Error::already_exists(format!(
                 "exec {exec_id} already exists"
             )));
         }
-        execs.insert(
-            exec_id.into(),
-            Arc::new(Process::new(id, Some(exec_id.into()), stdio, Some(spec))),
-        );
-        drop(execs);
+        execs.by_id.insert(exec_id.clone(), Arc::new(p));
+        // Published under the exec table's lock: a Delete closing the table publishes its
+        // TaskDelete after taking that lock, so TaskExecAdded always comes first.
         self.events.publish(Event::ExecAdded(TaskExecAdded {
             container_id: id.into(),
-            exec_id: exec_id.into(),
+            exec_id,
             ..Default::default()
         }));
+        drop(execs);
         Ok(())
     }
 

@@ -21,6 +21,7 @@ mod start;
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Instant;
 
@@ -117,7 +118,7 @@ pub struct Container {
     runtime: Arc<dyn Runtime>,
     rootfs_mounted: bool,
     init: Arc<Process>,
-    execs: Mutex<HashMap<String, Arc<Process>>>,
+    execs: Mutex<ExecTable>,
     cgroup: Option<CgroupPaths>,
     /// The container has no pid namespace of its own: when its init exits, the rest of its
     /// processes must be killed explicitly.
@@ -143,19 +144,37 @@ impl Container {
 
     /// The IDs of the execs registered now.
     pub fn exec_ids(&self) -> Vec<String> {
-        self.execs.locked().keys().cloned().collect()
+        self.execs.locked().by_id.keys().cloned().collect()
     }
 
     fn exec(&self, exec_id: &str) -> Option<Arc<Process>> {
-        self.execs.locked().get(exec_id).cloned()
+        self.execs.locked().by_id.get(exec_id).cloned()
     }
 
     /// Whether some exec was started and its exit is not visible yet: the init's exit waits.
     fn execs_hold_init_exit(&self) -> bool {
         self.execs
             .locked()
+            .by_id
             .values()
             .any(|e| e.state().holds_init_exit())
+    }
+}
+
+/// A container's execs. Delete closes the table as it empties it: an Exec that raced the
+/// Delete then finds it closed instead of registering into a container that is gone (and
+/// publishing TaskExecAdded after TaskDelete).
+#[derive(Default)]
+struct ExecTable {
+    by_id: HashMap<String, Arc<Process>>,
+    closed: bool,
+}
+
+impl ExecTable {
+    /// Empties and closes the table; returns the execs it held.
+    fn close(&mut self) -> Vec<Arc<Process>> {
+        self.closed = true;
+        self.by_id.drain().map(|(_, p)| p).collect()
     }
 }
 
@@ -178,6 +197,11 @@ pub struct TaskManager {
     pod: Weak<dyn PodHooks>,
     on_shutdown: Arc<dyn Fn() + Send + Sync>,
     containers: Mutex<HashMap<String, Slot>>,
+    /// Set (under the `containers` lock) once the shim is going away: no Create may start,
+    /// and one under way undoes itself instead of adding its container ([`TaskManager::close`]).
+    closed: AtomicBool,
+    /// Notified (under the `containers` lock) when a Create ends, either way.
+    creates_done: Condvar,
     by_pid: Mutex<HashMap<i32, Arc<Process>>>,
     /// Bumped on every exit the reaper reports; [`TaskManager::wait_all`] waits on it.
     exits_seen: (Mutex<u64>, Condvar),
@@ -196,6 +220,7 @@ impl Drop for Reservation<'_> {
         if matches!(table.get(&self.id), Some(Slot::Creating)) {
             table.remove(&self.id);
         }
+        self.tm.creates_done.notify_all();
     }
 }
 
@@ -212,6 +237,8 @@ impl TaskManager {
             pod: deps.pod,
             on_shutdown: deps.on_shutdown,
             containers: Mutex::default(),
+            closed: AtomicBool::new(false),
+            creates_done: Condvar::new(),
             by_pid: Mutex::default(),
             exits_seen: (Mutex::new(0), Condvar::new()),
             me: me.clone(),
@@ -230,6 +257,9 @@ impl TaskManager {
     /// Reserves `id` for a Create, or AlreadyExists.
     fn reserve(&self, id: &str) -> Result<Reservation<'_>> {
         let mut table = self.containers.locked();
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(shutting_down());
+        }
         if table.contains_key(id) {
             return Err(Error::already_exists(format!("task {id} already exists")));
         }
@@ -487,6 +517,7 @@ impl TaskManager {
         let execs: Vec<(i32, String)> = c
             .execs
             .locked()
+            .by_id
             .iter()
             .map(|(exec_id, e)| (e.state().pid(), exec_id.clone()))
             .collect();
@@ -565,11 +596,47 @@ impl TaskManager {
     /// Shutdown: the shim exits once it holds neither tasks nor a sandbox.
     pub fn shutdown(&self) {
         let has_sandbox = self.pod().is_some_and(|p| p.has_sandbox());
-        if has_sandbox || !self.is_empty() {
+        if has_sandbox || !self.close_if_empty() {
             log::debug!("shutdown ignored: tasks or a sandbox remain");
             return;
         }
         (self.on_shutdown)();
+    }
+
+    #[cfg(test)]
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Closes the task manager (see [`TaskManager::close`]) if it holds no container, not even
+    /// one being created: decided under the table's lock, so a Create arriving now is refused
+    /// rather than left behind by the exiting daemon. Returns whether it closed.
+    pub fn close_if_empty(&self) -> bool {
+        let table = self.containers.locked();
+        if !table.is_empty() {
+            return false;
+        }
+        self.closed.store(true, Ordering::SeqCst);
+        true
+    }
+
+    /// The shim is going away (ShutdownSandbox): refuses new Creates, and waits, at most until
+    /// `deadline`, for those under way to end. One that ends after this undoes itself (its
+    /// runc container, rootfs mount and network) instead of adding a container nobody would
+    /// delete. Returns whether no Create is under way any more.
+    pub fn close(&self, deadline: Instant) -> bool {
+        let mut table = self.containers.locked();
+        self.closed.store(true, Ordering::SeqCst);
+        loop {
+            if !table.values().any(|s| matches!(s, Slot::Creating)) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            table = self.creates_done.wait_on_timeout(table, left).0;
+        }
     }
 }
 
@@ -582,6 +649,11 @@ pub struct ProcessStatus {
     /// Set once the exit is visible.
     pub exit: Option<ExitInfo>,
     pub stdio: StdioRequest,
+}
+
+/// What a Create that comes too late hears.
+fn shutting_down() -> Error {
+    Error::precondition("the shim is shutting down")
 }
 
 fn validate_bundle(bundle: &Path) -> Result<()> {

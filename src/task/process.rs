@@ -230,10 +230,30 @@ impl ProcState {
         Some((exit, self.set_terminal(Phase::Exited(exit))))
     }
 
-    /// → Deleted; returns the exit Delete reports.
+    /// Whether, as containerd sees it, the process never started: it is still Created and
+    /// alive, or its start failed.
+    pub fn never_started(&self) -> bool {
+        match self.phase {
+            Phase::Created => self.reaped.is_none(),
+            Phase::FailedToStart(_) => true,
+            _ => false,
+        }
+    }
+
+    /// → Deleted; returns the exit Delete reports: the process's, or for one that never
+    /// started [`ExitInfo::never_started`] (status 0, as containerd's runc shim answers:
+    /// containerd's client suite checks it). Waits parked on such a process learn
+    /// [`UNKNOWN_EXIT_STATUS`]: it will never run (containerd's runc shim would leave them
+    /// blocked until it exits, which its client reads as the same unknown status).
     pub fn delete(&mut self) -> (ExitInfo, Wakeup) {
-        let exit = self.known_exit().unwrap_or_else(ExitInfo::unknown);
-        (exit, self.set_terminal(Phase::Deleted(exit)))
+        let known = self.known_exit();
+        let reply = if self.never_started() {
+            ExitInfo::never_started()
+        } else {
+            known.unwrap_or_else(ExitInfo::unknown)
+        };
+        let waiters_learn = known.unwrap_or_else(ExitInfo::unknown);
+        (reply, self.set_terminal(Phase::Deleted(waiters_learn)))
     }
 
     /// Running ⇄ Paused (init only).
@@ -254,6 +274,11 @@ impl ProcState {
                 None
             }
         }
+    }
+
+    #[cfg(test)]
+    pub fn set_output_done_for_test(&mut self, done: bool) {
+        self.output_done = done;
     }
 
     #[cfg(test)]
@@ -468,13 +493,143 @@ mod tests {
     }
 
     #[test]
-    fn deleting_a_process_nobody_started_wakes_its_waiters() {
+    fn deleting_a_process_nobody_started_answers_0_and_wakes_its_waiters_with_unknown() {
         let mut st = ProcState::new(true);
         let rx = parked(&mut st);
+        assert!(st.never_started());
         let (e, w) = st.delete();
         w.wake();
-        assert_eq!(e.status, UNKNOWN_EXIT_STATUS);
+        assert_eq!(e, ExitInfo::never_started());
+        assert_eq!(e.status, 0);
         assert_eq!(rx.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
+    }
+
+    /// Where a process can be, from its creation on.
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        Created,
+        /// An init that died before Start (its exit is published without a Start).
+        CreatedThenDied,
+        Starting,
+        StartFailed,
+        Running,
+        Paused,
+        /// Reaped, not visible yet (output flushing, execs holding an init back).
+        ExitHeld,
+        Exited,
+    }
+
+    fn reach(step: Step) -> ProcState {
+        let mut st = ProcState::new(true);
+        match step {
+            Step::Created => {}
+            Step::CreatedThenDied => {
+                st.reap(exit(137));
+                st.publish_exit().wake();
+            }
+            Step::Starting => st.begin_start().unwrap(),
+            Step::StartFailed => {
+                st.begin_start().unwrap();
+                st.start_failed().wake();
+            }
+            Step::Running | Step::Paused | Step::ExitHeld | Step::Exited => {
+                st.begin_start().unwrap();
+                st.started(10);
+                match step {
+                    Step::Paused => st.set_paused(true),
+                    Step::ExitHeld => {
+                        st.set_output_done_for_test(false);
+                        st.reap(exit(3));
+                    }
+                    Step::Exited => {
+                        st.reap(exit(3));
+                        st.publish_exit().wake();
+                    }
+                    _ => {}
+                }
+            }
+        }
+        st
+    }
+
+    /// Every State/Wait/Delete answer, against containerd's runc shim (pkg/process of v2.1.9:
+    /// init_state.go, exec_state.go, exec.go; service.go's State, Wait and Delete).
+    ///
+    /// * State: runc's "created" until Start succeeded, "running"/"paused", "stopped" once
+    ///   `SetExited` ran; exit status 0 until then.
+    /// * Wait: blocks until `SetExited` or a failed start closes `waitBlock`.
+    /// * Delete: refused while running ("cannot delete a running process"); otherwise the
+    ///   process's `ExitStatus()`, which is 0 where no exit was ever set.
+    ///
+    /// Deliberate differences, each marked below: a failed start reads Stopped with 255 in State
+    /// and Wait (runc: Created, and a Wait answer of 0 from the unset status; 255 is
+    /// containerd's "unknown", which is what happened); a Wait parked on a process deleted
+    /// before it ever ran is answered 255 (runc leaves it blocked until the shim exits).
+    #[test]
+    fn state_wait_and_delete_answers_match_containerds_runc_shim() {
+        // (where, State status, State exit, Wait answers now, Delete reply or refused)
+        type Row = (Step, Status, Option<u32>, Option<u32>, Option<u32>);
+        let table: [Row; 8] = [
+            (Step::Created, Status::Created, None, None, Some(0)),
+            (
+                Step::CreatedThenDied,
+                Status::Stopped,
+                Some(137),
+                Some(137),
+                Some(137),
+            ),
+            (Step::Starting, Status::Created, None, None, None),
+            // runc: State created/0 and Wait 0 (see above); Delete 0 as runc.
+            (
+                Step::StartFailed,
+                Status::Stopped,
+                Some(255),
+                Some(255),
+                Some(0),
+            ),
+            (Step::Running, Status::Running, None, None, None),
+            (Step::Paused, Status::Paused, None, None, None),
+            // Not visible yet: still running for State and Wait; Delete makes it visible.
+            (Step::ExitHeld, Status::Running, None, None, Some(3)),
+            (Step::Exited, Status::Stopped, Some(3), Some(3), Some(3)),
+        ];
+        for (step, status, state_exit, wait, delete) in table {
+            let mut st = reach(step);
+            assert_eq!(st.status(), status, "{step:?}: State status");
+            assert_eq!(
+                st.visible_exit().map(|e| e.status),
+                state_exit,
+                "{step:?}: State exit"
+            );
+            let (tx, rx) = mpsc::channel();
+            if let Some((w, e)) = st.park(Box::new(ChannelWaiter(tx))) {
+                w.exited(e);
+            }
+            assert_eq!(rx.try_recv().ok().map(|e| e.status), wait, "{step:?}: Wait");
+            // What task::delete does: refuse a running process, make a held exit visible first.
+            let running = matches!(st.phase(), Phase::Starting | Phase::Running | Phase::Paused)
+                && !st.has_ended();
+            let reply = if running {
+                None
+            } else {
+                if let Some((_, w)) = st.release_held_exit() {
+                    w.wake();
+                }
+                let (e, w) = st.delete();
+                w.wake();
+                Some(e.status)
+            };
+            assert_eq!(reply, delete, "{step:?}: Delete");
+            if reply.is_some() {
+                // Every parked Wait is answered by the Delete at the latest.
+                let answered = rx.try_recv().ok().map(|e| e.status).or(wait);
+                let expected = match step {
+                    Step::Created => UNKNOWN_EXIT_STATUS,
+                    _ => wait.unwrap_or(3),
+                };
+                assert_eq!(answered, Some(expected), "{step:?}: Wait after Delete");
+            }
+        }
     }
 
     #[test]

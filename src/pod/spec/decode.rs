@@ -15,7 +15,8 @@ use protobuf::well_known_types::any::Any;
 use super::sysctl::{MAX_SYSCTLS, check_sysctl};
 use super::{
     CgroupParent, Dns, IdMapping, IpcMode, MAX_ID_MAPPINGS, MAX_PATH_LEN, NetworkMode, PidMode,
-    PodSpec, PortMapping, Protocol, REQUIRED_MAPPED_IDS, SpecError, UserNamespace, invalid,
+    PodResources, PodSpec, PortMapping, Protocol, REQUIRED_MAPPED_IDS, SpecError, UserNamespace,
+    invalid,
 };
 use crate::cri;
 use crate::network::{self, Bandwidth, DnsConf, PodNetworkConf};
@@ -239,6 +240,11 @@ pub(super) fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError>
         ));
     }
 
+    let resources = match linux.and_then(|l| l.resources.as_ref()) {
+        None => None,
+        Some(r) => Some(resources("linux.resources", r)?),
+    };
+
     Ok(PodSpec {
         name,
         namespace,
@@ -267,6 +273,7 @@ pub(super) fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError>
         run_as_group,
         privileged: sc.is_some_and(|s| s.privileged),
         userns,
+        resources,
         cri_config: true,
     })
 }
@@ -361,6 +368,47 @@ fn check_id_mappings(field: &str, maps: &[cri::IDMapping]) -> Result<Vec<IdMappi
         }
     }
     Ok(out)
+}
+
+/// Checks and converts CRI resources: no negative period or shares, a quota of -1 (no limit)
+/// or more, cpusets of digits, commas and dashes.
+fn resources(field: &str, r: &cri::LinuxContainerResources) -> Result<PodResources, SpecError> {
+    let non_negative = |name: &str, v: i64| {
+        u64::try_from(v).map_err(|_| invalid(format!("{field}.{name}"), format!("{v} is negative")))
+    };
+    let at_least_minus_one = |name: &str, v: i64| {
+        if v < -1 {
+            return Err(invalid(
+                format!("{field}.{name}"),
+                format!("{v} is below -1"),
+            ));
+        }
+        Ok(v)
+    };
+    let cpuset = |name: &str, v: &str| {
+        if v.len() > 1024
+            || !v
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b == b',' || b == b'-')
+        {
+            return Err(invalid(
+                format!("{field}.{name}"),
+                "not a cpuset list (digits, ',' and '-')",
+            ));
+        }
+        Ok(v.to_owned())
+    };
+    Ok(PodResources {
+        cpu_period: non_negative("cpu_period", r.cpu_period)?,
+        cpu_quota: at_least_minus_one("cpu_quota", r.cpu_quota)?,
+        cpu_shares: non_negative("cpu_shares", r.cpu_shares)?,
+        memory_limit_in_bytes: at_least_minus_one(
+            "memory_limit_in_bytes",
+            r.memory_limit_in_bytes,
+        )?,
+        cpuset_cpus: cpuset("cpuset_cpus", &r.cpuset_cpus)?,
+        cpuset_mems: cpuset("cpuset_mems", &r.cpuset_mems)?,
+    })
 }
 
 /// Names and ids: may be empty, no control characters, no `/` (they may end up in file names).
@@ -692,6 +740,50 @@ mod tests {
         let mut cfg = kubelet_like();
         f(cfg.linux.mut_or_insert_default());
         cfg
+    }
+
+    #[test]
+    fn pod_resources_are_decoded_and_checked() {
+        let cfg = with_linux(|l| {
+            let r = l.resources.mut_or_insert_default();
+            r.cpu_period = 100_000;
+            r.cpu_quota = -1;
+            r.cpu_shares = 256;
+            r.memory_limit_in_bytes = 64 << 20;
+            r.cpuset_cpus = "0-3,6".into();
+        });
+        let spec = decode(&cfg).unwrap();
+        assert_eq!(
+            spec.resources,
+            Some(PodResources {
+                cpu_period: 100_000,
+                cpu_quota: -1,
+                cpu_shares: 256,
+                memory_limit_in_bytes: 64 << 20,
+                cpuset_cpus: "0-3,6".into(),
+                cpuset_mems: String::new(),
+            })
+        );
+        assert_eq!(decode(&kubelet_like()).unwrap().resources, None);
+        for (f, want) in [
+            (
+                (|r: &mut cri::LinuxContainerResources| r.cpu_shares = -2)
+                    as fn(&mut cri::LinuxContainerResources),
+                "linux.resources.cpu_shares: -2 is negative",
+            ),
+            (
+                |r| r.cpu_quota = -5,
+                "linux.resources.cpu_quota: -5 is below -1",
+            ),
+            (
+                |r| r.cpuset_mems = "0;rm".into(),
+                "linux.resources.cpuset_mems: ",
+            ),
+        ] {
+            let cfg = with_linux(|l| f(l.resources.mut_or_insert_default()));
+            let err = err_string(&cfg);
+            assert!(err.starts_with(want), "{err}");
+        }
     }
 
     fn nso(cfg: &mut cri::PodSandboxConfig) -> &mut cri::NamespaceOption {

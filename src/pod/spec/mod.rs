@@ -270,6 +270,17 @@ fn map_text(maps: &[IdMapping]) -> String {
         .collect()
 }
 
+/// A pod's `linux.resources` (CRI `LinuxContainerResources`; 0 and "" mean "not specified").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodResources {
+    pub cpu_period: u64,
+    pub cpu_quota: i64,
+    pub cpu_shares: u64,
+    pub memory_limit_in_bytes: i64,
+    pub cpuset_cpus: String,
+    pub cpuset_mems: String,
+}
+
 /// The validated pod configuration, free of protobuf types.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PodSpec {
@@ -313,6 +324,9 @@ pub struct PodSpec {
     pub privileged: bool,
     /// The pod's own user namespace (`userns_options` mode POD); `None`: the node's.
     pub userns: Option<UserNamespace>,
+    /// `linux.resources`: the pod's resources (what the runc path writes into its pause
+    /// container's annotations; reported to NRI in the sandbox spec).
+    pub resources: Option<PodResources>,
     /// A CRI `PodSandboxConfig` was given. False: none, or `google.protobuf.Empty` (the sandbox
     /// API used directly, as by `ctr` or containerd's Go client), where an empty `netns_path`
     /// may mean the host network (see [`PodSpec::network_plan`]).

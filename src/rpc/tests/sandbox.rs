@@ -117,6 +117,9 @@ impl PodHost for FakePodHost {
             ..Default::default()
         })
     }
+    fn cgroup_path(&self, _pid: i32) -> Option<String> {
+        Some("/kubepods/pod1/pod1".into())
+    }
     fn sysctl_defaults(&self) -> SysctlDefaults {
         *self.sysctl_defaults.lock().unwrap()
     }
@@ -358,6 +361,27 @@ fn create_start_status_stop_shutdown() {
         .unwrap();
     assert_eq!(start.pid, PAUSE_PID as u32);
     assert!(start.created_at.seconds > 0);
+    // The sandbox's OCI spec (containerd >= 2.3 gives it to NRI): the pause's namespaces by
+    // path, its cgroup, CRI's annotations.
+    assert_eq!(
+        start.spec.type_url,
+        "types.containerd.io/opencontainers/runtime-spec/1/Spec"
+    );
+    let spec: serde_json::Value = serde_json::from_slice(&start.spec.value).unwrap();
+    let pid_ns = format!("/proc/{PAUSE_PID}/ns/pid");
+    assert!(
+        spec["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["type"] == "pid" && n["path"] == pid_ns.as_str()),
+        "{spec}"
+    );
+    assert_eq!(spec["linux"]["cgroupsPath"], "/kubepods/pod1/pod1");
+    assert_eq!(
+        spec["annotations"]["io.kubernetes.cri.sandbox-uid"],
+        "uid-1"
+    );
     let cfg = f.host.pause.lock().unwrap().clone().unwrap();
     assert!(cfg.new_ipc && cfg.new_uts && cfg.new_pid);
     assert_eq!(cfg.hostname.as_deref(), Some("web-0"));
@@ -390,6 +414,23 @@ fn create_start_status_stop_shutdown() {
         "{}",
         st.info["info"]
     );
+    // The flat keys beside the document, verbose or not.
+    assert_eq!(st.info["pid"], PAUSE_PID.to_string());
+    assert_eq!(st.info["state"], "SANDBOX_READY");
+    let terse = f
+        .svc
+        .sandbox_status(
+            &ctx(),
+            SandboxStatusRequest {
+                sandbox_id: "pod1".into(),
+                verbose: false,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let mut keys: Vec<&str> = terse.info.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["pid", "state"]);
     let p = f
         .svc
         .platform(
@@ -440,6 +481,7 @@ fn create_start_status_stop_shutdown() {
     assert!(f.host.calls().contains(&format!("kill {PAUSE_PID}")));
     let st = f.status("pod1").unwrap();
     assert_eq!(st.state, "SANDBOX_NOTREADY");
+    assert_eq!(st.info["state"], "SANDBOX_NOTREADY");
     assert!(st.exited_at.is_some());
     // Stop is idempotent.
     f.svc
@@ -474,6 +516,31 @@ fn create_start_status_stop_shutdown() {
     assert!(!f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
     assert_eq!(code(f.status("pod1")), Code::NOT_FOUND);
     assert!(!f.sm.has_sandbox());
+}
+
+/// Without a pod cgroup the pause shares the shim's cgroup: the spec must not name that as
+/// the pod's (an NRI plugin would adjust the shim's cgroup).
+#[test]
+fn the_spec_names_no_cgroup_when_the_pod_has_none() {
+    use crate::cri;
+    let f = fixture();
+    let mut cfg = cri::PodSandboxConfig::new();
+    cfg.hostname = "h".into();
+    cfg.metadata.mut_or_insert_default().name = "web".into();
+    let any = Any {
+        type_url: "runtime.v1.PodSandboxConfig".into(),
+        value: cfg.write_to_bytes().unwrap(),
+        ..Default::default()
+    };
+    f.create("pod1", any).unwrap();
+    let start = f.start("pod1").unwrap();
+    let spec: serde_json::Value = serde_json::from_slice(&start.spec.value).unwrap();
+    assert!(spec["linux"].get("cgroupsPath").is_none(), "{spec}");
+    assert!(
+        spec["linux"]["namespaces"]
+            .as_array()
+            .is_some_and(|n| !n.is_empty())
+    );
 }
 
 #[test]
@@ -664,6 +731,61 @@ fn containers_get_the_pod_files_and_the_pod_shm() {
 }
 
 #[test]
+fn only_containers_in_the_pods_ipc_namespace_get_the_pod_shm() {
+    let f = fixture();
+    f.create("pod1", pod_config("a", false)).unwrap();
+    f.svc
+        .start_sandbox(
+            &ctx(),
+            StartSandboxRequest {
+                sandbox_id: "pod1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let shm_of = |ipc: serde_json::Value| {
+        let mut spec = serde_json::json!({
+            "root": {"path": "rootfs"},
+            "mounts": [{"destination": "/dev/shm", "type": "tmpfs", "source": "shm"}],
+            "linux": {"namespaces": [ipc, {"type": "mount"}]}
+        });
+        f.sm.prepare_spec("c", &mut spec).unwrap();
+        let m = spec["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["destination"] == "/dev/shm")
+            .unwrap()
+            .clone();
+        (m["type"].as_str().unwrap().to_string(), spec)
+    };
+    let pause_ipc = format!("/proc/{PAUSE_PID}/ns/ipc");
+    // CRI names the pause process's namespace: the pod's /dev/shm.
+    let (kind, _) = shm_of(serde_json::json!({"type": "ipc", "path": pause_ipc}));
+    assert_eq!(kind, "bind");
+    // A new one asked for by a client (ctr run --sandbox) is placed in the pod's: the pod's.
+    let (kind, spec) = shm_of(serde_json::json!({"type": "ipc"}));
+    assert_eq!(kind, "bind");
+    assert_eq!(spec["linux"]["namespaces"][0]["path"], pause_ipc);
+    // Another process's IPC namespace: its own /dev/shm stays.
+    let (kind, _) = shm_of(serde_json::json!({"type": "ipc", "path": "/proc/1/ns/ipc"}));
+    assert_eq!(kind, "tmpfs");
+}
+
+#[test]
+fn a_new_ipc_namespace_keeps_its_own_shm_when_there_is_no_pause_to_join() {
+    let f = fixture();
+    f.create("pod1", pod_config("a", false)).unwrap(); // not started: no pause process
+    let mut spec = serde_json::json!({
+        "mounts": [{"destination": "/dev/shm", "type": "tmpfs", "source": "shm"}],
+        "linux": {"namespaces": [{"type": "ipc"}]}
+    });
+    f.sm.prepare_spec("c", &mut spec).unwrap();
+    assert_eq!(spec["mounts"][0]["type"], "tmpfs");
+    assert_eq!(spec["linux"]["namespaces"][0].get("path"), None);
+}
+
+#[test]
 fn containers_without_namespace_paths_join_the_pod() {
     let f = fixture();
     f.create("pod1", pod_config("a", true)).unwrap();
@@ -734,6 +856,28 @@ fn shutdown_after_a_failed_create_lets_the_shim_exit() {
         )
         .unwrap();
     assert!(*f.shut.lock().unwrap(), "the shim was not told to exit");
+}
+
+#[test]
+fn after_shutdown_sandbox_no_task_create_starts() {
+    use containerd_shim_protos::shim_sync::Task as _;
+    let f = fixture();
+    f.create("pod1", pod_config("a", false)).unwrap();
+    f.shutdown("pod1").unwrap();
+    assert!(*f.shut.lock().unwrap());
+    // A Create that reaches the exiting shim is refused before anything is made (the fake
+    // host's runtime would panic if it got that far).
+    let bundle = f.dir.path().join("late");
+    std::fs::create_dir_all(&bundle).unwrap();
+    let r = f.tasks.create(
+        &ctx(),
+        containerd_shim_protos::api::CreateTaskRequest {
+            id: "late".into(),
+            bundle: bundle.display().to_string(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(code(r), Code::FAILED_PRECONDITION);
 }
 
 #[test]

@@ -42,6 +42,8 @@ struct FakeRuntime {
     exec_specs: Mutex<Vec<serde_json::Value>>,
     /// Runs inside `exec`, while `runc exec` would run.
     on_exec: Mutex<Option<Box<dyn Fn() + Send>>>,
+    /// Runs inside `delete`, while `runc delete` would run.
+    on_delete: Mutex<Option<Box<dyn Fn() + Send>>>,
     /// The stdio `exec` was given (the process's ends).
     exec_io: Mutex<Vec<ProcessIo>>,
     ps: Mutex<Vec<i32>>,
@@ -122,6 +124,9 @@ impl Runtime for FakeRuntime {
     }
     fn delete(&self, id: &str, force: bool) -> Result<()> {
         self.record(format!("delete {id} {force}"));
+        if let Some(f) = self.on_delete.lock().unwrap().take() {
+            f();
+        }
         self.check("delete")
     }
     fn pause(&self, id: &str) -> Result<()> {
@@ -889,6 +894,93 @@ fn shutdown_exits_only_without_tasks() {
         )
         .unwrap();
     assert_eq!(f.shutdowns.load(Ordering::SeqCst), 1);
+    // The shim is exiting: a Create now would be left behind.
+    assert_eq!(code(f.create("t2")), Code::FAILED_PRECONDITION);
+    assert!(!f.host.runtime.calls().contains(&"create t2".to_string()));
+}
+
+#[test]
+fn a_create_racing_the_shims_close_takes_itself_down() {
+    let f = Arc::new(fixture());
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (inside_tx, inside_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = Mutex::new(go_rx);
+    *f.host.runtime.on_create.lock().unwrap() = Some(Box::new(move |_| {
+        let _ = inside_tx.send(());
+        let _ = go_rx
+            .lock()
+            .unwrap()
+            .recv_timeout(std::time::Duration::from_secs(5));
+    }));
+    let f2 = f.clone();
+    let creating = std::thread::spawn(move || f2.create("t1").map(|r| r.pid));
+    inside_rx.recv().unwrap(); // inside runc create, rootfs mounted
+    assert_eq!(f.host.mounted.lock().unwrap().len(), 1);
+    let f3 = f.clone();
+    let closing = std::thread::spawn(move || {
+        f3.tm
+            .close(std::time::Instant::now() + std::time::Duration::from_secs(30))
+    });
+    // Let the Create go on only once close has begun (and waits for it).
+    let t = std::time::Instant::now();
+    while !f.tm.is_closed() && t.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(f.tm.is_closed());
+    go_tx.send(()).unwrap();
+    // close returns only once the Create has ended, and the Create undid itself.
+    assert!(closing.join().unwrap());
+    assert!(
+        f.host
+            .runtime
+            .calls()
+            .contains(&"delete t1 true".to_string()),
+        "{:?}",
+        f.host.runtime.calls()
+    );
+    assert!(
+        f.host.mounted.lock().unwrap().is_empty(),
+        "rootfs unmounted"
+    );
+    assert_eq!(code(creating.join().unwrap()), Code::FAILED_PRECONDITION);
+    assert!(f.tm.is_empty());
+    assert!(
+        !f.events.topics().contains(&"/tasks/create"),
+        "no TaskCreate for a container that never was"
+    );
+    assert_eq!(code(f.create("t2")), Code::FAILED_PRECONDITION);
+}
+
+#[test]
+fn an_exec_racing_the_delete_of_its_container_is_not_found() {
+    let f = fixture();
+    let pid = running(&f, "t1");
+    // The Exec looked the container up (and saw its init running) ...
+    let c = f.tm.container("t1").unwrap();
+    // ... then the init exited and the container was deleted ...
+    f.exit(pid, 0);
+    f.svc
+        .delete(
+            &ctx(),
+            DeleteRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    // ... before the Exec registered its process.
+    let p = crate::task::Process::new(
+        "t1",
+        Some("e1".into()),
+        Default::default(),
+        Some(b"{}".to_vec()),
+    );
+    let e = f.tm.add_exec(&c, p).unwrap_err();
+    assert_eq!(e.kind(), crate::error::Kind::NotFound, "{e}");
+    assert!(c.exec_ids().is_empty());
+    let topics = f.events.topics();
+    assert_eq!(topics.last(), Some(&"/tasks/delete"), "{topics:?}");
+    assert!(!topics.contains(&"/tasks/exec-added"), "{topics:?}");
 }
 
 #[test]
@@ -1007,7 +1099,8 @@ fn deleting_processes_nobody_started_answers_their_waits() {
     running(&f, "t1");
     f.exec("t1", "e1").unwrap();
     let exec_wait = park_wait(&f, "t1", "e1");
-    f.svc
+    let deleted = f
+        .svc
         .delete(
             &ctx(),
             DeleteRequest {
@@ -1017,12 +1110,29 @@ fn deleting_processes_nobody_started_answers_their_waits() {
             },
         )
         .unwrap();
+    // Delete answers 0, as containerd's runc shim (TestDeleteContainerExecCreated); the Wait
+    // learns that the exec will never run.
+    assert_eq!((deleted.exit_status, deleted.pid), (0, 0));
     assert_eq!(exec_wait.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
 
-    // A created, never started init (e.g. `ctr run` whose start failed).
-    f.create("t2").unwrap();
+    // A created, never started init (e.g. `ctr run` whose start failed), which `runc delete
+    // --force` kills: its exit (137) is not the Delete's answer.
+    let pid = f.create("t2").unwrap().pid;
     let init_wait = park_wait(&f, "t2", "");
-    f.svc
+    *f.host.runtime.on_delete.lock().unwrap() = Some(Box::new({
+        let tm = Arc::downgrade(&f.tm);
+        move || {
+            if let Some(tm) = tm.upgrade() {
+                tm.on_exit(Exit {
+                    pid: pid as i32,
+                    status: 137,
+                    at: SystemTime::now(),
+                });
+            }
+        }
+    }));
+    let deleted = f
+        .svc
         .delete(
             &ctx(),
             DeleteRequest {
@@ -1031,7 +1141,14 @@ fn deleting_processes_nobody_started_answers_their_waits() {
             },
         )
         .unwrap();
-    assert_eq!(init_wait.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
+    assert_eq!((deleted.exit_status, deleted.pid), (0, pid));
+    match f.events.events.lock().unwrap().last() {
+        Some(crate::events::Event::Delete(d)) => {
+            assert_eq!((d.container_id.as_str(), d.exit_status), ("t2", 0))
+        }
+        other => panic!("expected TaskDelete last, got {other:?}"),
+    }
+    assert_eq!(init_wait.try_recv().unwrap().status, 137);
 
     // Deleting a container answers the Waits of its execs too.
     f.exec("t1", "e2").unwrap();
