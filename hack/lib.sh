@@ -7,6 +7,7 @@
 # The bench is a private, real containerd made from Debian packages only:
 #   - runc, iptables, iproute2, gcc, protoc ... from the host's own release
 #     (never from a newer suite: sid's runc would drag in a newer glibc);
+#     sid's runc 1.3 beside it, on sid's glibc under the prefix (lib/runc.sh);
 #   - containerd 2.1.9 and the CNI plugins from Debian sid, fetched with a
 #     private apt state (the host's apt sources are never touched) and
 #     extracted with `dpkg-deb -x` under $RSANDBOX_PREFIX;
@@ -25,6 +26,8 @@
 #   proc.sh    containerd and the shims: start, stop, reset, status, env
 #   images.sh  the local OCI images, built from busybox-static and
 #              hack/images/ (pause.c, pgrep, ipcs)
+#   runc.sh    the second runc (sid's 1.3.x) and which runc the bench uses
+#   guest.sh   the cgroup v2 guest (QEMU, Debian's kernel): hack/guest.sh
 #
 # Environment (all optional):
 #   RSANDBOX_PREFIX              install/state prefix              (/opt/rsandbox)
@@ -40,6 +43,7 @@
 #   RSANDBOX_LOG_LEVEL           containerd log level (info; debug also makes
 #                                containerd start the shims with -debug)
 #   RSANDBOX_REFRESH=1           re-download the packages even when present
+#   RSANDBOX_RUNC                1.1 (the host's runc) | 1.3 (sid's) (1.1)
 
 # The variables are used by the scripts that source this file and by the
 # templates (hack/templates/*.in):
@@ -115,3 +119,5 @@ need_root() { [[ $EUID -eq 0 ]] || die "run as root (containerd, runc, mounts an
 . "$RSANDBOX_REPO/hack/lib/proc.sh"
 # shellcheck source=hack/lib/images.sh
 . "$RSANDBOX_REPO/hack/lib/images.sh"
+# shellcheck source=hack/lib/runc.sh
+. "$RSANDBOX_REPO/hack/lib/runc.sh"

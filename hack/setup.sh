@@ -4,6 +4,7 @@
 #   host packages from the host's release (runc, iptables, iproute2, gcc,
 #   libc6-dev, protobuf-compiler, ...); cargo-machete (pinned, crates.io);
 #   containerd 2.1.9 + CNI plugins (and crictl, when Debian has it) from sid
+#   and sid's runc 1.3 (beside the host's 1.1; RSANDBOX_RUNC picks one)
 #   into $RSANDBOX_PREFIX (/opt/rsandbox); busybox-static -> local OCI images
 #   localhost/busybox:latest and localhost/pause:3.10, imported into
 #   namespaces default and k8s.io; containerd config + CNI conflists;
@@ -18,6 +19,9 @@ need_root
 deps
 rust_tools
 fetch
+fetch_runc13
+select_runc
+write_versions
 if config && pid=$(containerd_pid); then
 	log "config changed while containerd runs (pid $pid): restarting it"
 	stop

@@ -13,7 +13,12 @@
 #      containerd running; every task/container left by an earlier run removed
 #   8. integration tests: cargo test --manifest-path integration/Cargo.toml
 #      -- --test-threads=1 (skipped while integration/ does not exist), with
-#      the bench's env exported (see hack/containerd.sh env, RSANDBOX_PREFIX)
+#      the bench's env exported (see hack/containerd.sh env, RSANDBOX_PREFIX),
+#      once with runc 1.1 (the host's) and once with runc 1.3 (sid's, see
+#      hack/lib/runc.sh): both CRI handlers and ctr use the selected runc
+#   8b. the cgroup v2 guest: hack/guest.sh (QEMU, Debian's kernel booted with
+#      cgroup_no_v1=all; the cgroupv2 integration tests inside, both runcs);
+#      RSANDBOX_GUEST=0 skips it
 #   9. bench smoke run: hack/bench.sh --quick (rsandbox vs the runc path, under
 #      a minute; fails on a failed workload or anything it leaves behind)
 #  10. hack/leftovers.sh with containerd running (tests must clean up), then
@@ -72,15 +77,32 @@ hack/setup.sh
 reset_objects
 
 failed=()
-section "integration tests"
 if [[ -f integration/Cargo.toml ]]; then
 	eval "$(print_env)"
 	export RSANDBOX_PREFIX
-	if ! cargo test --manifest-path integration/Cargo.toml -- --test-threads=1; then
-		failed+=("integration tests")
-		log "containerd log (last 40 lines of $LOGFILE):"
-		tail -n 40 "$LOGFILE" >&2 || true
-	fi
+	for RSANDBOX_RUNC in 1.1 1.3; do
+		section "integration tests, runc $RSANDBOX_RUNC"
+		# no container may outlive a switch: runc's state belongs to one version
+		reset_objects
+		select_runc
+		if ! cargo test --manifest-path integration/Cargo.toml -- --test-threads=1; then
+			failed+=("integration tests (runc $RSANDBOX_RUNC)")
+			log "containerd log (last 40 lines of $LOGFILE):"
+			tail -n 40 "$LOGFILE" >&2 || true
+		fi
+	done
+	reset_objects
+	RSANDBOX_RUNC=1.1
+	select_runc
+else
+	log "SKIPPED: integration/Cargo.toml does not exist yet"
+fi
+
+section "cgroup v2 guest: hack/guest.sh"
+if [[ "${RSANDBOX_GUEST:-1}" = 0 ]]; then
+	log "SKIPPED: RSANDBOX_GUEST=0"
+elif [[ -f integration/Cargo.toml ]]; then
+	hack/guest.sh || failed+=("cgroup v2 guest")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
 fi

@@ -90,6 +90,24 @@ impl CgroupPaths {
         Ok(Self::parse(&cgroup, &mountinfo, unified))
     }
 
+    /// The directories of cgroup `cgroup` (absolute in the cgroup tree, `/kubepods/pod1`) in
+    /// every hierarchy mounted here, as if a process lived there.
+    pub fn of_cgroup(cgroup: &Path, unified: bool) -> Result<CgroupPaths> {
+        let mountinfo =
+            std::fs::read_to_string("/proc/self/mountinfo").context("read /proc/self/mountinfo")?;
+        Ok(Self::of_cgroup_in(cgroup, &mountinfo, unified))
+    }
+
+    /// Pure part of [`of_cgroup`]: one `/proc/<pid>/cgroup` line per mounted hierarchy.
+    pub fn of_cgroup_in(cgroup: &Path, mountinfo: &str, unified: bool) -> CgroupPaths {
+        let rel = cgroup.strip_prefix("/").unwrap_or(cgroup).display();
+        let lines: Vec<String> = cgroup_mounts(mountinfo)
+            .iter()
+            .map(|m| format!("1:{}:/{rel}", m.controllers.join(",")))
+            .collect();
+        Self::parse(&lines.join("\n"), mountinfo, unified)
+    }
+
     /// Pure part of [`of_pid`]: joins `/proc/<pid>/cgroup` lines with cgroup mount points.
     pub fn parse(cgroup: &str, mountinfo: &str, unified: bool) -> CgroupPaths {
         let mounts = cgroup_mounts(mountinfo);
@@ -559,6 +577,24 @@ mod tests {
         let mi = "26 1 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw";
         let p = CgroupPaths::parse("0::/k8s.io/abc", mi, true);
         assert_eq!(p.v2, Some(PathBuf::from("/sys/fs/cgroup/k8s.io/abc")));
+        assert!(p.v1.is_empty());
+    }
+
+    #[test]
+    fn paths_of_a_cgroup_in_every_hierarchy() {
+        let p = CgroupPaths::of_cgroup_in(Path::new("/kubepods/pod1"), MOUNTINFO, false);
+        assert_eq!(
+            p.v1["memory"],
+            PathBuf::from("/sys/fs/cgroup/memory/kubepods/pod1")
+        );
+        assert_eq!(
+            p.v1["cpuacct"],
+            PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/kubepods/pod1")
+        );
+        assert_eq!(p.v2, None);
+        let mi = "26 1 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw";
+        let p = CgroupPaths::of_cgroup_in(Path::new("/kubepods/pod1"), mi, true);
+        assert_eq!(p.v2, Some(PathBuf::from("/sys/fs/cgroup/kubepods/pod1")));
         assert!(p.v1.is_empty());
     }
 

@@ -139,7 +139,6 @@ fetch() {
 	fi
 	[[ -n "$(busybox_bin)" ]] || die "no busybox binary in $P/busybox"
 	fetch_crictl
-	write_versions
 }
 
 # crictl is a convenience only: Debian packages it as cri-tools in some
@@ -174,7 +173,9 @@ fetch_crictl() {
 write_versions() {
 	{
 		echo "containerd: $("$BIN/containerd" --version)"
-		echo "runc: $(runc --version | head -n1)"
+		echo "runc: $("$BIN/runc" --version | head -n1) (RSANDBOX_RUNC=$RSANDBOX_RUNC)"
+		echo "runc 1.1: $("$(runc11_bin)" --version | head -n1)"
+		echo "runc 1.3: $("$RUNC13_BIN" --version 2>/dev/null | head -n1)"
 		echo "cni: $("$CNI_BIN/bridge" --version 2>&1 | head -n1)"
 		echo "busybox: $("$(busybox_bin)" 2>&1 | head -n1)"
 		if [[ -x "$BIN/crictl" ]]; then echo "crictl: $("$BIN/crictl" --version)"; else echo "crictl: none"; fi

@@ -70,7 +70,7 @@ config() { # writes the containerd config, the shim's config, the CNI conflists;
 	SNAPSHOTTER=$(snapshotter)
 	RESTRICT_OOM_SCORE_ADJ=false
 	has_cap_sys_resource || RESTRICT_OOM_SCORE_ADJ=true
-	RUNC_BIN=$(command -v runc) || die "runc not found (run hack/setup.sh)"
+	RUNC_BIN=$BIN/runc # the symlink of select_runc (hack/lib/runc.sh)
 	mkdir -p "$CONF_DIR" "$CNI_CONF_DIR" "$IPAM_DIR" "$P/opt" "$P/tmp" "$P/log" "$P/run" "$CONF_DIR/certs.d/_default"
 	echo "$SNAPSHOTTER" >"$CONF_DIR/snapshotter"
 	printf '%s\n' '# rsandbox bench: no registry is reached; images are built by hack/setup.sh' \

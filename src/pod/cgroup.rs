@@ -1,20 +1,33 @@
-//! The pod cgroup (`linux.cgroup_parent`) that holds the pause process.
+//! The pause process's cgroup and the pod cgroup (`linux.cgroup_parent`) above it.
 //!
-//! With the cgroupfs driver the pod cgroup is a directory in every hierarchy (v1) or in the
-//! unified tree (v2). We create what is missing, put the pause process in it, and on teardown
-//! remove only the directories we created (the kubelet may own the parents).
+//! containerd's runc path runs the pause container in `<cgroup_parent>/<sandbox id>` (the
+//! cgroupsPath CRI gives it) and each container in `<cgroup_parent>/<container id>`; the pod
+//! cgroup itself holds no process. We do the same with the cgroupfs driver: the pause process
+//! goes into the leaf `<cgroup_parent>/<sandbox id>`, in every v1 hierarchy or in the unified
+//! tree (v2). On v2 that is required, not only parity: a cgroup with processes cannot have
+//! children with domain controllers ("no internal processes"), so a pause process in the pod
+//! cgroup would keep every container from starting. As runc does (`fs2.CreateCgroupPath`), the
+//! controllers a cgroup offers are enabled in the `cgroup.subtree_control` of every ancestor of
+//! the leaf, so the pod cgroup and the containers beside the pause get memory, cpu, pids, ...
+//! We create what is missing and on teardown remove only the directories we created, deepest
+//! first (the kubelet may own the parents); subtree_control is left as it is, as runc leaves it.
 
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
 
 use crate::error::{Context, Error, Result};
 
-/// Directories of the pod cgroup and which of them we created.
+/// Directories of the pause process's cgroup and which of them we created.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PodCgroup {
-    /// The pod cgroup directory in each hierarchy.
+    /// The pause process's cgroup directory (`<cgroup_parent>/<sandbox id>`) in each hierarchy.
     pub dirs: Vec<PathBuf>,
     /// Directories this shim created, deepest last.
     pub created: Vec<PathBuf>,
+    /// The pod cgroup (`cgroup_parent`, absolute in the cgroup namespace: `/kubepods/pod1`),
+    /// whose statistics are the pod's; none when the pod has no cgroup_parent.
+    #[serde(default)]
+    pub pod: Option<PathBuf>,
 }
 
 /// Mount points of the cgroup hierarchies to use: the unified one on v2-only hosts, else
@@ -27,11 +40,23 @@ pub fn hierarchies(mountinfo: &str, unified: bool) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Creates `parent` (a cgroupfs path such as `/kubepods/pod1`) in every hierarchy and moves
-/// `pid` into it. On failure, what was created is removed again.
-pub fn join(roots: &[PathBuf], parent: &Path, pid: i32) -> Result<PodCgroup> {
-    let rel = parent.strip_prefix("/").unwrap_or(parent);
-    let mut cg = PodCgroup::default();
+/// The pause process's cgroup for pod cgroup `parent` and sandbox `id`: `<parent>/<id>`, as
+/// containerd's CRI names the runc path's pause container cgroup.
+pub fn pause_cgroup(parent: &Path, id: &str) -> PathBuf {
+    parent.join(id)
+}
+
+/// Creates `cgroup` (the pause's cgroup, a cgroupfs path such as `/kubepods/pod1/<id>`) in
+/// every hierarchy of `roots` and moves `pid` into it; its parent is recorded as the pod
+/// cgroup. `unified`: the roots are cgroup2, so controllers are enabled down the path first.
+/// On failure, what was created is removed again.
+pub fn join(roots: &[PathBuf], unified: bool, cgroup: &Path, pid: i32) -> Result<PodCgroup> {
+    let rel = relative(cgroup)?;
+    let pod = Path::new("/").join(rel.parent().unwrap_or(Path::new("")));
+    let mut cg = PodCgroup {
+        pod: (pod != Path::new("/")).then_some(pod),
+        ..Default::default()
+    };
     // The hierarchies `pid` was moved into so far.
     let mut joined: Vec<&PathBuf> = Vec::new();
     let r = (|| -> Result<()> {
@@ -49,7 +74,12 @@ pub fn join(roots: &[PathBuf], parent: &Path, pid: i32) -> Result<PodCgroup> {
             for m in missing.iter().rev() {
                 std::fs::create_dir(m).with_context(|| format!("create cgroup {}", m.display()))?;
                 cg.created.push(m.clone());
-                inherit_cpuset(m);
+                if !unified {
+                    inherit_cpuset(m);
+                }
+            }
+            if unified {
+                enable_controllers(root, rel)?;
             }
             std::fs::write(dir.join("cgroup.procs"), pid.to_string())
                 .with_context(|| format!("move pause into cgroup {}", dir.display()))?;
@@ -77,6 +107,75 @@ pub fn join(roots: &[PathBuf], parent: &Path, pid: i32) -> Result<PodCgroup> {
             Err(e)
         }
     }
+}
+
+/// `cgroup` without its leading `/`; only plain components and at least one of them.
+fn relative(cgroup: &Path) -> Result<&Path> {
+    let rel = cgroup.strip_prefix("/").unwrap_or(cgroup);
+    if rel.as_os_str().is_empty() || !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(Error::invalid(format!(
+            "cgroup {} must be a path below the cgroup root without '.' or '..' parts",
+            cgroup.display()
+        )));
+    }
+    Ok(rel)
+}
+
+/// cgroup v2: in every cgroup from `root` down to the parent of `root/rel`, enables the
+/// controllers that cgroup offers (`cgroup.controllers`) in its `cgroup.subtree_control`, as
+/// runc's `fs2.CreateCgroupPath` does, so that the leaf and its siblings get them too.
+fn enable_controllers(root: &Path, rel: &Path) -> Result<()> {
+    let mut dir = root.to_path_buf();
+    enable_in(&dir)?;
+    for part in rel.parent().into_iter().flat_map(Path::components) {
+        dir.push(part);
+        enable_in(&dir)?;
+    }
+    Ok(())
+}
+
+/// Enables in `dir`'s subtree_control what `dir` offers and has not enabled yet. Each one is
+/// written alone: a controller the kernel refuses there (e.g. one that needs a threaded
+/// subtree) is skipped with a warning rather than failing the pod, as runc skips unavailable
+/// ones; a refusal of every one (a cgroup that holds processes: EBUSY) is an error.
+fn enable_in(dir: &Path) -> Result<()> {
+    let offered = read_words(&dir.join("cgroup.controllers"));
+    let enabled = read_words(&dir.join("cgroup.subtree_control"));
+    let wanted: Vec<&String> = offered.iter().filter(|c| !enabled.contains(c)).collect();
+    let mut refused = Vec::new();
+    for c in &wanted {
+        // O_APPEND: the same as a plain write on cgroupfs (`echo +memory >> ...`); on the
+        // plain files of the unit tests every write stays visible.
+        let r = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("cgroup.subtree_control"))
+            .and_then(|mut f| f.write_all(format!("+{c}").as_bytes()));
+        if let Err(e) = r {
+            refused.push(format!("{c}: {e}"));
+        }
+    }
+    if !wanted.is_empty() && refused.len() == wanted.len() {
+        return Err(
+            Error::from(std::io::Error::other(refused.join(", "))).context(format!(
+                "enable controllers in {}/cgroup.subtree_control",
+                dir.display()
+            )),
+        );
+    }
+    if !refused.is_empty() {
+        log::warn!(
+            "{}/cgroup.subtree_control: not enabled: {}",
+            dir.display(),
+            refused.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn read_words(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|s| s.split_whitespace().map(String::from).collect())
+        .unwrap_or_default()
 }
 
 /// A new v1 cpuset cgroup starts with no CPUs and no memory nodes; copy the parent's so a
@@ -157,19 +256,29 @@ mod tests {
         let top = format!("rsandbox-partial-join-{pid}");
         // The second "hierarchy" refuses the move: its cgroup.procs is a directory.
         let other = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(other.path().join(&top).join("pod/cgroup.procs")).unwrap();
+        std::fs::create_dir_all(other.path().join(&top).join("pod/sb/cgroup.procs")).unwrap();
         let r = join(
             &[real.clone(), other.path().to_path_buf()],
-            &Path::new("/").join(&top).join("pod"),
+            unified,
+            &Path::new("/").join(&top).join("pod/sb"),
             pid,
         );
         let left = real.join(&top).exists();
         let _ = child.kill();
         let _ = child.wait();
+        let _ = std::fs::remove_dir(real.join(&top).join("pod/sb"));
         let _ = std::fs::remove_dir(real.join(&top).join("pod"));
         let _ = std::fs::remove_dir(real.join(&top));
         assert!(r.is_err());
         assert!(!left, "{} was left behind", real.join(&top).display());
+    }
+
+    #[test]
+    fn pause_cgroup_is_a_child_of_the_pod_cgroup() {
+        assert_eq!(
+            pause_cgroup(Path::new("/kubepods/besteffort/pod1"), "sb1"),
+            PathBuf::from("/kubepods/besteffort/pod1/sb1")
+        );
     }
 
     #[test]
@@ -179,7 +288,8 @@ mod tests {
         std::fs::create_dir_all(root.path().join("kubepods")).unwrap();
         let cg = join(
             &[root.path().to_path_buf()],
-            Path::new("/kubepods/pod1/inner"),
+            false,
+            Path::new("/kubepods/pod1/sb1"),
             42,
         )
         .unwrap();
@@ -187,17 +297,122 @@ mod tests {
             cg.created,
             vec![
                 root.path().join("kubepods/pod1"),
-                root.path().join("kubepods/pod1/inner")
+                root.path().join("kubepods/pod1/sb1")
             ]
         );
+        assert_eq!(cg.dirs, vec![root.path().join("kubepods/pod1/sb1")]);
+        assert_eq!(cg.pod, Some(PathBuf::from("/kubepods/pod1")));
+        // The process is in the leaf; the pod cgroup holds none.
         assert_eq!(
-            std::fs::read_to_string(root.path().join("kubepods/pod1/inner/cgroup.procs")).unwrap(),
+            std::fs::read_to_string(root.path().join("kubepods/pod1/sb1/cgroup.procs")).unwrap(),
             "42"
         );
+        assert!(!root.path().join("kubepods/pod1/cgroup.procs").exists());
         // rmdir fails on the non-empty stand-in; a real cgroupfs directory has no files to delete.
-        std::fs::remove_file(root.path().join("kubepods/pod1/inner/cgroup.procs")).unwrap();
+        std::fs::remove_file(root.path().join("kubepods/pod1/sb1/cgroup.procs")).unwrap();
         assert!(remove(&cg).is_empty());
         assert!(root.path().join("kubepods").exists());
         assert!(!root.path().join("kubepods/pod1").exists());
+    }
+
+    #[test]
+    fn join_into_an_existing_pod_cgroup_creates_and_removes_only_the_leaf() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("kubepods/pod1")).unwrap();
+        let cg = join(
+            &[root.path().to_path_buf()],
+            false,
+            Path::new("/kubepods/pod1/sb1"),
+            7,
+        )
+        .unwrap();
+        assert_eq!(cg.created, vec![root.path().join("kubepods/pod1/sb1")]);
+        std::fs::remove_file(root.path().join("kubepods/pod1/sb1/cgroup.procs")).unwrap();
+        assert!(remove(&cg).is_empty());
+        assert!(root.path().join("kubepods/pod1").is_dir());
+        assert!(!root.path().join("kubepods/pod1/sb1").exists());
+    }
+
+    /// A stand-in cgroup2 directory: what it offers and what it has enabled.
+    fn fake_v2(dir: &Path, offered: &str, enabled: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("cgroup.controllers"), offered).unwrap();
+        std::fs::write(dir.join("cgroup.subtree_control"), enabled).unwrap();
+    }
+
+    #[test]
+    fn v2_enables_offered_controllers_in_every_ancestor_but_not_in_the_leaf() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        fake_v2(r, "cpu memory pids\n", "cpu\n");
+        fake_v2(&r.join("kubepods"), "cpu memory pids\n", "");
+        fake_v2(&r.join("kubepods/pod1"), "cpu memory\n", "");
+        fake_v2(&r.join("kubepods/pod1/sb1"), "cpu memory\n", "");
+        join(&[r.to_path_buf()], true, Path::new("/kubepods/pod1/sb1"), 9).unwrap();
+        // `cpu` was already enabled at the root: only the others are written there.
+        assert_eq!(
+            std::fs::read_to_string(r.join("cgroup.subtree_control")).unwrap(),
+            "cpu\n+memory+pids"
+        );
+        assert_eq!(
+            std::fs::read_to_string(r.join("kubepods/cgroup.subtree_control")).unwrap(),
+            "+cpu+memory+pids"
+        );
+        assert_eq!(
+            std::fs::read_to_string(r.join("kubepods/pod1/cgroup.subtree_control")).unwrap(),
+            "+cpu+memory"
+        );
+        // The leaf holds the process and enables nothing.
+        assert_eq!(
+            std::fs::read_to_string(r.join("kubepods/pod1/sb1/cgroup.subtree_control")).unwrap(),
+            ""
+        );
+        assert_eq!(
+            std::fs::read_to_string(r.join("kubepods/pod1/sb1/cgroup.procs")).unwrap(),
+            "9"
+        );
+    }
+
+    #[test]
+    fn v2_top_level_pod_cgroup_enables_the_root() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        fake_v2(r, "memory\n", "");
+        fake_v2(&r.join("pod1"), "memory\n", "");
+        let cg = join(&[r.to_path_buf()], true, Path::new("/pod1/sb1"), 3).unwrap();
+        assert_eq!(cg.pod, Some(PathBuf::from("/pod1")));
+        assert_eq!(
+            std::fs::read_to_string(r.join("cgroup.subtree_control")).unwrap(),
+            "+memory"
+        );
+        assert_eq!(
+            std::fs::read_to_string(r.join("pod1/cgroup.subtree_control")).unwrap(),
+            "+memory"
+        );
+    }
+
+    #[test]
+    fn v2_refusing_every_controller_fails_and_removes_what_was_created() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        fake_v2(r, "memory\n", "");
+        // subtree_control as a directory: every write fails, as EBUSY would.
+        std::fs::remove_file(r.join("cgroup.subtree_control")).unwrap();
+        std::fs::create_dir(r.join("cgroup.subtree_control")).unwrap();
+        let e = join(&[r.to_path_buf()], true, Path::new("/pod1/sb1"), 3).unwrap_err();
+        assert!(e.to_string().contains("enable controllers"), "{e}");
+        assert!(!r.join("pod1").exists());
+    }
+
+    #[test]
+    fn join_rejects_paths_that_leave_the_hierarchy() {
+        let root = tempfile::tempdir().unwrap();
+        for bad in ["/", "", "/a/../b"] {
+            let e = join(&[root.path().to_path_buf()], false, Path::new(bad), 1).unwrap_err();
+            assert!(
+                e.to_string().contains("below the cgroup root"),
+                "{bad}: {e}"
+            );
+        }
     }
 }

@@ -42,10 +42,15 @@ pub trait PodHost: Send + Sync {
     /// Checks that `path` is a network namespace, without blocking (a client's `netns_path`).
     fn check_netns(&self, path: &Path) -> Result<()>;
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32>;
-    fn join_cgroup(&self, parent: &Path, pid: i32) -> Result<PodCgroup>;
+    /// Moves `pid` into `cgroup` (the pause's: `<cgroup_parent>/<sandbox id>`, see
+    /// [`super::cgroup`]), creating what is missing.
+    fn join_cgroup(&self, cgroup: &Path, pid: i32) -> Result<PodCgroup>;
     fn remove_cgroup(&self, cg: &PodCgroup);
+    /// The host runs the unified (v2-only) cgroup hierarchy.
+    fn unified_cgroups(&self) -> bool;
     fn kill(&self, pid: i32);
-    fn metrics(&self, pid: i32) -> Result<Any>;
+    /// Statistics of the pod cgroup `pod` (absolute in the cgroup tree: `/kubepods/pod1`).
+    fn metrics(&self, pod: &Path) -> Result<Any>;
     /// The cgroup of `pid` relative to its hierarchy (the one the pod cgroup is managed in).
     fn cgroup_path(&self, pid: i32) -> Option<String>;
     /// Which of containerd's default pod sysctls this host accepts (detected once at start-up).
@@ -346,6 +351,16 @@ impl SandboxManager {
                 "sandbox {id} was already started"
             )));
         }
+        // cgroup v2 without systemd's help: a pause process left in the shim's cgroup would sit
+        // beside the pod's cgroups; refuse plainly, before anything is started.
+        if let Some(CgroupParent::Systemd(p)) = s.spec.cgroup_parent_kind()
+            && self.host.unified_cgroups()
+        {
+            return Err(Error::invalid(format!(
+                "systemd cgroup parent {p:?}: rsandbox manages cgroupfs paths only on cgroup v2 \
+                 (use the cgroupfs cgroup driver: a cgroup_parent such as /kubepods/pod<uid>)"
+            )));
+        }
         let cfg = PauseConfig::for_pod(
             id,
             &s.spec,
@@ -361,13 +376,18 @@ impl SandboxManager {
         steps.step("spawn pause");
         let mut cgroup = PodCgroup::default();
         match s.spec.cgroup_parent_kind() {
-            Some(CgroupParent::Fs(parent)) => match self.host.join_cgroup(&parent, pid) {
-                Ok(cg) => cgroup = cg,
-                Err(e) => {
-                    self.host.kill(pid);
-                    return Err(e.context("put the pause process in the pod cgroup"));
+            Some(CgroupParent::Fs(parent)) => {
+                match self
+                    .host
+                    .join_cgroup(&super::cgroup::pause_cgroup(&parent, id), pid)
+                {
+                    Ok(cg) => cgroup = cg,
+                    Err(e) => {
+                        self.host.kill(pid);
+                        return Err(e.context("put the pause process in the pod cgroup"));
+                    }
                 }
-            },
+            }
             Some(CgroupParent::Systemd(p)) => log::warn!(
                 "sandbox {id}: systemd cgroup parent {p:?} is not managed by rsandbox; the pause process stays in the shim's cgroup"
             ),
@@ -613,7 +633,9 @@ impl SandboxManager {
         })
     }
 
-    /// Pod statistics from the pause process's cgroup.
+    /// Pod statistics from the pod cgroup (the pause's cgroup is one leaf of it). Without a
+    /// cgroup_parent there is no pod cgroup: containerd's CRI then fails the runc path's pod
+    /// stats alike ("cgroupPath is empty").
     pub fn metrics(&self, id: &str) -> Result<Any> {
         let s = self.get(id).context("sandbox metrics")?;
         if s.state != State::Ready {
@@ -621,7 +643,12 @@ impl SandboxManager {
                 "sandbox metrics: sandbox {id} is not running"
             )));
         }
-        self.host.metrics(s.pid).context("sandbox metrics")
+        let Some(pod) = &s.record.cgroup.pod else {
+            return Err(Error::precondition(format!(
+                "sandbox metrics: sandbox {id} has no pod cgroup (no cgroup_parent)"
+            )));
+        };
+        self.host.metrics(pod).context("sandbox metrics")
     }
 
     /// Verbose status details as one JSON document.
@@ -792,14 +819,18 @@ impl PodHost for LinuxPodHost {
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32> {
         super::pause::spawn(cfg)
     }
-    fn join_cgroup(&self, parent: &Path, pid: i32) -> Result<PodCgroup> {
+    fn join_cgroup(&self, cgroup: &Path, pid: i32) -> Result<PodCgroup> {
         let mountinfo =
             std::fs::read_to_string("/proc/self/mountinfo").context("read mountinfo")?;
         super::cgroup::join(
             &super::cgroup::hierarchies(&mountinfo, self.unified),
-            parent,
+            self.unified,
+            cgroup,
             pid,
         )
+    }
+    fn unified_cgroups(&self) -> bool {
+        self.unified
     }
     fn remove_cgroup(&self, cg: &PodCgroup) {
         for e in super::cgroup::remove(cg) {
@@ -812,8 +843,8 @@ impl PodHost for LinuxPodHost {
             nix::sys::signal::Signal::SIGKILL,
         );
     }
-    fn metrics(&self, pid: i32) -> Result<Any> {
-        crate::cgroups::CgroupPaths::of_pid(pid, self.unified)?.metrics()
+    fn metrics(&self, pod: &Path) -> Result<Any> {
+        crate::cgroups::CgroupPaths::of_cgroup(pod, self.unified)?.metrics()
     }
     fn cgroup_path(&self, pid: i32) -> Option<String> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;

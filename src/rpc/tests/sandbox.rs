@@ -33,6 +33,8 @@ struct FakePodHost {
     pause: Mutex<Option<PauseConfig>>,
     fail_pause: Mutex<bool>,
     sysctl_defaults: Mutex<SysctlDefaults>,
+    /// The host runs cgroup v2 only.
+    unified: Mutex<bool>,
     /// Runs in spawn_pause with the new pid, before it returns (a pause that dies at once).
     on_spawn: Mutex<Option<SpawnHook>>,
     /// The `runc --version` line of an old runc: check_userns_runtime refuses.
@@ -98,12 +100,16 @@ impl PodHost for FakePodHost {
         }
         Ok(PAUSE_PID)
     }
-    fn join_cgroup(&self, parent: &Path, pid: i32) -> Result<PodCgroup> {
-        self.log(format!("join_cgroup {} {pid}", parent.display()));
+    fn join_cgroup(&self, cgroup: &Path, pid: i32) -> Result<PodCgroup> {
+        self.log(format!("join_cgroup {} {pid}", cgroup.display()));
         Ok(PodCgroup {
-            dirs: vec![parent.to_path_buf()],
-            created: vec![parent.to_path_buf()],
+            dirs: vec![cgroup.to_path_buf()],
+            created: vec![cgroup.to_path_buf()],
+            pod: cgroup.parent().map(Path::to_path_buf),
         })
+    }
+    fn unified_cgroups(&self) -> bool {
+        *self.unified.lock().unwrap()
     }
     fn remove_cgroup(&self, cg: &PodCgroup) {
         self.log(format!("remove_cgroup {}", cg.created.len()));
@@ -111,7 +117,8 @@ impl PodHost for FakePodHost {
     fn kill(&self, pid: i32) {
         self.log(format!("kill {pid}"));
     }
-    fn metrics(&self, _pid: i32) -> Result<Any> {
+    fn metrics(&self, pod: &Path) -> Result<Any> {
+        self.log(format!("metrics {}", pod.display()));
         Ok(Any {
             type_url: "io.containerd.cgroups.v1.Metrics".into(),
             ..Default::default()
@@ -401,7 +408,7 @@ fn create_start_status_stop_shutdown() {
     assert!(
         f.host
             .calls()
-            .contains(&format!("join_cgroup /kubepods/pod-uid-1 {PAUSE_PID}"))
+            .contains(&format!("join_cgroup /kubepods/pod-uid-1/pod1 {PAUSE_PID}"))
     );
 
     let st = f.status("pod1").unwrap();
@@ -516,6 +523,84 @@ fn create_start_status_stop_shutdown() {
     assert!(!f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
     assert_eq!(code(f.status("pod1")), Code::NOT_FOUND);
     assert!(!f.sm.has_sandbox());
+}
+
+fn with_cgroup_parent(parent: &str) -> Any {
+    let mut cfg: crate::cri::PodSandboxConfig =
+        protobuf::Message::parse_from_bytes(&pod_config("web-0", true).value).unwrap();
+    cfg.linux.mut_or_insert_default().cgroup_parent = parent.into();
+    Any {
+        type_url: "runtime.v1.PodSandboxConfig".into(),
+        value: cfg.write_to_bytes().unwrap(),
+        ..Default::default()
+    }
+}
+
+impl Fixture {
+    fn metrics(&self, id: &str) -> ttrpc::Result<SandboxMetricsResponse> {
+        self.svc.sandbox_metrics(
+            &ctx(),
+            SandboxMetricsRequest {
+                sandbox_id: id.into(),
+                ..Default::default()
+            },
+        )
+    }
+}
+
+#[test]
+fn pod_metrics_come_from_the_pod_cgroup_and_need_one() {
+    let f = fixture();
+    f.create("pod1", pod_config("web-0", true)).unwrap();
+    f.start("pod1").unwrap();
+    f.metrics("pod1").unwrap();
+    // The pod cgroup, not the pause's leaf below it.
+    assert!(
+        f.host
+            .calls()
+            .contains(&"metrics /kubepods/pod-uid-1".to_string()),
+        "{:?}",
+        f.host.calls()
+    );
+
+    let f = fixture();
+    f.create("pod2", with_cgroup_parent("")).unwrap();
+    f.start("pod2").unwrap();
+    assert!(!f.host.calls().iter().any(|c| c.starts_with("join_cgroup")));
+    let e = f.metrics("pod2").unwrap_err();
+    assert_eq!(
+        code(Err::<(), _>(e.clone())),
+        Code::FAILED_PRECONDITION,
+        "{e:?}"
+    );
+    assert!(format!("{e:?}").contains("no pod cgroup"), "{e:?}");
+}
+
+#[test]
+fn a_systemd_cgroup_parent_on_cgroup_v2_is_refused_at_start_before_the_pause() {
+    let f = fixture();
+    *f.host.unified.lock().unwrap() = true;
+    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
+        .unwrap();
+    let e = f.start("pod1").unwrap_err();
+    assert_eq!(
+        code(Err::<(), _>(e.clone())),
+        Code::INVALID_ARGUMENT,
+        "{e:?}"
+    );
+    assert!(format!("{e:?}").contains("cgroupfs"), "{e:?}");
+    assert!(
+        !f.host.calls().contains(&"spawn_pause".to_string()),
+        "{:?}",
+        f.host.calls()
+    );
+
+    // On v1 (hybrid) it stays a warning: the pause stays in the shim's cgroup.
+    let f = fixture();
+    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
+        .unwrap();
+    f.start("pod1").unwrap();
+    assert!(!f.host.calls().iter().any(|c| c.starts_with("join_cgroup")));
 }
 
 /// Without a pod cgroup the pause shares the shim's cgroup: the spec must not name that as

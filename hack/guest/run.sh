@@ -1,0 +1,77 @@
+#!/bin/bash
+# hack/guest/run.sh - PID 1 of the cgroup v2 guest (see hack/guest.sh): mounts what
+# a host has (cgroup2, /run, /tmp, devpts), loads the network modules, starts the
+# bench's containerd on tmpfs, runs the cgroupv2 integration tests with each runc
+# and writes the exit code to the results share (/mnt); then powers off.
+set -uo pipefail
+t0=$(cut -d' ' -f1 /proc/uptime)
+OUT=/mnt
+finish() { # rc
+	echo "$1" >"$OUT/rc"
+	sync
+	echo b >/proc/sysrq-trigger # -no-reboot: QEMU exits
+	sleep 10
+}
+trap 'finish 99' EXIT
+# shellcheck disable=SC1091
+. "$OUT/env"
+ln -sf /proc/self/fd /dev/fd
+exec > >(tee "$OUT/guest.log") 2>&1
+
+mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+mount -t tmpfs -o mode=0755 tmpfs /run
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mkdir -p /dev/pts /dev/shm /dev/mqueue
+mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t mqueue mqueue /dev/mqueue
+mkdir -p "$RSANDBOX_PREFIX/var/lib/containerd" "$RSANDBOX_PREFIX/run"
+mount -t tmpfs tmpfs "$RSANDBOX_PREFIX/var/lib/containerd"
+mount -t tmpfs tmpfs "$RSANDBOX_PREFIX/run"
+mount -t tmpfs tmpfs "$RSANDBOX_PREFIX/var/lib/cni"
+mount -t tmpfs tmpfs "$RSANDBOX_PREFIX/log"
+hostname rsandbox-guest
+# kernel modules of the guest's kernel; busybox's modprobe (the host has no kmod)
+mkdir -p /lib/modules
+mount --bind "${GUEST_KMOD%/*}" /lib/modules
+BB=$(ls "$RSANDBOX_PREFIX"/busybox/{usr/,}bin/busybox 2>/dev/null | head -n1)
+ln -sf "$BB" /sbin/modprobe
+for m in bridge br_netfilter veth nf_tables nft_compat nft_chain_nat xt_comment xt_conntrack xt_MASQUERADE \
+	xt_mark xt_addrtype nf_nat nf_conntrack iptable_filter iptable_nat ip6table_filter; do
+	"$BB" modprobe "$m" 2>/dev/null || echo "guest: modprobe $m failed"
+done
+ip link set lo up
+boot=$(awk -v a="$t0" '{ printf "%.1f", $1 }' /proc/uptime)
+echo "$boot" >"$OUT/boot-secs"
+echo "guest: up after ${boot} s (kernel $(uname -r), $(stat -fc %T /sys/fs/cgroup) at /sys/fs/cgroup: $(cat /sys/fs/cgroup/cgroup.controllers))"
+
+cd "$GUEST_REPO" || exit 1
+# shellcheck source=hack/lib.sh
+. hack/lib.sh
+eval "$(print_env)"
+export RSANDBOX_PREFIX
+rc=0
+for RSANDBOX_RUNC in $GUEST_RUNCS; do
+	select_runc
+	s=$(cut -d' ' -f1 /proc/uptime)
+	start >/dev/null || { echo "guest: containerd did not start"; tail -n 30 "$LOGFILE"; rc=1; break; }
+	echo "guest: containerd up after $(awk -v a="$s" '{ printf "%.1f", $1 - a }' /proc/uptime) s; runc $RSANDBOX_RUNC"
+	s=$(cut -d' ' -f1 /proc/uptime)
+	ok=1
+	"$GUEST_EXE" --test-threads=1 "${GUEST_ARGS[@]}" || ok=0
+	if ((${#GUEST_ARGS[@]} == 0)); then
+		"$GUEST_HS_EXE" --test-threads=1 shim_cgroup || ok=0
+	fi
+	if ((!ok)); then
+		rc=1
+		echo "guest: tests FAILED with runc $RSANDBOX_RUNC; containerd log:"
+		tail -n 60 "$LOGFILE"
+	fi
+	echo "guest: tests with runc $RSANDBOX_RUNC took $(awk -v a="$s" '{ printf "%.1f", $1 - a }' /proc/uptime) s"
+	reset_objects >/dev/null 2>&1 || true
+	left=$(find /sys/fs/cgroup -mindepth 1 -type d | grep -v -e '^/sys/fs/cgroup/init\.scope' || true)
+	[[ -z "$left" ]] || echo "guest: cgroups after the tests: $left"
+done
+stop >/dev/null 2>&1 || true
+trap - EXIT
+finish "$rc"
