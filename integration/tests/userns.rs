@@ -1,9 +1,9 @@
 //! Issue 16: user-namespaced pods (`hostUsers: false`, CRI `userns_options` mode POD with one
 //! mapping of 65536 ids, as the kubelet sends).
 //!
-//! Which part runs depends on the bench's runc (`$RSANDBOX_PREFIX/usr/bin/runc` when the bench
-//! has one, else `runc` from PATH: what both CRI handlers and the shim run), and one part always
-//! runs:
+//! Which part runs depends on the bench's runc (`$RSANDBOX_PREFIX/usr/bin/runc`, which
+//! `RSANDBOX_RUNC=1.1|1.3` selects and `hack/test.sh` runs with each; else `runc` from PATH:
+//! what both CRI handlers and the shim run), and one part always runs:
 //! * runc >= 1.2 (idmapped mounts): the pod runs on the `rsandbox` handler and on containerd's
 //!   own `runc` handler, and both agree: `id` in the container is 0:0, `/proc/self/uid_map` and
 //!   `gid_map` show the mapping, a file the container's root creates in a hostPath volume is
