@@ -163,6 +163,32 @@ impl CgroupPaths {
         Ok(any)
     }
 
+    /// Thaws the cgroup: v1 `freezer.state = THAWED`, v2 `cgroup.freeze = 0`. After a
+    /// SIGKILL to a paused container, as `runc kill` does: a v1 freezer holds the signal until
+    /// the cgroup thaws (v2 delivers SIGKILL to frozen tasks; thawing is harmless there).
+    /// A cgroup already gone (the container is gone with it) is not an error.
+    pub fn thaw(&self) -> Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let (file, value) = match (&self.v2, self.v1.get("freezer")) {
+            (Some(dir), _) => (dir.join("cgroup.freeze"), "0"),
+            (None, Some(dir)) => (dir.join("freezer.state"), "THAWED"),
+            (None, None) => return Ok(()),
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&file)
+        {
+            Ok(mut f) => {
+                use std::io::Write;
+                f.write_all(value.as_bytes())
+                    .with_context(|| format!("write {value} to {}", file.display()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::from(e).context(format!("open {}", file.display()))),
+        }
+    }
+
     fn v1_metrics(&self) -> v1::Metrics {
         let mut m = v1::Metrics::new();
         if let Some(dir) = self.v1.get("pids") {
@@ -624,6 +650,45 @@ mod tests {
             (m.memory.cache, m.memory.rss, m.memory.total_rss),
             (10, 20, 30)
         );
+    }
+
+    /// Issue 14 item 2: the thaw after a SIGKILL writes the v1 freezer or the v2 freeze file;
+    /// a cgroup already gone, or no freezer, is no error.
+    #[test]
+    fn thaw_writes_the_freezer_of_either_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = dir.path().join("freezer");
+        std::fs::create_dir(&v1).unwrap();
+        std::fs::write(v1.join("freezer.state"), "FROZEN\n").unwrap();
+        let mut paths = CgroupPaths::default();
+        paths.v1.insert("freezer".into(), v1.clone());
+        paths.thaw().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(v1.join("freezer.state"))
+                .unwrap()
+                .trim(),
+            "THAWED"
+        );
+        let v2 = dir.path().join("unified");
+        std::fs::create_dir(&v2).unwrap();
+        std::fs::write(v2.join("cgroup.freeze"), "1\n").unwrap();
+        let paths = CgroupPaths {
+            v2: Some(v2.clone()),
+            ..Default::default()
+        };
+        paths.thaw().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(v2.join("cgroup.freeze"))
+                .unwrap()
+                .trim(),
+            "0"
+        );
+        let gone = CgroupPaths {
+            v2: Some(dir.path().join("gone")),
+            ..Default::default()
+        };
+        gone.thaw().unwrap();
+        CgroupPaths::default().thaw().unwrap();
     }
 
     #[test]

@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::errno::Errno;
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::sync::Lock;
@@ -103,24 +102,30 @@ impl Reaper {
     fn reap_all(&self) {
         loop {
             let _reaping = self.reaping.write().unwrap_or_else(PoisonError::into_inner);
-            let exit = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(pid, code)) => Exit {
-                    pid: pid.as_raw(),
-                    status: code,
-                    at: SystemTime::now(),
+            // Raw waitpid: nix decodes the terminating signal into its Signal enum, which has
+            // no real-time signals, and answers EINVAL for a process killed by one (SIGRTMIN+3
+            // is systemd's stop signal) after the kernel reaped it: the exit would be lost.
+            let mut raw = 0;
+            // SAFETY: waitpid writes one int through the pointer, which outlives the call.
+            let pid = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
+            let exit = match pid {
+                0 => return, // children left, none exited
+                -1 => match Errno::last() {
+                    Errno::EINTR => continue,
+                    Errno::ECHILD => return,
+                    e => {
+                        log::warn!("waitpid: {e}");
+                        return;
+                    }
                 },
-                Ok(WaitStatus::Signaled(pid, sig, _)) => Exit {
-                    pid: pid.as_raw(),
-                    status: 128 + sig as i32,
-                    at: SystemTime::now(),
+                pid => match exit_status(raw) {
+                    Some(status) => Exit {
+                        pid,
+                        status,
+                        at: SystemTime::now(),
+                    },
+                    None => continue, // stopped or continued: not an exit
                 },
-                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
-                Ok(_) => continue,
-                Err(Errno::EINTR) => continue,
-                Err(e) => {
-                    log::warn!("waitpid: {e}");
-                    return;
-                }
             };
             self.dispatch(exit);
         }
@@ -190,6 +195,18 @@ impl Subscription {
         }
     }
 
+    /// Whether the exit of `pid` was seen, leaving it for [`Subscription::take`].
+    pub fn has_seen(&self, pid: i32) -> bool {
+        let mut seen = self.seen.locked();
+        seen.extend(self.rx.try_iter());
+        seen.iter().any(|e| e.pid == pid)
+    }
+
+    /// Keeps every child unreaped while the guard lives (see [`Reaper::hold_reaps`]).
+    pub fn hold_reaps(&self) -> ReapGuard<'_> {
+        self.reaper.hold_reaps()
+    }
+
     /// The exit of `pid` if it was already seen, without waiting.
     pub fn take(&self, pid: i32) -> Option<Exit> {
         let mut seen = self.seen.locked();
@@ -228,6 +245,10 @@ pub struct Output {
 pub struct Child {
     pub inner: StdChild,
     subscription: Option<Subscription>,
+    /// The exit status once seen: a [`Child::try_wait`] that consumed the exit from the
+    /// subscription must not leave a later [`Child::wait`] waiting for ever, and a reaped
+    /// child is never signalled.
+    status: Option<i32>,
     /// The child leads its own process group: kill the whole group.
     group: bool,
 }
@@ -252,6 +273,7 @@ impl Spawner {
         Ok(Child {
             inner,
             subscription,
+            status: None,
             group: false,
         })
     }
@@ -335,25 +357,33 @@ impl Child {
 
     /// Its exit status if it has exited, without waiting.
     pub fn try_wait(&mut self) -> io::Result<Option<i32>> {
-        match &self.subscription {
-            Some(s) => Ok(s.take(self.pid()).map(|e| e.status)),
-            None => Ok(self.inner.try_wait()?.map(status_code)),
+        if self.status.is_none() {
+            self.status = match &self.subscription {
+                Some(s) => s.take(self.pid()).map(|e| e.status),
+                None => self.inner.try_wait()?.map(status_code),
+            };
         }
+        Ok(self.status)
     }
 
     /// Waits for the exit, at most `timeout` (`None`: forever); `Ok(None)` on timeout.
     pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<Option<i32>> {
+        if self.status.is_some() {
+            return Ok(self.status);
+        }
         let pid = self.pid();
         if let Some(s) = &self.subscription {
-            return Ok(s.wait(pid, timeout).map(|e| e.status));
+            self.status = s.wait(pid, timeout).map(|e| e.status);
+            return Ok(self.status);
         }
         let Some(timeout) = timeout else {
-            return self.inner.wait().map(|s| Some(status_code(s)));
+            self.status = Some(status_code(self.inner.wait()?));
+            return Ok(self.status);
         };
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(s) = self.inner.try_wait()? {
-                return Ok(Some(status_code(s)));
+            if let Some(s) = self.try_wait()? {
+                return Ok(Some(s));
             }
             if Instant::now() >= deadline {
                 return Ok(None);
@@ -363,15 +393,43 @@ impl Child {
     }
 
     /// Sends SIGKILL to the child, or to its whole group (errors ignored: it may be gone).
+    /// A child whose exit was seen is left alone: its pid may belong to another process now.
+    /// Through the reaper the check and the signal happen while it holds off reaping, so the
+    /// pid cannot be reaped (and recycled) in between.
     pub fn kill(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        let _held = self.subscription.as_ref().map(|s| s.hold_reaps());
+        if let Some(s) = &self.subscription
+            && let Some(e) = s.take(self.pid())
+        {
+            self.status = Some(e.status);
+            return;
+        }
         if self.group {
             let _ = nix::sys::signal::killpg(
                 Pid::from_raw(self.pid()),
                 nix::sys::signal::Signal::SIGKILL,
             );
         } else {
-            let _ = self.inner.kill();
+            let _ = nix::sys::signal::kill(
+                Pid::from_raw(self.pid()),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
+    }
+}
+
+/// The exit status of a raw wait status: the code, or 128 + the signal that killed it (any
+/// signal number). `None` when the status is no exit (stopped, continued).
+fn exit_status(raw: i32) -> Option<i32> {
+    if libc::WIFEXITED(raw) {
+        Some(libc::WEXITSTATUS(raw))
+    } else if libc::WIFSIGNALED(raw) {
+        Some(128 + libc::WTERMSIG(raw))
+    } else {
+        None
     }
 }
 
@@ -535,6 +593,55 @@ mod tests {
         assert_eq!(sub.wait(4, Some(Duration::from_millis(10))), None);
         drop(sub);
         assert!(reaper.subscribers.locked().list.is_empty());
+    }
+
+    /// Issue 14 item 3: an exit that `try_wait` consumed is kept for `wait`, and a child
+    /// whose exit was seen (reaped: its pid may be another process's now) is never signalled.
+    #[test]
+    fn a_seen_exit_is_kept_and_its_pid_never_signalled() {
+        let reaper = Reaper::new_for_test();
+        let spawner = Spawner::with_reaper(reaper.clone());
+        let mut child = spawner.spawn(Command::new("/bin/sleep").arg("30")).unwrap();
+        let pid = child.pid();
+        assert_eq!(child.try_wait().unwrap(), None);
+        // The reaper reports it; the real process stands in for whoever has the pid now.
+        reaper.inject(Exit {
+            pid,
+            status: 3,
+            at: SystemTime::now(),
+        });
+        assert_eq!(child.try_wait().unwrap(), Some(3));
+        assert_eq!(
+            child.wait(Some(Duration::from_millis(10))).unwrap(),
+            Some(3),
+            "the exit try_wait consumed is lost"
+        );
+        child.kill();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let _ = child.inner.kill();
+        let status = child.inner.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert!(!stat.contains(") Z "), "the pid was signalled: {stat}");
+        // Not seen yet: kill reaches it.
+        let mut child = spawner.spawn(Command::new("/bin/sleep").arg("30")).unwrap();
+        child.kill();
+        assert_eq!(child.inner.wait().unwrap().signal(), Some(libc::SIGKILL));
+    }
+
+    /// Issue 14 item 1: a process killed by a real-time signal has an exit (nix's waitpid
+    /// answered EINVAL for it, after the kernel had reaped it).
+    #[test]
+    fn an_exit_by_a_real_time_signal_is_decoded() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = Command::new("/bin/sleep").arg("30").spawn().unwrap();
+        let sig = libc::SIGRTMIN() + 3;
+        // SAFETY: kill(2) of our own unreaped child takes two integers.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        let raw = child.wait().unwrap().into_raw();
+        assert_eq!(exit_status(raw), Some(128 + sig));
+        assert_eq!(exit_status(0x0300), Some(3), "exit(3)");
+        assert_eq!(exit_status(0x137f), None, "stopped by SIGSTOP");
     }
 
     #[test]

@@ -640,6 +640,10 @@ mod tests {
 
     /// A stand-in runc: a script that records its arguments and plays the part asked for.
     fn fake_runc(dir: &Path, body: &str) -> Runc {
+        fake_runc_with(dir, body, Spawner::direct())
+    }
+
+    fn fake_runc_with(dir: &Path, body: &str, spawner: Spawner) -> Runc {
         let bin = dir.join("runc");
         std::fs::write(
             &bin,
@@ -653,7 +657,64 @@ mod tests {
             root: dir.join("root"),
             systemd_cgroup: false,
         };
-        Runc::new(cfg, Spawner::direct(), dir.join("s"))
+        Runc::new(cfg, spawner, dir.join("s"))
+    }
+
+    /// Issue 14 item 3: `runc exec` with a terminal that fails before it sends the console
+    /// (e.g. into a paused container) fails at once with runc's own message: the exit that
+    /// the console wait saw is kept for the wait that follows (it used to wait for the
+    /// 120 s timeout, then SIGKILL a pid reaped two minutes earlier).
+    #[test]
+    fn a_runc_that_fails_before_sending_the_console_fails_at_once() {
+        use crate::reaper::{Exit, Reaper};
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        let dir = tempfile::tempdir().unwrap();
+        let (log, pid_file) = (dir.path().join("log.json"), dir.path().join("runc.pid"));
+        let body = format!(
+            "echo $$ > {}\necho '{{\"level\":\"error\",\"msg\":\"cannot exec in a paused container\"}}' > {}\nexit 1",
+            pid_file.display(),
+            log.display()
+        );
+        let reaper = Reaper::new_for_test();
+        let runc = fake_runc_with(dir.path(), &body, Spawner::with_reaper(reaper.clone()));
+        // The reaper thread's part, for this one pid only (other tests' children are theirs).
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                let pid = std::fs::read_to_string(&pid_file)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<i32>().ok());
+                if let Some(pid) = pid {
+                    match waitpid(nix::unistd::Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)) {
+                        Ok(WaitStatus::Exited(_, status)) => {
+                            return reaper.inject(Exit {
+                                pid,
+                                status,
+                                at: std::time::SystemTime::now(),
+                            });
+                        }
+                        Ok(WaitStatus::StillAlive) => {}
+                        _ => return,
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let bundle = dir.path().to_path_buf();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = runc.exec("c1", &bundle, "x", b"{}", true, ProcessIo::default());
+            let _ = tx.send(r.map(|s| s.pid));
+        });
+        let r = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("runc exec -t still waits 5 s after runc failed");
+        let e = r.unwrap_err();
+        assert_eq!(
+            e.message(),
+            "runc exec x: cannot exec in a paused container",
+            "{e}"
+        );
     }
 
     #[test]

@@ -23,7 +23,8 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -172,19 +173,32 @@ pub fn open(req: &StdioRequest) -> Result<Opened> {
     Ok(Opened { process, keepalive })
 }
 
+/// What a terminal's copier is told, set before its wake-up pipe is poked: flags rather than
+/// bytes in the pipe, so that no notice is lost when the pipe is full.
+#[derive(Default)]
+struct Notices {
+    /// CloseIO: forward what stdin holds, send the EOF character, stop forwarding.
+    stdin_closed: AtomicBool,
+    /// The process exited: deliver what is left, within [`DRAIN_LIMIT`].
+    exited: AtomicBool,
+}
+
 /// The terminal side of a process: the pty master plus the copy thread.
 pub struct TtyCopier {
     master: Arc<File>,
-    /// Writing a byte tells the thread: stdin is closed (`b'i'`) or the process exited (`b'x'`).
-    control: File,
+    notices: Arc<Notices>,
+    /// Write end of the copier's wake-up pipe (non-blocking: the reaper thread pokes it).
+    wake: File,
 }
 
 impl TtyCopier {
     /// Starts the copy thread between `master` and the client's fifos. `on_drained` runs on
-    /// that thread once the output is flushed after the process exited.
+    /// that thread once the output is delivered (or dropped, see [`DRAIN_LIMIT`]) after the
+    /// process exited. `label` names the process in the log.
     pub fn start(
         master: File,
         req: &StdioRequest,
+        label: String,
         on_drained: Box<dyn FnOnce() + Send>,
     ) -> Result<TtyCopier> {
         let stdin = match parse_target("stdin", &req.stdin)? {
@@ -196,23 +210,31 @@ impl TtyCopier {
             Target::File(p) => Some(client_paths::open_log_file(&p)?),
             Target::None => None,
         };
-        let (rx, tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("tty control pipe")?;
+        let (rx, tx) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).context("tty wake-up pipe")?;
         let master = Arc::new(master);
-        let m = master.clone();
+        let notices = Arc::new(Notices::default());
+        let (m, n) = (master.clone(), notices.clone());
         std::thread::Builder::new()
             .name("tty".into())
             .stack_size(128 * 1024)
             .spawn(move || {
                 // Whatever happens to the copy, the exit must not stay held behind it.
                 crate::panic_hook::survive("tty copier", || {
-                    copy_loop(&m, stdin, stdout, File::from(rx))
+                    let ends = TtyEnds {
+                        master: &m,
+                        stdin,
+                        stdout,
+                    };
+                    copy_loop(ends, File::from(rx), &n, &label)
                 });
                 on_drained();
             })
             .context("start tty copier")?;
         Ok(TtyCopier {
             master,
-            control: File::from(tx),
+            notices,
+            wake: File::from(tx),
         })
     }
 
@@ -234,130 +256,264 @@ impl TtyCopier {
 
     /// CloseIO on a terminal: forward what stdin holds, send the EOF, stop forwarding.
     pub fn close_stdin(&self) {
-        let _ = (&self.control).write_all(b"i");
+        self.notices.stdin_closed.store(true, Ordering::SeqCst);
+        poke(&self.wake);
     }
 
-    /// The process exited: flush what is left and finish.
+    /// The process exited: deliver what is left (within [`DRAIN_LIMIT`]) and finish. Never
+    /// blocks: the reaper thread calls it.
     pub fn process_exited(&self) {
-        let _ = (&self.control).write_all(b"x");
+        self.notices.exited.store(true, Ordering::SeqCst);
+        poke(&self.wake);
     }
 }
 
-/// CloseIO on a terminal: the terminal's end-of-file character (VEOF, ^D by default), so a
-/// process reading the terminal in canonical mode reads EOF as it would from a keyboard.
-/// Raw-mode programs get nothing: they decide themselves what ends their input.
-fn send_eof(master: &File) {
-    let Ok(t) = nix::sys::termios::tcgetattr(master.as_fd()) else {
-        return;
-    };
-    if t.local_flags
+/// Wakes the copier. A full pipe (EAGAIN) already holds a wake-up, and the flags say why.
+fn poke(wake: &File) {
+    let _ = (&*wake).write(b"!");
+}
+
+/// The terminal's end-of-file character (VEOF, ^D by default) when the terminal is in
+/// canonical mode, so a process reading it reads EOF as it would from a keyboard. Raw-mode
+/// programs get nothing: they decide themselves what ends their input.
+fn eof_char(master: &File) -> Option<u8> {
+    let t = nix::sys::termios::tcgetattr(master.as_fd()).ok()?;
+    t.local_flags
         .contains(nix::sys::termios::LocalFlags::ICANON)
-    {
-        let eof = t.control_chars[nix::sys::termios::SpecialCharacterIndices::VEOF as usize];
-        let _ = (&*master).write_all(&[eof]);
-    }
+        .then(|| t.control_chars[nix::sys::termios::SpecialCharacterIndices::VEOF as usize])
 }
 
-/// Copies what the stdin fifo holds right now to the terminal (CloseIO may be seen before the
-/// last bytes a client wrote, and they must not be lost). We hold a writer on the fifo
-/// ourselves, so the read must not block once it is empty.
-fn forward_pending(stdin: &File, master: &File, buf: &mut [u8]) {
-    let Ok(flags) = fcntl(stdin.as_fd(), FcntlArg::F_GETFL) else {
-        return;
-    };
-    let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
-    if fcntl(stdin.as_fd(), FcntlArg::F_SETFL(flags)).is_err() {
-        return;
-    }
-    loop {
-        match (&*stdin).read(buf) {
-            Ok(0) => return,
-            Ok(n) => {
-                if (&*master).write_all(&buf[..n]).is_err() {
-                    return;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return, // EAGAIN: nothing more
-        }
-    }
-}
-
-/// How long the copier waits for more output once the process has exited.
+/// How long the copier waits for more output once the process has exited and nothing is
+/// pending.
 const DRAIN_IDLE: Duration = Duration::from_millis(50);
 
-fn copy_loop(master: &File, mut stdin: Option<File>, mut stdout: Option<File>, mut control: File) {
-    let mut buf = vec![0u8; 32 * 1024];
-    let mut draining = false;
+/// How long the copier may take, after the process exited, to deliver what is left. The exit
+/// is held until then (TaskExit after the last output, as with containerd's runc shim), but
+/// never longer: a client that keeps its fifo open without reading must not hold the exit (and
+/// with it the init's) hostage. What is not delivered by then is dropped and logged.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(1);
+
+/// The descriptors a copier moves bytes between.
+struct TtyEnds<'a> {
+    master: &'a File,
+    /// The client's stdin fifo (our `O_RDWR` descriptor), until CloseIO.
+    stdin: Option<File>,
+    /// The client's stdout fifo or log file.
+    stdout: Option<File>,
+}
+
+/// Bytes read but not written yet.
+#[derive(Default)]
+struct Pending {
+    data: Vec<u8>,
+    at: usize,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.at >= self.data.len()
+    }
+    fn len(&self) -> usize {
+        self.data.len() - self.at
+    }
+    fn fill(&mut self, bytes: &[u8]) {
+        if self.is_empty() {
+            self.data.clear();
+            self.at = 0;
+        }
+        self.data.extend_from_slice(bytes);
+    }
+    fn clear(&mut self) {
+        self.data.clear();
+        self.at = 0;
+    }
+    /// Writes what it can without blocking. Err: the target is broken (not just full).
+    fn write_to(&mut self, mut target: &File) -> io::Result<()> {
+        while !self.is_empty() {
+            match target.write(&self.data[self.at..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.at += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        self.clear();
+        Ok(())
+    }
+}
+
+fn set_nonblocking(f: &File) {
+    if let Ok(flags) = fcntl(f.as_fd(), FcntlArg::F_GETFL) {
+        let _ = fcntl(
+            f.as_fd(),
+            FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK),
+        );
+    }
+}
+
+/// Reads what `from` holds now (non-blocking) into `to`, at most `limit` bytes. Ok(false): EOF
+/// or a broken descriptor.
+fn read_available(from: &File, to: &mut Pending, buf: &mut [u8], limit: usize) -> bool {
+    let mut total = 0;
+    while total < limit {
+        match (&*from).read(buf) {
+            Ok(0) => return false,
+            Ok(n) => {
+                to.fill(&buf[..n]);
+                total += n;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// Copies between the pty master and the client's fifos with non-blocking descriptors only,
+/// so it always hears its notices: while the process runs, a client that does not read holds
+/// the process back (it blocks writing its terminal, as with containerd's runc shim); once the
+/// process exited, the copier finishes within [`DRAIN_LIMIT`] whatever the client does.
+fn copy_loop(mut ends: TtyEnds<'_>, wake: File, notices: &Notices, label: &str) {
+    let master = ends.master;
+    set_nonblocking(master);
+    for f in [&ends.stdin, &ends.stdout].into_iter().flatten() {
+        set_nonblocking(f);
+    }
+    const CHUNK: usize = 32 * 1024;
+    let mut buf = vec![0u8; CHUNK];
+    let mut to_client = Pending::default();
+    let mut to_tty = Pending::default();
+    // Set once the process exited: the copier ends by then.
+    let mut deadline: Option<Instant> = None;
+    // The master reported a hang-up or error: every slave is closed and its buffer was read.
+    let mut master_done = false;
     loop {
-        let mut fds = vec![PollFd::new(master.as_fd(), PollFlags::POLLIN)];
-        if !draining {
-            fds.push(PollFd::new(control.as_fd(), PollFlags::POLLIN));
-            if let Some(s) = &stdin {
+        let now = Instant::now();
+        if let Some(d) = deadline
+            && now >= d
+        {
+            if !to_client.is_empty() {
+                log::warn!(
+                    "tty of {label}: {} bytes of output dropped: not read within {DRAIN_LIMIT:?} of the exit",
+                    to_client.len()
+                );
+            }
+            break;
+        }
+        if deadline.is_some() && master_done && to_client.is_empty() {
+            break;
+        }
+        // Read more output only once the last is delivered: a client that does not read
+        // stops the process at its terminal, not the shim's memory.
+        let mut master_events = PollFlags::empty();
+        if !master_done && to_client.is_empty() {
+            master_events |= PollFlags::POLLIN;
+        }
+        if !to_tty.is_empty() {
+            master_events |= PollFlags::POLLOUT;
+        }
+        let mut fds = Vec::with_capacity(4);
+        let mut slot = [None::<usize>; 4]; // master, wake, stdin, stdout
+        if !master_events.is_empty() {
+            slot[0] = Some(fds.len());
+            fds.push(PollFd::new(master.as_fd(), master_events));
+        }
+        if deadline.is_none() {
+            slot[1] = Some(fds.len());
+            fds.push(PollFd::new(wake.as_fd(), PollFlags::POLLIN));
+            if let Some(s) = &ends.stdin
+                && to_tty.is_empty()
+            {
+                slot[2] = Some(fds.len());
                 fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
             }
         }
-        let timeout = if draining {
-            PollTimeout::from(DRAIN_IDLE.as_millis() as u16)
-        } else {
-            PollTimeout::NONE
-        };
-        match poll(&mut fds, timeout) {
-            Ok(0) => break, // drained: nothing more within DRAIN_IDLE
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => break,
+        if let Some(o) = &ends.stdout
+            && !to_client.is_empty()
+        {
+            slot[3] = Some(fds.len());
+            fds.push(PollFd::new(o.as_fd(), PollFlags::POLLOUT));
         }
-        let ready: Vec<bool> = fds
+        let timeout = match deadline {
+            None => PollTimeout::NONE,
+            Some(d) => {
+                let ms = d.saturating_duration_since(now).min(DRAIN_IDLE).as_millis();
+                PollTimeout::from(ms.max(1) as u16)
+            }
+        };
+        let n = match poll(&mut fds, timeout) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                log::warn!("tty of {label}: poll: {e}");
+                break;
+            }
+        };
+        if n == 0 && deadline.is_some() && to_client.is_empty() {
+            break; // drained: nothing more within DRAIN_IDLE
+        }
+        let ready: Vec<PollFlags> = fds
             .iter()
-            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .map(|f| f.revents().unwrap_or(PollFlags::empty()))
             .collect();
         drop(fds);
-        if ready[0] {
-            match (&*master).read(&mut buf) {
-                Ok(0) | Err(_) => break, // EIO: every slave fd is closed
-                Ok(n) => {
-                    if let Some(out) = stdout.as_mut()
-                        && out.write_all(&buf[..n]).is_err()
-                    {
-                        stdout = None;
-                    }
+        let is_ready = |i: usize| slot[i].is_some_and(|k| !ready[k].is_empty());
+        if is_ready(0) {
+            let ev = ready[slot[0].unwrap_or_default()];
+            if ev.contains(PollFlags::POLLOUT) && to_tty.write_to(master).is_err() {
+                to_tty.clear();
+            }
+            let hangup = ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR);
+            if hangup && !master_events.contains(PollFlags::POLLIN) {
+                // Every slave is closed: input has no reader. The master is polled again
+                // (to read the rest of the output) once the pending output is delivered.
+                to_tty.clear();
+            }
+            if master_events.contains(PollFlags::POLLIN)
+                && (hangup || ev.contains(PollFlags::POLLIN))
+            {
+                // EIO once every slave fd is closed; with no output target, output is dropped.
+                master_done = !read_available(master, &mut to_client, &mut buf, CHUNK);
+                if ends.stdout.is_none() {
+                    to_client.clear();
                 }
             }
         }
-        if draining {
-            continue;
-        }
-        if ready[1] {
-            let mut c = [0u8; 16];
-            match control.read(&mut c) {
-                Ok(0) | Err(_) => draining = true,
-                Ok(n) => {
-                    if c[..n].contains(&b'i')
-                        && let Some(s) = stdin.take()
-                    {
-                        // What the client wrote before CloseIO goes first, then the EOF.
-                        forward_pending(&s, master, &mut buf);
-                        send_eof(master);
-                    }
-                    if c[..n].contains(&b'x') {
-                        draining = true;
-                    }
-                }
-            }
-        }
-        if ready.get(2) == Some(&true)
-            && let Some(s) = stdin.as_mut()
+        if !to_client.is_empty()
+            && let Some(o) = &ends.stdout
+            && to_client.write_to(o).is_err()
         {
-            match s.read(&mut buf) {
-                Ok(0) | Err(_) => stdin = None,
-                Ok(n) => {
-                    let _ = (&*master).write_all(&buf[..n]);
+            log::debug!("tty of {label}: output target broken, output dropped");
+            ends.stdout = None;
+            to_client.clear();
+        }
+        if is_ready(1) {
+            while (&wake).read(&mut buf[..64]).is_ok_and(|n| n > 0) {}
+            if notices.stdin_closed.load(Ordering::SeqCst)
+                && let Some(s) = ends.stdin.take()
+            {
+                // What the client wrote before CloseIO goes first, then the EOF.
+                read_available(&s, &mut to_tty, &mut buf, usize::MAX);
+                if let Some(eof) = eof_char(master) {
+                    to_tty.fill(&[eof]);
                 }
             }
+            if notices.exited.load(Ordering::SeqCst) {
+                deadline = Some(Instant::now() + DRAIN_LIMIT);
+            }
+        }
+        if is_ready(2)
+            && let Some(s) = &ends.stdin
+            && !read_available(s, &mut to_tty, &mut buf, CHUNK)
+        {
+            ends.stdin = None;
+        }
+        if !to_tty.is_empty() && to_tty.write_to(master).is_err() {
+            to_tty.clear();
         }
     }
-    drop(stdout);
 }
 
 #[cfg(test)]
@@ -523,12 +679,71 @@ mod tests {
         let master = File::from(pty.master);
         let slave = nonblocking(pty.slave);
         let (rx, tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC).unwrap();
-        File::from(tx).write_all(b"ix").unwrap();
-        copy_loop(&master, Some(stdin), None, File::from(rx));
+        File::from(tx).write_all(b"!").unwrap();
+        let notices = Notices::default();
+        notices.stdin_closed.store(true, Ordering::SeqCst);
+        notices.exited.store(true, Ordering::SeqCst);
+        let ends = TtyEnds {
+            master: &master,
+            stdin: Some(stdin),
+            stdout: None,
+        };
+        copy_loop(ends, File::from(rx), &notices, "test");
         // The process reads the line, then end-of-file.
         let mut slave = slave;
         assert_eq!(read_now(&mut slave).unwrap(), b"two\n");
         assert_eq!(read_now(&mut slave).unwrap(), b"", "VEOF after the line");
+    }
+
+    /// Issue 14 item 4: a client that holds its stdout fifo open and never reads must not hold
+    /// the exit: once told the process exited, the copier gives up within the drain limit
+    /// (the issue's bound for the exit to become visible is 2 s).
+    #[test]
+    fn a_client_that_never_reads_does_not_hold_the_copier_after_the_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = mkfifo(dir.path(), "out");
+        let stdout = open_fifo_rdwr(&out).unwrap(); // as TtyCopier::start opens it
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let master = File::from(pty.master);
+        // The "process": writes far more than the fifo and the pty hold (like `yes`).
+        let slave = File::from(pty.slave);
+        let writer = std::thread::spawn(move || {
+            let chunk = vec![b'y'; 64 * 1024];
+            let mut total = 0usize;
+            while total < 8 << 20 {
+                match (&slave).write(&chunk) {
+                    Ok(n) => total += n,
+                    Err(_) => break, // EIO: the master was closed
+                }
+            }
+            total
+        });
+        let (rx, tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).unwrap();
+        let wake = File::from(tx);
+        let notices = Arc::new(Notices::default());
+        let (n2, m2) = (notices.clone(), master.try_clone().unwrap());
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let ends = TtyEnds {
+                master: &m2,
+                stdin: None,
+                stdout: Some(stdout),
+            };
+            copy_loop(ends, File::from(rx), &n2, "test");
+            let _ = done_tx.send(());
+        });
+        // The copier is stuck on the full fifo, and must stay: the process still runs.
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(done_rx.try_recv().is_err(), "gave up while the process ran");
+        let told = Instant::now();
+        notices.exited.store(true, Ordering::SeqCst);
+        poke(&wake);
+        done_rx
+            .recv_timeout(Duration::from_secs(2))
+            .expect("the copier still holds the exit 2 s after it was told");
+        assert!(told.elapsed() >= DRAIN_LIMIT / 2, "gave up too early");
+        drop(master);
+        writer.join().unwrap();
     }
 
     #[test]

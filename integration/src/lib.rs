@@ -22,6 +22,7 @@ pub use k8s_cri::v1 as cri;
 pub mod controller;
 pub mod images;
 pub mod pods;
+pub mod pty;
 pub mod shim;
 pub mod tasks;
 

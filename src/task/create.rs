@@ -177,6 +177,7 @@ impl TaskManager {
             shares_pid_ns,
             network,
             op: Default::default(),
+            sigkilled: Default::default(),
         });
         {
             let mut table = self.containers.locked();
@@ -273,6 +274,11 @@ impl TaskManager {
         stdio::TtyCopier::start(
             master,
             process.stdio(),
+            format!(
+                "task {} process {}",
+                process.container_id(),
+                process.event_id()
+            ),
             Box::new(move || {
                 if let Some(tm) = me.upgrade() {
                     tm.output_drained(&p);

@@ -93,7 +93,7 @@ impl TaskManager {
                 .exec(&c.id, &c.bundle, exec_id, p.spec(), p.stdio().terminal, io)?;
         if let Err(e) = self.attach_io(p, spawned.console, keepalive) {
             // The process runs but cannot be served: kill it (the reaper collects it).
-            let _ = self.host.signal(spawned.pid, 9);
+            self.kill_unregistered(spawned.pid, subscription.as_ref());
             return Err(e);
         }
         p.state().set_pid(spawned.pid);

@@ -41,6 +41,19 @@ impl TaskManager {
         }
     }
 
+    /// SIGKILLs a process spawned under `subscription` whose pid is not registered yet,
+    /// unless the subscription saw it exit: it is checked while the reaper holds off, so the
+    /// signal never reaches a reaped (and maybe recycled) pid.
+    pub(super) fn kill_unregistered(&self, pid: i32, subscription: Option<&Subscription>) {
+        let _held = subscription.map(|s| s.hold_reaps());
+        if subscription.is_some_and(|s| s.has_seen(pid)) {
+            return;
+        }
+        if let Err(e) = self.host.signal(pid, libc::SIGKILL as u32) {
+            log::debug!("kill pid {pid}: {e}");
+        }
+    }
+
     /// Called by the reaper for every exited child. Never blocks on a lifecycle lock.
     pub fn on_exit(&self, exit: Exit) {
         let Some(p) = self.by_pid.locked().remove(&exit.pid) else {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use protobuf::well_known_types::any::Any;
 
 use crate::cgroups::{CgroupPaths, OomWatcher};
-use crate::error::{Context, Result};
+use crate::error::Result;
 use crate::mount::{self, MountSpec};
 use crate::reaper::Spawner;
 use crate::runtime::{Runc, RuncConfig, Runtime};
@@ -23,8 +23,10 @@ pub trait Host: Send + Sync {
     fn metrics(&self, paths: &CgroupPaths) -> Result<Any>;
     fn watch_oom(&self, id: &str, paths: &CgroupPaths) -> Result<()>;
     fn unwatch_oom(&self, id: &str);
-    /// kill(2), for exec processes.
+    /// kill(2) of one process; `signal` is any number the kernel takes (real-time ones too).
     fn signal(&self, pid: i32, signal: u32) -> Result<()>;
+    /// Thaws a container's cgroup after a SIGKILL (see [`CgroupPaths::thaw`]).
+    fn thaw(&self, paths: &CgroupPaths) -> Result<()>;
     /// The OCI runtime for a task with these settings.
     fn runtime(&self, config: &RuncConfig) -> Arc<dyn Runtime>;
 }
@@ -58,10 +60,22 @@ impl Host for LinuxHost {
         self.oom.unwatch(id)
     }
     fn signal(&self, pid: i32, signal: u32) -> Result<()> {
-        let sig = nix::sys::signal::Signal::try_from(signal as i32)
+        // A raw number: nix's Signal enum knows no real-time signals (SIGRTMIN+3, systemd's
+        // stop signal, is 37). The task manager checked the range.
+        let sig = i32::try_from(signal)
             .map_err(|_| crate::error::Error::invalid(format!("signal {signal} is not valid")))?;
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig)
-            .with_context(|| format!("kill pid {pid}"))
+        // SAFETY: kill(2) takes two integers and touches no memory of ours.
+        if unsafe { libc::kill(pid, sig) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                return Err(crate::error::Error::not_found("process already finished"));
+            }
+            return Err(crate::error::Error::from(e).context(format!("kill pid {pid}")));
+        }
+        Ok(())
+    }
+    fn thaw(&self, paths: &CgroupPaths) -> Result<()> {
+        paths.thaw()
     }
     fn runtime(&self, config: &RuncConfig) -> Arc<dyn Runtime> {
         Arc::new(Runc::new(

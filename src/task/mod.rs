@@ -127,6 +127,9 @@ pub struct Container {
     network: Option<NetworkRecord>,
     /// Serializes lifecycle operations on this container.
     op: Mutex<()>,
+    /// A SIGKILL was sent to the init or all its processes: a later Pause would freeze a
+    /// dying container (see [`TaskManager::thaw_after_sigkill`]).
+    sigkilled: AtomicBool,
 }
 
 impl Container {
@@ -346,19 +349,21 @@ impl TaskManager {
 
     /// SIGKILLs every container whose init has not ended, all its processes: a container
     /// with a pid namespace of its own dies with its init (the kernel kills the rest), the
-    /// others through `runc kill --all`.
+    /// others through `runc kill --all`. A paused container is thawed after the signal.
     pub fn kill_all(&self) {
         for c in self.all() {
             if c.init.state().has_ended() {
                 continue;
             }
+            c.sigkilled.store(true, Ordering::SeqCst);
             let r = if c.shares_pid_ns || c.init.state().pid() == 0 {
-                c.runtime.kill(&c.id, 9, true)
+                c.runtime.kill(&c.id, SIGKILL, true)
             } else {
-                self.signal_unreaped(&c.init, 9)
+                self.signal_unreaped(&c.init, SIGKILL)
             };
-            if let Err(e) = r {
-                log::debug!("kill {}: {e}", c.id);
+            match r {
+                Ok(()) => self.thaw_after_sigkill(&c),
+                Err(e) => log::debug!("kill {}: {e}", c.id),
             }
         }
     }
@@ -383,45 +388,71 @@ impl TaskManager {
 
     // ---- Signals, state ----
 
+    /// Kill: `signal` (any of 1..=SIGRTMAX) to the init, an exec, or with `all` to every
+    /// process of the container. Once the process has ended (its exit visible or only
+    /// reaped) nothing runs: a Kill of it is NotFound "process already finished", as with
+    /// containerd's runc shim, and one with `all` succeeds, as the runc shim's `runc kill
+    /// --all` of a stopped container does (nothing is left: a container with its own pid
+    /// namespace died with its init, and the rest of one without was killed at the init's
+    /// exit, see `exits.rs`). Running runc there raced its cgroup teardown ("invalid state
+    /// transition from stopped to paused"), and CRI's exit handler, which sends exactly that
+    /// after every TaskExit, failed and retried after a back-off.
     pub fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()> {
         let (c, p) = self
             .process(id, exec_id)
             .with_context(|| format!("kill {id}"))?;
+        let what = match p.exec_id() {
+            None => format!("kill task {id}"),
+            Some(e) => format!("kill exec {e}"),
+        };
+        check_signal(signal).context(&what)?;
         let (pid, phase, ended) = {
             let st = p.state();
             (st.pid(), st.phase(), st.has_ended())
         };
-        if p.is_init() {
-            if ended && !all {
-                return Err(Error::not_found(format!(
-                    "kill task {id}: process already finished"
-                )));
-            }
-            if all || pid == 0 {
-                return c
-                    .runtime
-                    .kill(id, signal, all)
-                    .with_context(|| format!("kill task {id}"));
-            }
-            // One process: kill(2) directly, as runc kill would, without exec'ing runc.
-            return self
-                .signal_unreaped(&p, signal)
-                .with_context(|| format!("kill task {id}"));
-        }
         if ended {
+            if all && p.is_init() {
+                return Ok(());
+            }
             return Err(Error::not_found(format!(
-                "kill exec {}: process already finished",
-                p.event_id()
+                "{what}: process already finished"
             )));
         }
-        if pid == 0 || phase == Phase::Created {
-            return Err(Error::precondition(format!(
-                "kill exec {}: not started",
-                p.event_id()
-            )));
+        if !p.is_init() {
+            if pid == 0 || phase == Phase::Created {
+                return Err(Error::precondition(format!("{what}: not started")));
+            }
+            return self.signal_unreaped(&p, signal).context(&what);
         }
-        self.signal_unreaped(&p, signal)
-            .with_context(|| format!("kill exec {}", p.event_id()))
+        if signal == SIGKILL {
+            c.sigkilled.store(true, Ordering::SeqCst);
+        }
+        if all || pid == 0 {
+            c.runtime.kill(id, signal, all).context(&what)?;
+        } else {
+            // One process: kill(2) directly, as runc kill would, without exec'ing runc.
+            self.signal_unreaped(&p, signal).context(&what)?;
+        }
+        if signal == SIGKILL {
+            self.thaw_after_sigkill(&c);
+        }
+        Ok(())
+    }
+
+    /// After a SIGKILL to a paused container: thaw it, as `runc kill` does. A cgroup v1
+    /// freezer holds even SIGKILL until the cgroup thaws, so the task would stay paused for
+    /// ever (v2 delivers it; thawing is harmless there). The phase stays Paused until the
+    /// exit, as in containerd's runc shim. A Pause racing this sees `sigkilled` (see
+    /// [`TaskManager::freeze`]): one of the two always thaws.
+    fn thaw_after_sigkill(&self, c: &Container) {
+        if c.init.state().phase() != Phase::Paused {
+            return;
+        }
+        if let Some(paths) = &c.cgroup
+            && let Err(e) = self.host.thaw(paths)
+        {
+            log::warn!("task {}: thaw after SIGKILL: {e}", c.id);
+        }
     }
 
     /// Signals `p` while the reaper holds off (see [`Reaper::hold_reaps`]): a process that
@@ -471,6 +502,17 @@ impl TaskManager {
         };
         r.with_context(|| format!("{verb} {id}"))?;
         let mut st = c.init.state();
+        if freeze && c.sigkilled.load(Ordering::SeqCst) {
+            // A SIGKILL came while runc froze the container: a frozen v1 cgroup would hold it
+            // for ever. Checked under the init's state lock, as the Kill side checks the phase.
+            drop(st);
+            if let Some(paths) = &c.cgroup {
+                self.host.thaw(paths).context("thaw after SIGKILL")?;
+            }
+            return Err(Error::precondition(format!(
+                "pause {id}: the task is being killed"
+            )));
+        }
         st.set_paused(freeze);
         let container_id = id.to_string();
         self.events.publish(if freeze {
@@ -654,6 +696,20 @@ pub struct ProcessStatus {
 /// What a Create that comes too late hears.
 fn shutting_down() -> Error {
     Error::precondition("the shim is shutting down")
+}
+
+const SIGKILL: u32 = libc::SIGKILL as u32;
+
+/// A signal Kill may send: 1..=SIGRTMAX of this system (real-time signals included: systemd's
+/// stop signal is SIGRTMIN+3). 0 only probes, and containerd never sends it.
+fn check_signal(signal: u32) -> Result<()> {
+    let max = libc::SIGRTMAX();
+    if signal == 0 || i64::from(signal) > i64::from(max) {
+        return Err(Error::invalid(format!(
+            "signal {signal} is not valid (want 1..={max})"
+        )));
+    }
+    Ok(())
 }
 
 fn validate_bundle(bundle: &Path) -> Result<()> {

@@ -240,6 +240,9 @@ impl crate::task::Host for NoHost {
     fn signal(&self, _: i32, _: u32) -> Result<()> {
         Ok(())
     }
+    fn thaw(&self, _: &crate::cgroups::CgroupPaths) -> Result<()> {
+        Ok(())
+    }
     fn runtime(&self, _: &RuncConfig) -> Arc<dyn crate::runtime::Runtime> {
         unreachable!("no tasks in these tests")
     }

@@ -152,6 +152,8 @@ struct FakeHost {
     runtime: Arc<FakeRuntime>,
     mounted: Mutex<Vec<String>>,
     signals: Mutex<Vec<(i32, u32)>>,
+    /// How often a cgroup was thawed.
+    thaws: AtomicI32,
     fail_mount: Mutex<bool>,
 }
 
@@ -190,6 +192,10 @@ impl Host for FakeHost {
     fn unwatch_oom(&self, _id: &str) {}
     fn signal(&self, pid: i32, signal: u32) -> Result<()> {
         self.signals.lock().unwrap().push((pid, signal));
+        Ok(())
+    }
+    fn thaw(&self, _p: &CgroupPaths) -> Result<()> {
+        self.thaws.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
     fn runtime(&self, _c: &RuncConfig) -> Arc<dyn Runtime> {
@@ -1368,6 +1374,146 @@ fn killing_an_init_signals_it_directly_and_all_goes_through_runc() {
         f.host.signals.lock().unwrap().len(),
         1,
         "no signal to an ended process"
+    );
+}
+
+fn kill_req(id: &str, exec_id: &str, signal: u32, all: bool) -> KillRequest {
+    KillRequest {
+        id: id.into(),
+        exec_id: exec_id.into(),
+        signal,
+        all,
+        ..Default::default()
+    }
+}
+
+/// Issue 14 item 1: every signal of 1..=SIGRTMAX reaches the process (SIGRTMIN+3 = 37 is
+/// systemd's stop signal), for the init, an exec and `all`; 0 and above SIGRTMAX do not.
+#[test]
+fn kill_takes_every_signal_up_to_sigrtmax() {
+    let f = fixture();
+    let pid = running(&f, "t1") as i32;
+    f.exec("t1", "e1").unwrap();
+    let epid = f.start("t1", "e1").unwrap().pid as i32;
+    let max = libc::SIGRTMAX() as u32;
+    for sig in [1, 15, 34, 37, max] {
+        f.svc.kill(&ctx(), kill_req("t1", "", sig, false)).unwrap();
+        f.svc
+            .kill(&ctx(), kill_req("t1", "e1", sig, false))
+            .unwrap();
+        f.svc.kill(&ctx(), kill_req("t1", "", sig, true)).unwrap();
+    }
+    let signals = f.host.signals.lock().unwrap().clone();
+    for sig in [1, 15, 34, 37, max] {
+        assert!(
+            signals.contains(&(pid, sig)),
+            "{sig} to the init: {signals:?}"
+        );
+        assert!(
+            signals.contains(&(epid, sig)),
+            "{sig} to the exec: {signals:?}"
+        );
+        let all = format!("kill t1 {sig} true");
+        assert!(f.host.runtime.calls().contains(&all), "{all}");
+    }
+    for bad in [0, max + 1, 1000, u32::MAX] {
+        for (exec, all) in [("", false), ("e1", false), ("", true)] {
+            let r = f.svc.kill(&ctx(), kill_req("t1", exec, bad, all));
+            assert_eq!(code(r), Code::INVALID_ARGUMENT, "{bad}");
+        }
+    }
+    assert_eq!(f.host.signals.lock().unwrap().len(), signals.len());
+}
+
+/// Issue 14 item 1: a Kill of a process that has ended answers NotFound "process already
+/// finished", and one with `all` succeeds, and neither runs anything (no runc kill --all on a
+/// stopped container: containerd's CRI sends exactly that, Kill(SIGKILL, all), after every
+/// TaskExit), whether the exit is visible or only reaped (held back by a running exec).
+#[test]
+fn kill_of_a_finished_process_is_not_found_and_runs_nothing() {
+    let f = fixture();
+    let pid = running(&f, "t1");
+    f.exec("t1", "e1").unwrap();
+    let epid = f.start("t1", "e1").unwrap().pid;
+    f.exit(pid, 0); // held: the exec still runs
+    assert_eq!(
+        f.state("t1").unwrap().status(),
+        containerd_shim_protos::api::Status::RUNNING
+    );
+    let calls_before = f.host.runtime.calls().len();
+    for sig in [9, 15] {
+        let kill = || f.svc.kill(&ctx(), kill_req("t1", "", sig, false));
+        assert_eq!(code(kill()), Code::NOT_FOUND);
+        let m = message(kill());
+        assert!(m.contains("process already finished"), "{m}");
+        f.svc.kill(&ctx(), kill_req("t1", "", sig, true)).unwrap();
+    }
+    f.exit(epid, 137);
+    assert_eq!(
+        f.state("t1").unwrap().status(),
+        containerd_shim_protos::api::Status::STOPPED
+    );
+    for exec in ["", "e1"] {
+        let r = f.svc.kill(&ctx(), kill_req("t1", exec, 9, false));
+        assert_eq!(code(r), Code::NOT_FOUND, "{exec}");
+    }
+    f.svc.kill(&ctx(), kill_req("t1", "", 9, true)).unwrap();
+    assert_eq!(f.host.runtime.calls().len(), calls_before, "runc ran");
+    assert!(
+        f.host.signals.lock().unwrap().is_empty(),
+        "a signal was sent"
+    );
+}
+
+/// Issue 14 item 2: SIGKILL to a paused task (init, `all`, and StopSandbox's kill_all) thaws
+/// its cgroup after the signal, as runc does; other signals and running tasks do not.
+#[test]
+fn sigkill_thaws_a_paused_task() {
+    let f = fixture();
+    running(&f, "t1");
+    let thaws = || f.host.thaws.load(Ordering::SeqCst);
+    f.svc.kill(&ctx(), kill_req("t1", "", 15, false)).unwrap();
+    assert_eq!(thaws(), 0, "not paused");
+    f.svc
+        .pause(
+            &ctx(),
+            PauseRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    f.svc.kill(&ctx(), kill_req("t1", "", 15, false)).unwrap();
+    f.svc.kill(&ctx(), kill_req("t1", "", 15, true)).unwrap();
+    assert_eq!(thaws(), 0, "only SIGKILL thaws");
+    f.svc.kill(&ctx(), kill_req("t1", "", 9, false)).unwrap();
+    assert_eq!(thaws(), 1);
+    f.svc.kill(&ctx(), kill_req("t1", "", 9, true)).unwrap();
+    assert_eq!(thaws(), 2);
+    f.tm.kill_all();
+    assert_eq!(thaws(), 3);
+}
+
+/// Issue 14 item 2, the race: a Pause whose freeze lands after a SIGKILL would leave a dying
+/// container frozen (v1) for ever; it thaws again and fails instead.
+#[test]
+fn a_pause_after_a_sigkill_thaws_and_fails() {
+    let f = fixture();
+    running(&f, "t1");
+    f.svc.kill(&ctx(), kill_req("t1", "", 9, false)).unwrap();
+    assert_eq!(f.host.thaws.load(Ordering::SeqCst), 0, "it was not paused");
+    let r = f.svc.pause(
+        &ctx(),
+        PauseRequest {
+            id: "t1".into(),
+            ..Default::default()
+        },
+    );
+    assert_eq!(code(r), Code::FAILED_PRECONDITION);
+    assert_eq!(f.host.thaws.load(Ordering::SeqCst), 1);
+    assert_ne!(
+        f.state("t1").unwrap().status(),
+        containerd_shim_protos::api::Status::PAUSED
     );
 }
 
