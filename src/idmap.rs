@@ -277,6 +277,9 @@ pub fn overlay_options(
         ))
     })?;
     let userns = userns_fd(&uids, &gids)?;
+    // A scratch place a crashed shim left behind (the bundle is this task's alone).
+    let _ = nix::mount::umount2(scratch, nix::mount::MntFlags::MNT_DETACH);
+    let _ = std::fs::remove_dir(scratch);
     std::fs::create_dir(scratch).with_context(|| format!("create {}", scratch.display()))?;
     let mut layers = IdmappedLayers {
         mountpoint: scratch.to_path_buf(),
