@@ -163,6 +163,8 @@ pub fn serve(flags: &Flags) -> Result<()> {
                 host_etc: PathBuf::from("/etc"),
                 unified,
                 sysctl_defaults: crate::pod::SysctlDefaults::detect(),
+                runc: default_runc(&bundle, &flags.namespace).binary,
+                spawner: Spawner::with_reaper(reaper.clone()),
             }),
             reaper: Some(reaper.clone()),
             network: Some(networker.clone()),

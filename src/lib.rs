@@ -17,6 +17,7 @@ pub mod events;
 pub mod flags;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod idmap;
 pub mod logger;
 pub mod mount;
 pub mod netns;

@@ -210,13 +210,28 @@ pub fn mount_all_with(sys: &dyn MountSys, mounts: &[MountSpec], rootfs: &Path) -
 
 /// One mount; a half-made one (a bind whose read-only remount failed) is taken down again.
 fn mount_one(sys: &dyn MountSys, m: &MountSpec, target: &Path) -> Result<()> {
+    // A user-namespaced container's overlay (uidmap=/gidmap=): idmapped layers, see
+    // crate::idmap. `_idmapped` is dropped after the mount (the overlay holds its layers).
+    let scratch = target.with_file_name(".rootfs-idmapped");
+    let (m_options, _idmapped) = match m.kind.as_str() {
+        "overlay" => crate::idmap::overlay_options(&m.options, &scratch)?,
+        _ => match crate::idmap::take_idmap_options(&m.options)? {
+            (o, None) => (o, None),
+            (_, Some(_)) => {
+                return Err(Error::invalid(format!(
+                    "uidmap=/gidmap= on a {} mount: only overlay rootfs mounts are idmapped",
+                    m.kind
+                )));
+            }
+        },
+    };
     let limit = options_limit();
     let mut cwd = None;
-    let mut options = std::borrow::Cow::Borrowed(m.options.as_slice());
+    let mut options = std::borrow::Cow::Borrowed(m_options.as_slice());
     // Deep images: a long lowerdir list would not fit in the page mount(2) takes.
     if m.kind == "overlay"
         && options.iter().map(String::len).sum::<usize>() >= limit.saturating_sub(512)
-        && let Some((parent, short)) = compact_lowerdir(&m.options)
+        && let Some((parent, short)) = compact_lowerdir(&m_options)
     {
         cwd = Some(parent);
         options = std::borrow::Cow::Owned(short);

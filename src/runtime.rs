@@ -122,6 +122,87 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// The oldest runc that can run the containers of a user-namespaced pod: CRI gives their
+/// mounts (the pod files, volumes) uid/gid mappings, which runc 1.2 turns into idmapped
+/// mounts; runc 1.1 ignores them.
+pub const USERNS_MIN_RUNC: (u32, u32) = (1, 2);
+
+/// What `runc --version` says: its first line and the version number in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuncVersion {
+    /// e.g. `runc version 1.1.5+ds1`.
+    pub line: String,
+    /// (major, minor, patch), `None` when the line has no number.
+    pub number: Option<(u32, u32, u32)>,
+}
+
+impl RuncVersion {
+    /// Parses `runc --version`'s output (`runc version 1.3.0-rc.1`, `+ds1` suffixes ...).
+    pub fn parse(out: &str) -> RuncVersion {
+        let line = out.lines().next().unwrap_or("").trim().to_string();
+        let number = line
+            .split_whitespace()
+            .skip_while(|w| *w != "version")
+            .nth(1)
+            .and_then(|v| {
+                let digits: String = v
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.')
+                    .collect();
+                let mut it = digits.split('.').map(|n| n.parse::<u32>().ok());
+                Some((it.next()??, it.next()??, it.next().flatten().unwrap_or(0)))
+            });
+        RuncVersion { line, number }
+    }
+}
+
+/// `<binary> --version`, run once per shim and binary (a pod's runc does not change while
+/// its shim runs).
+pub fn runc_version(binary: &str, spawner: &Spawner) -> Result<RuncVersion> {
+    static SEEN: std::sync::LazyLock<Mutex<HashMap<PathBuf, RuncVersion>>> =
+        std::sync::LazyLock::new(Mutex::default);
+    let path = resolve_binary(binary);
+    if let Some(v) = SEEN.locked().get(&path) {
+        return Ok(v.clone());
+    }
+    let mut cmd = Command::new(&path);
+    cmd.arg("--version");
+    let out = spawner
+        .output(&mut cmd, None, Duration::from_secs(10))
+        .with_context(|| format!("run {} --version", path.display()))?;
+    if out.status != 0 {
+        return Err(Error::internal(format!(
+            "{} --version exited with status {}: {}",
+            path.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let v = RuncVersion::parse(&String::from_utf8_lossy(&out.stdout));
+    SEEN.locked().insert(path, v.clone());
+    Ok(v)
+}
+
+/// Refuses a user-namespaced pod when `binary` (the pod's runc) is older than
+/// [`USERNS_MIN_RUNC`], with an error that names the version found.
+pub fn check_userns_runc(binary: &str, spawner: &Spawner) -> Result<()> {
+    let v = runc_version(binary, spawner)?;
+    userns_runc_verdict(&resolve_binary(binary), &v)
+}
+
+fn userns_runc_verdict(path: &Path, v: &RuncVersion) -> Result<()> {
+    let (major, minor) = USERNS_MIN_RUNC;
+    match v.number {
+        Some((a, b, _)) if (a, b) >= (major, minor) => Ok(()),
+        _ => Err(Error::precondition(format!(
+            "user-namespaced pods (userns_options mode POD) need runc >= {major}.{minor} \
+             (idmapped mounts); {} is {:?}",
+            path.display(),
+            v.line
+        ))),
+    }
+}
+
 /// How long one runc invocation may take before it is killed.
 const RUNC_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -446,6 +527,77 @@ impl Runtime for Runc {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn runc_versions_parse_and_only_1_2_and_later_run_userns_pods() {
+        for (out, number, ok) in [
+            (
+                "runc version 1.1.5+ds1\ncommit: 1.1.5+ds1-1+deb12u1\nspec: 1.0.2-dev\n",
+                Some((1, 1, 5)),
+                false,
+            ),
+            (
+                "runc version 1.3.0\ncommit: v1.3.0\n",
+                Some((1, 3, 0)),
+                true,
+            ),
+            ("runc version 1.2.0-rc.1\n", Some((1, 2, 0)), true),
+            ("runc version 2.0\n", Some((2, 0, 0)), true),
+            ("runc version 1.0.0-rc93\n", Some((1, 0, 0)), false),
+            ("crun version 1.8\n", Some((1, 8, 0)), true),
+            ("runc\n", None, false),
+            ("", None, false),
+        ] {
+            let v = RuncVersion::parse(out);
+            assert_eq!(v.number, number, "{out:?}");
+            let verdict = userns_runc_verdict(Path::new("/usr/sbin/runc"), &v);
+            assert_eq!(verdict.is_ok(), ok, "{out:?}");
+            if let Err(e) = verdict {
+                assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition);
+                assert_eq!(
+                    e.message(),
+                    format!(
+                        "user-namespaced pods (userns_options mode POD) need runc >= 1.2 \
+                         (idmapped mounts); /usr/sbin/runc is {:?}",
+                        out.lines().next().unwrap_or("")
+                    )
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_version_comes_from_the_binary() {
+        let dir = tempfile::tempdir().unwrap();
+        let runc = dir.path().join("runc");
+        std::fs::write(
+            &runc,
+            "#!/bin/sh\necho 'runc version 1.1.12'\necho 'spec: 1.0.2'\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&runc, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let bin = runc.to_str().unwrap();
+        // A thread of this test binary that forks meanwhile may hold the script open for a
+        // moment (ETXTBSY).
+        let mut err = check_userns_runc(bin, &Spawner::direct()).unwrap_err();
+        for _ in 0..20 {
+            if !err.message().contains("Text file busy") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            err = check_userns_runc(bin, &Spawner::direct()).unwrap_err();
+        }
+        assert!(
+            err.message().ends_with("is \"runc version 1.1.12\""),
+            "{}",
+            err.message()
+        );
+        assert_eq!(
+            runc_version(bin, &Spawner::direct()).unwrap().number,
+            Some((1, 1, 12))
+        );
+    }
+
     use super::*;
     use crate::error::Kind;
 

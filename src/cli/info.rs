@@ -121,6 +121,19 @@ pub fn look_path(name: &str, path_var: Option<&OsStr>) -> Result<PathBuf> {
     )))
 }
 
+/// Whether CRI advertises user namespaces for a handler whose `-info` carries `features`:
+/// containerd 2.3.4's `supportsCRIUserns` (`internal/cri/server/service.go`) wants `user` in
+/// `linux.namespaces` and `linux.mountExtensions.idmap.enabled` true. runc >= 1.2 reports
+/// both (1.1 has no idmap), which is also what CreateSandbox asks of a user-namespaced pod's
+/// runc ([`crate::runtime::check_userns_runc`]): the two agree, see the tests.
+pub fn supports_cri_userns(features: &serde_json::Value) -> bool {
+    let linux = &features["linux"];
+    let user = linux["namespaces"]
+        .as_array()
+        .is_some_and(|n| n.iter().any(|n| n == "user"));
+    user && linux["mountExtensions"]["idmap"]["enabled"] == true
+}
+
 /// `<runc> features` as compact JSON, if it prints a JSON object and exits 0.
 fn features(runc: &Path) -> Option<Vec<u8>> {
     let mut tries = 0;
@@ -181,6 +194,59 @@ mod tests {
             serde_json::from_slice(&a.value).unwrap()
         });
         (back, features)
+    }
+
+    /// Issue 16: `-info` carries what containerd 2.3.4's CRI reads to advertise user
+    /// namespaces for the handler exactly when the runc can run user-namespaced pods (and
+    /// CreateSandbox accepts them): runc 1.3's features, not runc 1.1's (the real documents,
+    /// abridged).
+    #[test]
+    fn info_advertises_user_namespaces_exactly_with_a_runc_that_runs_them() {
+        const RUNC_1_1: &str = r#"{"ociVersionMin":"1.0.0","ociVersionMax":"1.0.2-dev","linux":{"namespaces":["cgroup","ipc","mount","network","pid","user","uts"]}}"#;
+        const RUNC_1_3: &str = r#"{"ociVersionMin":"1.0.0","ociVersionMax":"1.2.1","linux":{"namespaces":["cgroup","ipc","mount","network","pid","time","user","uts"],"mountExtensions":{"idmap":{"enabled":true}}}}"#;
+        let tmp = tempfile::tempdir().unwrap();
+        for (name, version, features, advertised) in [
+            ("runc-1.1", "runc version 1.1.5+ds1", RUNC_1_1, false),
+            ("runc-1.3", "runc version 1.3.6+ds1", RUNC_1_3, true),
+        ] {
+            let p = tmp.path().join(name);
+            std::fs::write(
+                &p,
+                format!(
+                    "#!/bin/sh\ncase \"$1\" in\n--version) echo '{version}';;\n\
+                     features) echo '{features}';;\n*) exit 3;;\nesac\n"
+                ),
+            )
+            .unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let bin = p.to_str().unwrap().to_string();
+            let stdin = runc_any(&RuncOptions {
+                binary_name: bin.clone(),
+                ..Default::default()
+            });
+            // A thread of this test binary that forks meanwhile may hold the script open for
+            // a moment (ETXTBSY): `features` retries; so does this.
+            let mut accepted = crate::runtime::check_userns_runc(&bin, &Spawner::direct());
+            for _ in 0..20 {
+                match &accepted {
+                    Err(e) if e.message().contains("Text file busy") => {
+                        std::thread::sleep(Duration::from_millis(20));
+                        accepted = crate::runtime::check_userns_runc(&bin, &Spawner::direct());
+                    }
+                    _ => break,
+                }
+            }
+            let info = runtime_info(&stdin, None).unwrap();
+            let (_, f) = decode(&info);
+            let f = f.unwrap();
+            assert_eq!(supports_cri_userns(&f), advertised, "{name}: {f}");
+            assert_eq!(accepted.is_ok(), advertised, "{name}: {accepted:?}");
+        }
+        assert!(!supports_cri_userns(&serde_json::json!({})));
+        assert!(!supports_cri_userns(
+            &serde_json::json!({"linux": {"namespaces": ["user"],
+            "mountExtensions": {"idmap": {"enabled": false}}}})
+        ));
     }
 
     #[test]

@@ -201,6 +201,43 @@ impl PodFiles {
     }
 }
 
+/// For a user-namespaced pod, gives what its containers and its pause use to the root of its
+/// user namespace (`uid`, `gid`: the host ids of container id 0), as containerd does for the
+/// runc path:
+/// * the sandbox `bundle`: group `gid`, mode 0710 (containerd's
+///   `prepareBundleDirectoryPermissions`): the pause (root of the namespace while it mounts
+///   its empty root there) and runc in the namespace can pass through it, nobody else;
+/// * the pod files in `files_dir` and the directory: owned by `uid:gid` (the container's root
+///   can rewrite `/etc/hosts` as on a node), modes unchanged;
+/// * the `/dev/shm` tmpfs root, if any: owned by `uid:gid` (mode 1777 unchanged).
+///
+/// Symlinks are never followed (the files are ours, but the bundle is the caller's).
+pub fn own_for_userns(
+    bundle: &Path,
+    files_dir: &Path,
+    shm: Option<&Path>,
+    uid: u32,
+    gid: u32,
+) -> Result<(), FilesError> {
+    use nix::fcntl::AtFlags;
+    use nix::unistd::{Gid, Uid, fchownat};
+    let (uid, gid) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
+    let bundle_fd = open_dir_nofollow(bundle)?;
+    nix::unistd::fchown(&bundle_fd, None, gid).map_err(nixerr("chown", bundle))?;
+    fchmod(&bundle_fd, Mode::from_bits_truncate(0o710)).map_err(nixerr("chmod", bundle))?;
+    let dirfd = open_dir_nofollow(files_dir)?;
+    nix::unistd::fchown(&dirfd, uid, gid).map_err(nixerr("chown", files_dir))?;
+    for name in [HOSTS, RESOLV_CONF, HOSTNAME] {
+        fchownat(&dirfd, name, uid, gid, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map_err(nixerr("chown", &files_dir.join(name)))?;
+    }
+    if let Some(shm) = shm {
+        let fd = open_dir_nofollow(shm)?;
+        nix::unistd::fchown(&fd, uid, gid).map_err(nixerr("chown", shm))?;
+    }
+    Ok(())
+}
+
 fn open_dir_nofollow(dir: &Path) -> Result<OwnedFd, FilesError> {
     nix::fcntl::open(
         dir,
@@ -364,6 +401,50 @@ mod tests {
 
     fn mode(p: &Path) -> u32 {
         std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// Issue 16: the bundle goes to the mapped root's group (0710), the pod files and /dev/shm
+    /// to the mapped root; contents and file modes stay.
+    #[test]
+    #[ignore = "needs root: chown, mounts a tmpfs"]
+    fn own_for_userns_gives_the_pod_to_the_mapped_root() {
+        let etc = host_etc();
+        let bundle = tempfile::tempdir().unwrap();
+        let dir = bundle.path().join("etc");
+        let spec = PodSpec {
+            hostname: "web-u".into(),
+            ..Default::default()
+        };
+        let files = PodFiles::write(&dir, &spec, etc.path()).unwrap();
+        let shm = bundle.path().join("shm");
+        std::fs::create_dir(&shm).unwrap();
+        mount_shm(&shm, DEFAULT_SHM_SIZE).unwrap();
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = unmount_shm(&self.0);
+            }
+        }
+        let _u = Unmount(shm.clone());
+        own_for_userns(bundle.path(), &dir, Some(&shm), 100000, 200000).unwrap();
+        let owner = |p: &Path| {
+            let m = std::fs::symlink_metadata(p).unwrap();
+            (m.uid(), m.gid())
+        };
+        assert_eq!(owner(bundle.path()).1, 200000);
+        assert_eq!(mode(bundle.path()), 0o710);
+        for p in [
+            &dir,
+            &files.hosts,
+            &files.resolv_conf,
+            &files.hostname,
+            &shm,
+        ] {
+            assert_eq!(owner(p), (100000, 200000), "{}", p.display());
+        }
+        assert_eq!(mode(&files.hosts), FILE_MODE);
+        assert_eq!(mode(&shm), 0o1777);
+        assert_eq!(std::fs::read_to_string(&files.hostname).unwrap(), "web-u\n");
     }
 
     #[test]

@@ -55,6 +55,18 @@ pub trait PodHost: Send + Sync {
     fn cgroup_path(&self, pid: i32) -> Option<String>;
     /// Which of containerd's default pod sysctls this host accepts (detected once at start-up).
     fn sysctl_defaults(&self) -> SysctlDefaults;
+    /// Whether the pod's OCI runtime can run user-namespaced containers (runc >= 1.2, see
+    /// [`crate::runtime::check_userns_runc`]); the error names the version found.
+    fn check_userns_runtime(&self) -> Result<()>;
+    /// Gives the bundle, the pod files and /dev/shm to the root of the pod's user namespace
+    /// (`root`: its host uid and gid), see [`super::files::own_for_userns`].
+    fn own_for_userns(
+        &self,
+        bundle: &Path,
+        files_dir: &Path,
+        shm: Option<&Path>,
+        root: (u32, u32),
+    ) -> Result<()>;
 }
 
 /// What `delete` reads to clean up after a dead shim.
@@ -226,6 +238,11 @@ impl SandboxManager {
                 Error::precondition(format!("this shim already runs sandbox {}", s.id))
             });
         }
+        if req.spec.userns.is_some() {
+            // Before anything is made: with a runc that cannot run them, the pod's containers
+            // would fail one by one (or run without their volumes' idmapping).
+            self.host.check_userns_runtime()?;
+        }
         let files_dir = req.bundle.join("etc");
         let shm = (req.spec.ipc == IpcMode::Pod).then(|| req.bundle.join("shm"));
         let mut record = SandboxRecord {
@@ -248,6 +265,12 @@ impl SandboxManager {
                     .context("mount the pod's /dev/shm")?;
                 record.shm = Some(shm.clone());
                 steps.step("mount /dev/shm");
+            }
+            if let Some(u) = &req.spec.userns {
+                self.host
+                    .own_for_userns(&req.bundle, &files_dir, shm.as_deref(), u.host_root())
+                    .context("give the pod's files to the root of its user namespace")?;
+                steps.step("userns ownership");
             }
             if plan == NetworkPlan::ShimOwned
                 && let Some(provider) = &provider
@@ -644,6 +667,10 @@ impl SandboxManager {
             "networkMode": format!("{:?}", s.spec.network),
             "ipcMode": format!("{:?}", s.spec.ipc),
             "pidMode": format!("{:?}", s.spec.pid),
+            "userns": s.spec.userns.as_ref().map(|u| serde_json::json!({
+                "uidMap": u.uid_map(),
+                "gidMap": u.gid_map(),
+            })),
             "podFiles": s.record.files_dir,
             "shm": s.record.shm,
             "cgroup": s.record.cgroup.dirs,
@@ -763,6 +790,10 @@ pub struct LinuxPodHost {
     pub unified: bool,
     /// [`SysctlDefaults::detect`], once when the daemon starts.
     pub sysctl_defaults: SysctlDefaults,
+    /// The pod's runc (`BinaryName` of the runtime options, else `runc` from PATH).
+    pub runc: String,
+    /// Runs `runc --version` (through the daemon's reaper).
+    pub spawner: crate::reaper::Spawner,
 }
 
 impl PodHost for LinuxPodHost {
@@ -822,6 +853,18 @@ impl PodHost for LinuxPodHost {
     fn sysctl_defaults(&self) -> SysctlDefaults {
         self.sysctl_defaults
     }
+    fn check_userns_runtime(&self) -> Result<()> {
+        crate::runtime::check_userns_runc(&self.runc, &self.spawner)
+    }
+    fn own_for_userns(
+        &self,
+        bundle: &Path,
+        files_dir: &Path,
+        shm: Option<&Path>,
+        (uid, gid): (u32, u32),
+    ) -> Result<()> {
+        super::files::own_for_userns(bundle, files_dir, shm, uid, gid).map_err(Error::from)
+    }
 }
 
 /// `delete` for a sandbox bundle: kill the pause process if it still runs (and is still ours),
@@ -832,8 +875,10 @@ pub fn cleanup_from_bundle(bundle: &Path) -> Option<u32> {
     let host = LinuxPodHost {
         host_etc: PathBuf::from("/etc"),
         unified: crate::cgroups::is_unified(Path::new("/sys/fs/cgroup")),
-        // Unused: `delete` starts no pause process.
+        // Unused: `delete` starts no pause process and makes no pod.
         sysctl_defaults: SysctlDefaults::default(),
+        runc: "runc".into(),
+        spawner: crate::reaper::Spawner::direct(),
     };
     if record.pause_pid > 0 {
         // Only while the pid still names the pause process we started.

@@ -53,6 +53,9 @@ pub fn build(pod: RunningPod<'_>) -> Value {
             .unwrap_or_else(|| ns("net"));
         namespaces.push(json!({"type": "network", "path": net}));
     }
+    if s.userns.is_some() {
+        namespaces.push(json!({"type": "user", "path": ns("user")}));
+    }
 
     let mut annotations = Map::new();
     let mut note = |k: &str, v: String| {
@@ -71,6 +74,18 @@ pub fn build(pod: RunningPod<'_>) -> Value {
 
     let mut linux = Map::new();
     linux.insert("namespaces".into(), Value::Array(namespaces));
+    if let Some(u) = &s.userns {
+        // As the runc path's pause container spec of a user-namespaced pod.
+        let maps = |m: &[crate::pod::spec::IdMapping]| {
+            m.iter()
+                .map(
+                    |m| json!({"containerID": m.container_id, "hostID": m.host_id, "size": m.size}),
+                )
+                .collect::<Vec<_>>()
+        };
+        linux.insert("uidMappings".into(), Value::Array(maps(&u.uids)));
+        linux.insert("gidMappings".into(), Value::Array(maps(&u.gids)));
+    }
     if let Some(p) = pod.cgroups_path {
         linux.insert("cgroupsPath".into(), Value::String(p.into()));
     }
@@ -259,6 +274,33 @@ mod tests {
         );
         assert_eq!(cgroups_path_from_proc(v2, false), None);
         assert_eq!(cgroups_path_from_proc("garbage", true), None);
+    }
+
+    /// A user-namespaced pod: the pause's user namespace by path and the pod's maps.
+    #[test]
+    fn a_user_namespaced_pod_names_its_user_namespace_and_maps() {
+        let mut s = pod_spec();
+        let m = vec![crate::pod::spec::IdMapping {
+            container_id: 0,
+            host_id: 100000,
+            size: 65536,
+        }];
+        s.userns = Some(crate::pod::spec::UserNamespace {
+            uids: m.clone(),
+            gids: m,
+        });
+        let v = build(running(&s, None));
+        assert!(
+            v["linux"]["namespaces"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({"type": "user", "path": "/proc/4242/ns/user"}))
+        );
+        let want = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+        assert_eq!(v["linux"]["uidMappings"], want);
+        assert_eq!(v["linux"]["gidMappings"], want);
+        let v = build(running(&pod_spec(), None));
+        assert!(v["linux"].get("uidMappings").is_none());
     }
 
     #[test]

@@ -14,8 +14,9 @@ use protobuf::well_known_types::any::Any;
 
 use super::sysctl::{MAX_SYSCTLS, check_sysctl};
 use super::{
-    CgroupParent, Dns, IpcMode, MAX_PATH_LEN, NetworkMode, PidMode, PodResources, PodSpec,
-    PortMapping, Protocol, SpecError, invalid,
+    CgroupParent, Dns, IdMapping, IpcMode, MAX_ID_MAPPINGS, MAX_PATH_LEN, NetworkMode, PidMode,
+    PodResources, PodSpec, PortMapping, Protocol, REQUIRED_MAPPED_IDS, SpecError, UserNamespace,
+    invalid,
 };
 use crate::cri;
 use crate::network::{self, Bandwidth, DnsConf, PodNetworkConf};
@@ -163,25 +164,10 @@ pub(super) fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError>
             PidMode::Target(target)
         }
     };
-    if let Some(userns) = nso.and_then(|n| n.userns_options.as_ref()) {
-        let field = format!("{nso_field}.userns_options.mode");
-        match userns.mode.enum_value() {
-            Ok(cri::NamespaceMode::NODE) => {}
-            Ok(cri::NamespaceMode::POD) => {
-                return Err(SpecError::Unsupported {
-                    field,
-                    what: "user namespaces",
-                });
-            }
-            Ok(m) => {
-                return Err(invalid(
-                    field,
-                    format!("mode {m:?} is not valid (want POD or NODE)"),
-                ));
-            }
-            Err(v) => return Err(invalid(field, format!("unknown mode {v}"))),
-        }
-    }
+    let userns = match nso.and_then(|n| n.userns_options.as_ref()) {
+        None => None,
+        Some(u) => convert_userns(&format!("{nso_field}.userns_options"), u)?,
+    };
 
     let hostname = cfg.hostname.clone();
     if !hostname.is_empty() {
@@ -286,9 +272,102 @@ pub(super) fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError>
         run_as_user,
         run_as_group,
         privileged: sc.is_some_and(|s| s.privileged),
+        userns,
         resources,
         cri_config: true,
     })
+}
+
+/// `userns_options`: mode NODE (no mappings, as containerd) is the node's user namespace;
+/// mode POD needs uid and gid mappings ([`check_id_mappings`]); CONTAINER and TARGET are
+/// invalid for a pod (as containerd's runc path).
+fn convert_userns(field: &str, u: &cri::UserNamespace) -> Result<Option<UserNamespace>, SpecError> {
+    let mode = u
+        .mode
+        .enum_value()
+        .map_err(|v| invalid(format!("{field}.mode"), format!("unknown mode {v}")))?;
+    match mode {
+        cri::NamespaceMode::NODE => {
+            if !u.uids.is_empty() || !u.gids.is_empty() {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "mode NODE takes no mappings (got {} uid and {} gid mappings)",
+                        u.uids.len(),
+                        u.gids.len()
+                    ),
+                ));
+            }
+            Ok(None)
+        }
+        cri::NamespaceMode::POD => Ok(Some(UserNamespace {
+            uids: check_id_mappings(&format!("{field}.uids"), &u.uids)?,
+            gids: check_id_mappings(&format!("{field}.gids"), &u.gids)?,
+        })),
+        m => Err(invalid(
+            format!("{field}.mode"),
+            format!("mode {m:?} is not valid (want POD or NODE)"),
+        )),
+    }
+}
+
+/// A uid or gid map the kernel takes and the pod can live with: 1 to [`MAX_ID_MAPPINGS`]
+/// lines, none empty or past 2^32 on either side, no two overlapping on either side, and the
+/// [`REQUIRED_MAPPED_IDS`] covered.
+fn check_id_mappings(field: &str, maps: &[cri::IDMapping]) -> Result<Vec<IdMapping>, SpecError> {
+    if maps.is_empty() {
+        return Err(invalid(field, "mode POD needs at least one mapping"));
+    }
+    if maps.len() > MAX_ID_MAPPINGS {
+        return Err(invalid(
+            field,
+            format!("more than {MAX_ID_MAPPINGS} mappings"),
+        ));
+    }
+    let end = |start: u32, size: u32| u64::from(start) + u64::from(size);
+    let mut out: Vec<IdMapping> = Vec::with_capacity(maps.len());
+    for (i, m) in maps.iter().enumerate() {
+        let f = format!("{field}[{i}]");
+        if m.length == 0 {
+            return Err(invalid(f, "length 0"));
+        }
+        if end(m.container_id, m.length) > 1 << 32 || end(m.host_id, m.length) > 1 << 32 {
+            return Err(invalid(f, "the range passes 2^32"));
+        }
+        for (j, o) in out.iter().enumerate() {
+            let cross =
+                |a: u32, b: u32| u64::from(a) < end(b, o.size) && u64::from(b) < end(a, m.length);
+            if cross(m.container_id, o.container_id) {
+                return Err(invalid(
+                    f,
+                    format!("its container ids overlap those of [{j}]"),
+                ));
+            }
+            if cross(m.host_id, o.host_id) {
+                return Err(invalid(f, format!("its host ids overlap those of [{j}]")));
+            }
+        }
+        out.push(IdMapping {
+            container_id: m.container_id,
+            host_id: m.host_id,
+            size: m.length,
+        });
+    }
+    for id in REQUIRED_MAPPED_IDS {
+        if !out
+            .iter()
+            .any(|m| id >= m.container_id && u64::from(id) < end(m.container_id, m.size))
+        {
+            return Err(invalid(
+                field,
+                format!(
+                    "container id {id} is not mapped (the pod needs ids {REQUIRED_MAPPED_IDS:?}: \
+                     root, and the pause process's 65535)"
+                ),
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// Checks and converts CRI resources: no negative period or shares, a quota of -1 (no limit)
@@ -869,21 +948,161 @@ mod tests {
         assert!(e.contains("namespace_options.ipc: unknown mode 42"), "{e}");
     }
 
+    fn id_map(container_id: u32, host_id: u32, length: u32) -> cri::IDMapping {
+        cri::IDMapping {
+            container_id,
+            host_id,
+            length,
+            ..Default::default()
+        }
+    }
+
+    /// What the kubelet sends for `hostUsers: false`: one mapping of 65536 ids.
+    fn userns_pod(uids: Vec<cri::IDMapping>, gids: Vec<cri::IDMapping>) -> cri::PodSandboxConfig {
+        let mut cfg = kubelet_like();
+        let u = nso(&mut cfg).userns_options.mut_or_insert_default();
+        u.mode = M::POD.into();
+        u.uids = uids;
+        u.gids = gids;
+        cfg
+    }
+
     #[test]
-    fn userns_pod_is_unsupported() {
-        let mut cfg = kubelet_like();
-        nso(&mut cfg).userns_options.mut_or_insert_default().mode = M::POD.into();
-        let e = decode(&cfg).unwrap_err();
-        assert!(matches!(e, SpecError::Unsupported { .. }));
-        assert_eq!(
-            e.to_string(),
-            "linux.security_context.namespace_options.userns_options.mode: \
-             user namespaces are not supported by this shim yet"
+    fn userns_pod_gets_its_mappings() {
+        let cfg = userns_pod(
+            vec![id_map(0, 65536 * 3, 65536)],
+            vec![id_map(0, 65536 * 4, 65536)],
         );
-        // Absent userns_options: no user namespace, fine.
+        let spec = decode(&cfg).unwrap();
+        let u = spec.userns.clone().unwrap();
+        assert_eq!(
+            u.uids,
+            [IdMapping {
+                container_id: 0,
+                host_id: 196608,
+                size: 65536
+            }]
+        );
+        assert_eq!(u.host_root(), (196608, 262144));
+        assert_eq!(u.uid_map(), "0 196608 65536\n");
+        assert_eq!(u.gid_map(), "0 262144 65536\n");
+        // Members join the pause's user namespace; no default ping_group_range (containerd).
+        assert_eq!(
+            spec.member_namespace("user"),
+            crate::pod::spec::MemberNamespace::Pause("user")
+        );
+        let names: Vec<String> = spec
+            .effective_sysctls(SysctlDefaults::default())
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert!(names.contains(&"net.ipv4.ip_unprivileged_port_start".to_string()));
+        assert!(!names.contains(&"net.ipv4.ping_group_range".to_string()));
+        // Several lines, each side disjoint, covering 0 and 65535.
+        let cfg = userns_pod(
+            vec![id_map(0, 100000, 1000), id_map(1000, 300000, 65000)],
+            vec![id_map(0, 100000, 65536)],
+        );
+        assert_eq!(
+            decode(&cfg).unwrap().userns.unwrap().uid_map(),
+            "0 100000 1000\n1000 300000 65000\n"
+        );
+    }
+
+    #[test]
+    fn userns_node_and_absent_mean_the_node() {
         let mut cfg = kubelet_like();
+        assert_eq!(decode(&cfg).unwrap().userns, None);
         nso(&mut cfg).userns_options.clear();
-        assert!(decode(&cfg).is_ok());
+        let spec = decode(&cfg).unwrap();
+        assert_eq!(spec.userns, None);
+        assert_eq!(
+            spec.member_namespace("user"),
+            crate::pod::spec::MemberNamespace::Own
+        );
+    }
+
+    #[test]
+    fn bad_userns_options_are_invalid() {
+        let f = "linux.security_context.namespace_options.userns_options";
+        let full = || vec![id_map(0, 100000, 65536)];
+        let mut cases = vec![
+            (
+                userns_pod(vec![], full()),
+                format!("{f}.uids: mode POD needs at least one mapping"),
+            ),
+            (
+                userns_pod(full(), vec![]),
+                format!("{f}.gids: mode POD needs at least one mapping"),
+            ),
+            (
+                userns_pod(vec![id_map(0, 1, 0)], full()),
+                format!("{f}.uids[0]: length 0"),
+            ),
+            (
+                userns_pod(full(), vec![id_map(0, u32::MAX, 2)]),
+                format!("{f}.gids[0]: the range passes 2^32"),
+            ),
+            (
+                userns_pod(
+                    vec![id_map(0, 100000, 65536), id_map(70000, 165000, 10)],
+                    full(),
+                ),
+                format!("{f}.uids[1]: its host ids overlap those of [0]"),
+            ),
+            (
+                userns_pod(
+                    vec![id_map(0, 100000, 65536), id_map(100, 500000, 10)],
+                    full(),
+                ),
+                format!("{f}.uids[1]: its container ids overlap those of [0]"),
+            ),
+            (
+                userns_pod(vec![id_map(0, 100000, 65535)], full()),
+                format!(
+                    "{f}.uids: container id 65535 is not mapped (the pod needs ids [0, 65535]: \
+                     root, and the pause process's 65535)"
+                ),
+            ),
+            (
+                userns_pod(full(), vec![id_map(1, 100000, 65535)]),
+                format!(
+                    "{f}.gids: container id 0 is not mapped (the pod needs ids [0, 65535]: \
+                     root, and the pause process's 65535)"
+                ),
+            ),
+            (
+                userns_pod(vec![id_map(0, 1, 1); MAX_ID_MAPPINGS + 1], full()),
+                format!("{f}.uids: more than {MAX_ID_MAPPINGS} mappings"),
+            ),
+        ];
+        for mode in [M::CONTAINER, M::TARGET] {
+            let mut cfg = userns_pod(full(), full());
+            nso(&mut cfg).userns_options.mut_or_insert_default().mode = mode.into();
+            cases.push((
+                cfg,
+                format!("{f}.mode: mode {mode:?} is not valid (want POD or NODE)"),
+            ));
+        }
+        let mut cfg = userns_pod(full(), full());
+        nso(&mut cfg).userns_options.mut_or_insert_default().mode = M::NODE.into();
+        cases.push((
+            cfg,
+            format!("{f}: mode NODE takes no mappings (got 1 uid and 1 gid mappings)"),
+        ));
+        let mut cfg = userns_pod(full(), full());
+        nso(&mut cfg).userns_options.mut_or_insert_default().mode =
+            protobuf::EnumOrUnknown::from_i32(9);
+        cases.push((cfg, format!("{f}.mode: unknown mode 9")));
+        for (cfg, want) in cases {
+            let e = decode(&cfg).unwrap_err();
+            assert!(matches!(e, SpecError::Invalid { .. }), "{e}");
+            assert_eq!(e.to_string(), want);
+            assert_eq!(
+                crate::error::Error::from(e).kind(),
+                crate::error::Kind::InvalidArgument
+            );
+        }
     }
 
     #[test]

@@ -213,6 +213,63 @@ impl CgroupParent {
     }
 }
 
+/// One line of a user namespace's uid or gid map: container ids `container_id ..
+/// container_id + size` are host ids `host_id ..`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdMapping {
+    pub container_id: u32,
+    pub host_id: u32,
+    pub size: u32,
+}
+
+/// Most lines of a uid or gid map (the kernel's limit since Linux 4.15).
+pub const MAX_ID_MAPPINGS: usize = 340;
+
+/// Container ids a pod's user namespace must map, in both maps: 0 (the containers' root, which
+/// owns the pod files and /dev/shm) and 65535 (the pause process runs as 65535:65535, as
+/// Kubernetes' pause image; `pause::PAUSE_UID`).
+pub const REQUIRED_MAPPED_IDS: [u32; 2] = [0, 65535];
+
+/// The pod's own user namespace (CRI `userns_options` mode POD): the pause process creates it
+/// with these maps and the pod's containers join it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UserNamespace {
+    pub uids: Vec<IdMapping>,
+    pub gids: Vec<IdMapping>,
+}
+
+impl UserNamespace {
+    /// The host uid and gid of the namespace's root (container id 0).
+    pub fn host_root(&self) -> (u32, u32) {
+        (host_id(&self.uids, 0), host_id(&self.gids, 0))
+    }
+
+    /// `/proc/<pid>/uid_map` content (one `container host size` line per mapping).
+    pub fn uid_map(&self) -> String {
+        map_text(&self.uids)
+    }
+
+    /// `/proc/<pid>/gid_map` content.
+    pub fn gid_map(&self) -> String {
+        map_text(&self.gids)
+    }
+}
+
+/// The host id of container id `id` (validated maps cover 0; 65534, the overflow id, else).
+fn host_id(maps: &[IdMapping], id: u32) -> u32 {
+    maps.iter()
+        .find(|m| {
+            id >= m.container_id && u64::from(id) < u64::from(m.container_id) + u64::from(m.size)
+        })
+        .map_or(65534, |m| m.host_id + (id - m.container_id))
+}
+
+fn map_text(maps: &[IdMapping]) -> String {
+    maps.iter()
+        .map(|m| format!("{} {} {}\n", m.container_id, m.host_id, m.size))
+        .collect()
+}
+
 /// A pod's `linux.resources` (CRI `LinuxContainerResources`; 0 and "" mean "not specified").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodResources {
@@ -265,6 +322,8 @@ pub struct PodSpec {
     pub run_as_group: Option<u32>,
     /// `security_context.privileged`.
     pub privileged: bool,
+    /// The pod's own user namespace (`userns_options` mode POD); `None`: the node's.
+    pub userns: Option<UserNamespace>,
     /// `linux.resources`: the pod's resources (what the runc path writes into its pause
     /// container's annotations; reported to NRI in the sandbox spec).
     pub resources: Option<PodResources>,
@@ -301,7 +360,12 @@ pub enum MemberNamespace {
 impl PodSpec {
     /// The pod's sysctls plus containerd's podsandbox defaults that `defaults` allows, sorted
     /// by name (see [`sysctl::with_defaults`]).
+    /// As containerd, a user-namespaced pod gets no default `ping_group_range`.
     pub fn effective_sysctls(&self, defaults: SysctlDefaults) -> Vec<(String, String)> {
+        let defaults = SysctlDefaults {
+            unprivileged_icmp: defaults.unprivileged_icmp && self.userns.is_none(),
+            ..defaults
+        };
         sysctl::with_defaults(&self.sysctls, self.network == NetworkMode::Host, defaults)
     }
 
@@ -362,6 +426,7 @@ impl PodSpec {
             "uts" => pod_or_host(self.host_uts(), "uts"),
             "ipc" => pod_or_host(self.ipc == IpcMode::Host, "ipc"),
             "pid" if self.pid == PidMode::Pod => MemberNamespace::Pause("pid"),
+            "user" if self.userns.is_some() => MemberNamespace::Pause("user"),
             _ => MemberNamespace::Own,
         }
     }

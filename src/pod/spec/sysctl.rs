@@ -70,7 +70,7 @@ const PORT_START_PATH: &str = "/proc/sys/net/ipv4/ip_unprivileged_port_start";
 /// * `net.ipv4.ip_unprivileged_port_start = "0"` if `defaults.unprivileged_ports`;
 /// * `net.ipv4.ping_group_range = "0 2147483647"` if `defaults.unprivileged_icmp` (containerd
 ///   additionally skips it inside a user namespace and for user-namespaced pods; the former
-///   is [`SysctlDefaults::detect`], the latter cannot happen since we reject those pods).
+///   is [`SysctlDefaults::detect`], the latter [`super::PodSpec::effective_sysctls`]).
 pub fn with_defaults(
     user: &BTreeMap<String, String>,
     host_network: bool,

@@ -37,6 +37,8 @@ struct FakePodHost {
     unified: Mutex<bool>,
     /// Runs in spawn_pause with the new pid, before it returns (a pause that dies at once).
     on_spawn: Mutex<Option<SpawnHook>>,
+    /// The `runc --version` line of an old runc: check_userns_runtime refuses.
+    old_runc: Mutex<Option<String>>,
 }
 
 impl FakePodHost {
@@ -127,6 +129,31 @@ impl PodHost for FakePodHost {
     }
     fn sysctl_defaults(&self) -> SysctlDefaults {
         *self.sysctl_defaults.lock().unwrap()
+    }
+    fn check_userns_runtime(&self) -> Result<()> {
+        self.log("check_userns_runtime".into());
+        match self.old_runc.lock().unwrap().as_ref() {
+            Some(line) => Err(crate::error::Error::precondition(format!(
+                "user-namespaced pods need runc >= 1.2; runc is {line:?}"
+            ))),
+            None => Ok(()),
+        }
+    }
+    fn own_for_userns(
+        &self,
+        bundle: &Path,
+        files_dir: &Path,
+        shm: Option<&Path>,
+        (uid, gid): (u32, u32),
+    ) -> Result<()> {
+        let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+        self.log(format!(
+            "own_for_userns {} {} {} {uid}:{gid}",
+            name(bundle),
+            name(files_dir),
+            shm.map_or("-".into(), name)
+        ));
+        Ok(())
     }
 }
 
@@ -1222,6 +1249,7 @@ fn host_network_pod_keeps_the_host_network_and_uts() {
             sysctls: vec![],
             pod_id: "pod1".into(),
             root_mountpoint: cfg.root_mountpoint.clone(),
+            userns: None,
         },
         "pause in the host netns and UTS, no default net.* sysctls written into the host's"
     );
@@ -1375,4 +1403,107 @@ fn wait_sandbox_is_parked_until_the_pod_ends_and_unknown_ids_are_refused() {
         f.sm.wait("nope", Box::new(crate::waiters::ChannelWaiter(tx)))
             .unwrap_err();
     assert_eq!(e.kind(), crate::error::Kind::NotFound);
+}
+
+/// A pod of `hostUsers: false`: userns_options mode POD, uids 0..65536 at 100000, gids at
+/// 200000.
+fn userns_pod_config() -> Any {
+    use crate::cri;
+    let any = pod_config("web-u", true);
+    let mut cfg = cri::PodSandboxConfig::parse_from_bytes(&any.value).unwrap();
+    let u = cfg
+        .linux
+        .mut_or_insert_default()
+        .security_context
+        .mut_or_insert_default()
+        .namespace_options
+        .mut_or_insert_default()
+        .userns_options
+        .mut_or_insert_default();
+    u.mode = cri::NamespaceMode::POD.into();
+    let map = |host_id| cri::IDMapping {
+        host_id,
+        container_id: 0,
+        length: 65536,
+        ..Default::default()
+    };
+    u.uids = vec![map(100000)];
+    u.gids = vec![map(200000)];
+    Any {
+        type_url: "runtime.v1.PodSandboxConfig".into(),
+        value: cfg.write_to_bytes().unwrap(),
+        ..Default::default()
+    }
+}
+
+/// Issue 16: a user-namespaced pod checks its runc first, gives its files to the mapped root,
+/// has its pause make the user namespace with the pod's maps, and its members join it.
+#[test]
+fn a_user_namespaced_pod_has_its_pause_hold_the_user_namespace() {
+    let f = fixture();
+    f.create("pod1", userns_pod_config()).unwrap();
+    assert_eq!(
+        f.host.calls(),
+        [
+            "check_userns_runtime",
+            "write_files etc web-u",
+            "mount_shm shm",
+            "own_for_userns pod1 etc shm 100000:200000"
+        ]
+    );
+    f.start("pod1").unwrap();
+    let cfg = f.host.pause.lock().unwrap().clone().unwrap();
+    let u = cfg.userns.clone().unwrap();
+    assert_eq!(
+        (u.uid_map().as_str(), u.gid_map().as_str()),
+        ("0 100000 65536\n", "0 200000 65536\n")
+    );
+    assert!(cfg.new_ipc && cfg.new_uts && cfg.new_pid);
+    assert!(
+        !cfg.sysctls
+            .iter()
+            .any(|(k, _)| k == "net.ipv4.ping_group_range"),
+        "containerd adds no ping_group_range to a user-namespaced pod: {:?}",
+        cfg.sysctls
+    );
+    let mut spec = member_spec();
+    spec["linux"]["namespaces"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"type": "user"}));
+    assert!(f.sm.prepare_spec("c1", &mut spec).unwrap());
+    let pause = |k: &str| format!("/proc/{PAUSE_PID}/ns/{k}");
+    assert!(
+        namespaces_of(&spec).contains(&ns("user", &pause("user"))),
+        "{:?}",
+        namespaces_of(&spec)
+    );
+    let st = f.status("pod1").unwrap();
+    assert!(
+        st.info["info"].contains("\"uidMap\":\"0 100000 65536\\n\""),
+        "{}",
+        st.info["info"]
+    );
+}
+
+/// With a runc older than 1.2, CreateSandbox refuses before it makes anything, and says which
+/// runc it found.
+#[test]
+fn a_user_namespaced_pod_is_refused_with_an_old_runc() {
+    let f = fixture();
+    *f.host.old_runc.lock().unwrap() = Some("runc version 1.1.5+ds1".into());
+    let err = f.create("pod1", userns_pod_config()).unwrap_err();
+    let ttrpc::Error::RpcStatus(st) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(st.code(), Code::FAILED_PRECONDITION);
+    assert!(
+        st.message.contains("runc version 1.1.5+ds1"),
+        "{}",
+        st.message
+    );
+    assert_eq!(f.host.calls(), ["check_userns_runtime"]);
+    // A pod without a user namespace does not ask.
+    f.create("pod2", pod_config("web-0", true)).unwrap();
+    assert!(!f.host.calls()[1..].contains(&"check_userns_runtime".to_string()));
 }
