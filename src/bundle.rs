@@ -24,6 +24,10 @@ pub const LOG_FIFO: &str = "log";
 /// containerd: the mount target of a task's root filesystem.
 pub const ROOTFS_DIR: &str = "rootfs";
 
+/// Scratch mount point of the idmapped lower layers of a user-namespaced container's rootfs
+/// (`crate::idmap`), beside `rootfs`; unmounted by `delete` after a crash.
+pub const IDMAPPED_SCRATCH: &str = ".rootfs-idmapped";
+
 /// containerd: the bootstrap reply it saved after `start` (JSON with `address`).
 pub const BOOTSTRAP_FILE: &str = "bootstrap.json";
 

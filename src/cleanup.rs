@@ -64,8 +64,12 @@ fn delete_task(namespace: &str, id: &str, bundle: &Path) {
             eprintln!("delete {id}: {e}");
         }
     }
-    if let Err(e) = crate::mount::unmount(&bundle.join(ROOTFS_DIR)) {
-        eprintln!("delete {id}: {e}");
+    // The idmapped layers' scratch mount too: a shim that died between making it and
+    // dropping it (after the overlay mount) left it, and the bundle could not be removed.
+    for dir in [ROOTFS_DIR, crate::bundle::IDMAPPED_SCRATCH] {
+        if let Err(e) = crate::mount::unmount(&bundle.join(dir)) {
+            eprintln!("delete {id}: {e}");
+        }
     }
     if let Some(net) = network
         && let Err(e) = crate::network::teardown(None, &net)

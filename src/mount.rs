@@ -212,7 +212,7 @@ pub fn mount_all_with(sys: &dyn MountSys, mounts: &[MountSpec], rootfs: &Path) -
 fn mount_one(sys: &dyn MountSys, m: &MountSpec, target: &Path) -> Result<()> {
     // A user-namespaced container's overlay (uidmap=/gidmap=): idmapped layers, see
     // crate::idmap. `_idmapped` is dropped after the mount (the overlay holds its layers).
-    let scratch = target.with_file_name(".rootfs-idmapped");
+    let scratch = target.with_file_name(crate::bundle::IDMAPPED_SCRATCH);
     let (m_options, _idmapped) = match m.kind.as_str() {
         "overlay" => crate::idmap::overlay_options(&m.options, &scratch)?,
         _ => match crate::idmap::take_idmap_options(&m.options)? {

@@ -205,8 +205,8 @@ impl PodFiles {
 /// user namespace (`uid`, `gid`: the host ids of container id 0), as containerd does for the
 /// runc path:
 /// * the sandbox `bundle`: group `gid`, mode 0710 (containerd's
-///   `prepareBundleDirectoryPermissions`): the pause (root of the namespace while it mounts
-///   its empty root there) and runc in the namespace can pass through it, nobody else;
+///   `prepareBundleDirectoryPermissions`): runc in the namespace can pass through it, nobody
+///   else (the pause mounts its empty root there still as the node's uid 0);
 /// * the pod files in `files_dir` and the directory: owned by `uid:gid` (the container's root
 ///   can rewrite `/etc/hosts` as on a node), modes unchanged;
 /// * the `/dev/shm` tmpfs root, if any: owned by `uid:gid` (mode 1777 unchanged).

@@ -565,6 +565,12 @@ fn spawn_prepared(cfg: &PauseConfig, p: Prepared) -> Result<i32> {
         let sync_fd = sync
             .as_ref()
             .map_or(-1, |(_, (_, theirs))| theirs.as_raw_fd());
+        if let Some((_, (ours, _))) = &sync {
+            // The parent's end: with it closed here, the child reads EOF if the shim dies
+            // during the handshake instead of waiting for ever.
+            // SAFETY: close is async-signal-safe; the child never uses this descriptor.
+            unsafe { libc::close(ours.as_raw_fd()) };
+        }
         child(&p, tx.as_raw_fd(), sync_fd);
     }
     let pid = pid as i32;
@@ -586,10 +592,31 @@ fn spawn_prepared(cfg: &PauseConfig, p: Prepared) -> Result<i32> {
             }
         }
     };
-    let kill = |pids: &[Option<i32>]| {
-        for p in pids.iter().flatten() {
+    // SIGKILL to the child (by its pidfd where there is one: once reaped, its pid may name
+    // another process) and to the pause when it is another process (not reaped by anyone
+    // before it exits: it stays ours until then).
+    let kill = |pause: Option<i32>| {
+        match &pidfd {
+            // SAFETY: pidfd_send_signal with no siginfo on a pidfd we own.
+            Some(fd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0u32,
+                );
+            },
+            None => {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        if let Some(p) = pause.filter(|p| *p != pid) {
             let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(*p),
+                nix::unistd::Pid::from_raw(p),
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
@@ -603,7 +630,7 @@ fn spawn_prepared(cfg: &PauseConfig, p: Prepared) -> Result<i32> {
                 Ok(pause)
             }
             None => {
-                kill(&[Some(pid)]);
+                kill(None);
                 Err(Error::internal(
                     "pause: the pause process is ready but its pid never came",
                 ))
@@ -625,7 +652,7 @@ fn spawn_prepared(cfg: &PauseConfig, p: Prepared) -> Result<i32> {
         }
         // Alive and silent (or unknown): it must not stay.
         Report::NoAnswer(e) => {
-            kill(&[Some(pid), pause.filter(|p| *p != pid)]);
+            kill(pause);
             Err(e)
         }
     }
@@ -641,17 +668,23 @@ fn userns_handshake(pid: i32, u: &UserNamespace, sock: OwnedFd) -> Result<()> {
         std::os::fd::AsFd::as_fd(&sock),
         PollFlags::POLLIN,
     )];
-    match poll(
-        &mut fds,
-        PollTimeout::from(STATUS_TIMEOUT.as_millis() as u16),
-    ) {
-        Ok(0) => {
-            return Err(Error::internal(
-                "pause: the child did not make its user namespace within 10s",
-            ));
+    let deadline = Instant::now() + STATUS_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(0) => {
+                return Err(Error::internal(
+                    "pause: the child did not make its user namespace within 10s",
+                ));
+            }
+            Ok(_) => break,
+            // A signal handler of the shim ran on this thread: poll is never restarted.
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                return Err(Error::from(e).context("pause: wait for the child's user namespace"));
+            }
         }
-        Ok(_) => {}
-        Err(e) => return Err(Error::from(e).context("pause: wait for the child's user namespace")),
     }
     let mut b = [0u8; 1];
     if sock.read(&mut b).context("pause: read the sync socket")? == 0 {
@@ -685,10 +718,16 @@ fn reap_intermediate(pidfd: &OwnedFd) {
         std::os::fd::AsFd::as_fd(pidfd),
         PollFlags::POLLIN,
     )];
-    let _ = poll(
-        &mut fds,
-        PollTimeout::from(STATUS_TIMEOUT.as_millis() as u16),
-    );
+    let deadline = Instant::now() + STATUS_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        // Its own exit raises SIGCHLD, whose handler may run on this thread (EINTR).
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => break,
+        }
+    }
     // SAFETY: waitid writes one siginfo_t; WNOHANG never blocks.
     unsafe {
         let mut info: libc::siginfo_t = std::mem::zeroed();
@@ -753,6 +792,7 @@ const REPORT_LEN: usize = 12;
 fn read_status(rx: OwnedFd, cfg: &PauseConfig, pause: &mut Option<i32>) -> Report {
     let mut f = File::from(rx);
     let deadline = Instant::now() + STATUS_TIMEOUT;
+    let mut ready = false;
     loop {
         let mut buf = [0u8; REPORT_LEN];
         match read_full(&mut f, &mut buf[..1], deadline) {
@@ -761,7 +801,14 @@ fn read_status(rx: OwnedFd, cfg: &PauseConfig, pause: &mut Option<i32>) -> Repor
             Err(e) => return Report::NoAnswer(e),
         }
         if buf[0] == 0 {
-            return Report::Ready;
+            // In a user-namespaced pod the pause (the grandchild) can report ready before
+            // its parent has reported its pid: wait for the pid (its parent holds the pipe
+            // open until it has written it, or exits).
+            if pause.is_some() {
+                return Report::Ready;
+            }
+            ready = true;
+            continue;
         }
         match read_full(&mut f, &mut buf[1..], deadline) {
             Ok(n) if n == REPORT_LEN - 1 => {}
@@ -770,6 +817,9 @@ fn read_status(rx: OwnedFd, cfg: &PauseConfig, pause: &mut Option<i32>) -> Repor
         }
         if buf[0] == PID_REPORT {
             *pause = Some(i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]));
+            if ready {
+                return Report::Ready;
+            }
             continue;
         }
         return Report::Failed(failure(&buf, cfg));

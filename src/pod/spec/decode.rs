@@ -331,8 +331,9 @@ fn check_id_mappings(field: &str, maps: &[cri::IDMapping]) -> Result<Vec<IdMappi
         if m.length == 0 {
             return Err(invalid(f, "length 0"));
         }
-        if end(m.container_id, m.length) > 1 << 32 || end(m.host_id, m.length) > 1 << 32 {
-            return Err(invalid(f, "the range passes 2^32"));
+        // The kernel refuses id 2^32-1 (it is (uid_t)-1) and any range reaching it.
+        if end(m.container_id, m.length) >= 1 << 32 || end(m.host_id, m.length) >= 1 << 32 {
+            return Err(invalid(f, "the range reaches 2^32-1"));
         }
         for (j, o) in out.iter().enumerate() {
             let cross =
@@ -352,6 +353,17 @@ fn check_id_mappings(field: &str, maps: &[cri::IDMapping]) -> Result<Vec<IdMappi
             host_id: m.host_id,
             size: m.length,
         });
+    }
+    // The kernel takes a map only as one write shorter than a page.
+    let text: usize = out
+        .iter()
+        .map(|m| format!("{} {} {}\n", m.container_id, m.host_id, m.size).len())
+        .sum();
+    if text >= 4096 {
+        return Err(invalid(
+            field,
+            format!("the map is {text} bytes long, the kernel takes less than 4096"),
+        ));
     }
     for id in REQUIRED_MAPPED_IDS {
         if !out
@@ -1041,7 +1053,22 @@ mod tests {
             ),
             (
                 userns_pod(full(), vec![id_map(0, u32::MAX, 2)]),
-                format!("{f}.gids[0]: the range passes 2^32"),
+                format!("{f}.gids[0]: the range reaches 2^32-1"),
+            ),
+            (
+                // 200 short lines with long ids: more than a page of map text.
+                userns_pod(
+                    (0..200)
+                        .map(|i| id_map(1_000_000_000 + i * 10, 3_000_000_000 + i * 10, 1))
+                        .collect(),
+                    full(),
+                ),
+                format!("{f}.uids: the map is 4800 bytes long, the kernel takes less than 4096"),
+            ),
+            (
+                // Ends exactly at 2^32: its last id would be (uid_t)-1.
+                userns_pod(full(), vec![id_map(0, u32::MAX, 1)]),
+                format!("{f}.gids[0]: the range reaches 2^32-1"),
             ),
             (
                 userns_pod(
