@@ -364,3 +364,228 @@ impl Pod {
             .collect()
     }
 }
+
+/// A test's pods on one CRI handler and their containers; [`Pods::cleanup`] stops and removes
+/// every pod whatever happened (the IDs stay listed for [`crate::Guard::assert_clean`]).
+pub struct Pods {
+    pub rt: Runtime,
+    pub handler: String,
+    pub ids: Vec<String>,
+    pub containers: Vec<String>,
+}
+
+impl Pods {
+    pub async fn new(handler: &str) -> Pods {
+        let (rt, _img) = cri_clients().await;
+        Pods {
+            rt,
+            handler: handler.into(),
+            ids: Vec::new(),
+            containers: Vec::new(),
+        }
+    }
+
+    /// RunPodSandbox on the pods' handler.
+    pub async fn run(&mut self, config: PodSandboxConfig) -> Result<String, String> {
+        let handler = self.handler.clone();
+        self.run_on(config, &handler).await
+    }
+
+    /// RunPodSandbox with the runtime handler `handler`.
+    pub async fn run_on(
+        &mut self,
+        config: PodSandboxConfig,
+        handler: &str,
+    ) -> Result<String, String> {
+        let r = self
+            .rt
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: handler.into(),
+            })
+            .await
+            .map_err(|s| format!("RunPodSandbox ({handler}): {}", s.message()))?;
+        let id = r.into_inner().pod_sandbox_id;
+        self.ids.push(id.clone());
+        Ok(id)
+    }
+
+    pub async fn status(&mut self, id: &str) -> Result<PodSandboxStatus, String> {
+        let r = self
+            .rt
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: false,
+            })
+            .await
+            .map_err(|s| format!("PodSandboxStatus: {}", s.message()))?;
+        r.into_inner().status.ok_or("no status".into())
+    }
+
+    /// The pod's pause process (verbose status info "pid", both handlers).
+    pub async fn pause_pid(&mut self, id: &str) -> Result<u32, String> {
+        let r = self
+            .rt
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: true,
+            })
+            .await
+            .map_err(|s| format!("PodSandboxStatus: {}", s.message()))?
+            .into_inner();
+        verbose_pid(r.info.get("info"))
+    }
+
+    /// Creates and starts a container.
+    pub async fn start(
+        &mut self,
+        pod: &str,
+        pod_config: &PodSandboxConfig,
+        config: ContainerConfig,
+    ) -> Result<String, String> {
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        let r = self
+            .rt
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.into(),
+                config: Some(config),
+                sandbox_config: Some(pod_config.clone()),
+            })
+            .await
+            .map_err(|s| format!("CreateContainer {name}: {}", s.message()))?;
+        let id = r.into_inner().container_id;
+        self.containers.push(id.clone());
+        self.rt
+            .start_container(StartContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .map_err(|s| format!("StartContainer {name} ({}): {}", self.handler, s.message()))?;
+        Ok(id)
+    }
+
+    /// ExecSync (20 s timeout).
+    pub async fn exec(&mut self, cid: &str, cmd: &[&str]) -> Result<ExecSyncResponse, String> {
+        let r = self
+            .rt
+            .exec_sync(ExecSyncRequest {
+                container_id: cid.into(),
+                cmd: cmd.iter().map(|s| s.to_string()).collect(),
+                timeout: 20,
+            })
+            .await
+            .map_err(|s| format!("ExecSync {cmd:?}: {}", s.message()))?;
+        Ok(r.into_inner())
+    }
+
+    /// stdout of a successful exec.
+    pub async fn out(&mut self, cid: &str, cmd: &[&str]) -> Result<String, String> {
+        let r = self.exec(cid, cmd).await?;
+        if r.exit_code != 0 {
+            return Err(format!(
+                "{cmd:?}: exit {} stderr {:?}",
+                r.exit_code,
+                String::from_utf8_lossy(&r.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&r.stdout).into_owned())
+    }
+
+    pub async fn container_status(&mut self, cid: &str) -> Result<ContainerStatus, String> {
+        let r = self
+            .rt
+            .container_status(ContainerStatusRequest {
+                container_id: cid.into(),
+                verbose: false,
+            })
+            .await
+            .map_err(|s| format!("ContainerStatus: {}", s.message()))?;
+        r.into_inner().status.ok_or("no status".into())
+    }
+
+    /// The container's init (verbose status info "pid").
+    pub async fn container_pid(&mut self, cid: &str) -> Result<u32, String> {
+        let r = self
+            .rt
+            .container_status(ContainerStatusRequest {
+                container_id: cid.into(),
+                verbose: true,
+            })
+            .await
+            .map_err(|s| format!("ContainerStatus: {}", s.message()))?
+            .into_inner();
+        verbose_pid(r.info.get("info"))
+    }
+
+    /// Waits up to `limit` until the container has exited.
+    pub async fn wait_exited(
+        &mut self,
+        cid: &str,
+        limit: Duration,
+    ) -> Result<ContainerStatus, String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let s = self.container_status(cid).await?;
+            if s.state == ContainerState::ContainerExited as i32 {
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("container {cid} did not exit within {limit:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn stop(&mut self, id: &str) -> Result<(), String> {
+        self.rt
+            .stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            })
+            .await
+            .map_err(|s| format!("StopPodSandbox: {}", s.message()))?;
+        Ok(())
+    }
+
+    pub async fn remove(&mut self, id: &str) -> Result<(), String> {
+        self.rt
+            .remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            })
+            .await
+            .map_err(|s| format!("RemovePodSandbox: {}", s.message()))?;
+        Ok(())
+    }
+
+    /// Every ID these pods made (for the leftover check).
+    pub fn all_ids(&self) -> Vec<String> {
+        self.ids.iter().chain(&self.containers).cloned().collect()
+    }
+
+    /// Stops and removes every pod (errors collected).
+    pub async fn cleanup(&mut self) -> Vec<String> {
+        let mut errs = Vec::new();
+        for id in self.ids.clone() {
+            if let Err(e) = self.stop(&id).await {
+                errs.push(format!("{id}: {e}"));
+            }
+            if let Err(e) = self.remove(&id).await {
+                errs.push(format!("{id}: {e}"));
+            }
+        }
+        errs
+    }
+}
+
+/// The "pid" of a verbose status's "info" JSON.
+fn verbose_pid(info: Option<&String>) -> Result<u32, String> {
+    let info = info.cloned().unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&info).map_err(|e| format!("{e}: {info}"))?;
+    v["pid"]
+        .as_u64()
+        .map(|p| p as u32)
+        .ok_or_else(|| format!("no pid in the verbose info: {info}"))
+}

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rsandbox_integration::cri::*;
-use rsandbox_integration::pods::{self, container_config};
+use rsandbox_integration::pods::{self, Pods, container_config};
 use rsandbox_integration::*;
 
 type R = Result<(), String>;
@@ -107,161 +107,6 @@ fn cgroup_dirs(rel: &str) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-/// A test's pods on one handler, removed at the end whatever happened.
-struct Pods {
-    rt: Runtime,
-    handler: &'static str,
-    ids: Vec<String>,
-    containers: Vec<String>,
-}
-
-impl Pods {
-    async fn new(handler: &'static str) -> Pods {
-        let (rt, _img) = cri_clients().await;
-        Pods {
-            rt,
-            handler,
-            ids: Vec::new(),
-            containers: Vec::new(),
-        }
-    }
-
-    async fn run(&mut self, config: PodSandboxConfig) -> Result<String, String> {
-        let r = self
-            .rt
-            .run_pod_sandbox(RunPodSandboxRequest {
-                config: Some(config),
-                runtime_handler: self.handler.into(),
-            })
-            .await
-            .map_err(|s| format!("RunPodSandbox ({}): {}", self.handler, s.message()))?;
-        let id = r.into_inner().pod_sandbox_id;
-        self.ids.push(id.clone());
-        Ok(id)
-    }
-
-    /// The pod's pause process (verbose status info "pid", both handlers).
-    async fn pause_pid(&mut self, id: &str) -> Result<u32, String> {
-        let r = self
-            .rt
-            .pod_sandbox_status(PodSandboxStatusRequest {
-                pod_sandbox_id: id.into(),
-                verbose: true,
-            })
-            .await
-            .map_err(|s| format!("PodSandboxStatus: {}", s.message()))?
-            .into_inner();
-        let info = r.info.get("info").cloned().unwrap_or_default();
-        let v: serde_json::Value =
-            serde_json::from_str(&info).map_err(|e| format!("{e}: {info}"))?;
-        v["pid"]
-            .as_u64()
-            .map(|p| p as u32)
-            .ok_or_else(|| format!("no pid in the verbose info: {info}"))
-    }
-
-    async fn start(
-        &mut self,
-        pod: &str,
-        pod_config: &PodSandboxConfig,
-        config: ContainerConfig,
-    ) -> Result<String, String> {
-        let name = config.metadata.as_ref().unwrap().name.clone();
-        let r = self
-            .rt
-            .create_container(CreateContainerRequest {
-                pod_sandbox_id: pod.into(),
-                config: Some(config),
-                sandbox_config: Some(pod_config.clone()),
-            })
-            .await
-            .map_err(|s| format!("CreateContainer {name}: {}", s.message()))?;
-        let id = r.into_inner().container_id;
-        self.containers.push(id.clone());
-        self.rt
-            .start_container(StartContainerRequest {
-                container_id: id.clone(),
-            })
-            .await
-            .map_err(|s| format!("StartContainer {name} ({}): {}", self.handler, s.message()))?;
-        Ok(id)
-    }
-
-    async fn container_status(&mut self, cid: &str) -> Result<ContainerStatus, String> {
-        self.rt
-            .container_status(ContainerStatusRequest {
-                container_id: cid.into(),
-                verbose: false,
-            })
-            .await
-            .map_err(|s| format!("ContainerStatus: {}", s.message()))?
-            .into_inner()
-            .status
-            .ok_or("no status".into())
-    }
-
-    async fn container_pid(&mut self, cid: &str) -> Result<u32, String> {
-        let r = self
-            .rt
-            .container_status(ContainerStatusRequest {
-                container_id: cid.into(),
-                verbose: true,
-            })
-            .await
-            .map_err(|s| format!("ContainerStatus: {}", s.message()))?
-            .into_inner();
-        let info = r.info.get("info").cloned().unwrap_or_default();
-        let v: serde_json::Value =
-            serde_json::from_str(&info).map_err(|e| format!("{e}: {info}"))?;
-        v["pid"]
-            .as_u64()
-            .map(|p| p as u32)
-            .ok_or_else(|| format!("no pid in the container's verbose info: {info}"))
-    }
-
-    /// Waits (up to 60 s: the guest is slow) until the container has exited.
-    async fn wait_exited(&mut self, cid: &str) -> Result<ContainerStatus, String> {
-        for _ in 0..600 {
-            let s = self.container_status(cid).await?;
-            if s.state == ContainerState::ContainerExited as i32 {
-                return Ok(s);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Err(format!("container {cid} did not exit"))
-    }
-
-    fn all_ids(&self) -> Vec<String> {
-        self.ids.iter().chain(&self.containers).cloned().collect()
-    }
-
-    async fn remove_pod(&mut self, id: &str) -> R {
-        self.rt
-            .stop_pod_sandbox(StopPodSandboxRequest {
-                pod_sandbox_id: id.into(),
-            })
-            .await
-            .map_err(|s| format!("StopPodSandbox: {}", s.message()))?;
-        self.rt
-            .remove_pod_sandbox(RemovePodSandboxRequest {
-                pod_sandbox_id: id.into(),
-            })
-            .await
-            .map_err(|s| format!("RemovePodSandbox: {}", s.message()))?;
-        Ok(())
-    }
-
-    async fn cleanup(&mut self) -> Vec<String> {
-        let mut errs = Vec::new();
-        for id in std::mem::take(&mut self.ids) {
-            if let Err(e) = self.remove_pod(&id).await {
-                errs.push(format!("{id}: {e}"));
-            }
-        }
-        errs
-    }
 }
 
 /// Runs `body` once per CRI handler with a fresh pod cgroup parent `/<test id>` (none when
@@ -485,7 +330,7 @@ async fn oom_kill_in_a_pod_cgroup() {
                 ],
             );
             let c = p.start(&id, &cfg, with_memory_limit(hog, 20 << 20)).await?;
-            let s = p.wait_exited(&c).await?;
+            let s = p.wait_exited(&c, Duration::from_secs(60)).await?;
             ensure!(s.exit_code == 137 && s.reason == "OOMKilled", "{s:?}");
             Ok(())
         },

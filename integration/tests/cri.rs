@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rsandbox_integration::cri::*;
-use rsandbox_integration::pods::{self, container_config};
+use rsandbox_integration::pods::{self, Pods, container_config};
 use rsandbox_integration::*;
 
 type R = Result<(), String>;
@@ -43,171 +43,6 @@ fn set_container_pid(c: &mut ContainerConfig, mode: NamespaceMode) {
     sc.namespace_options.get_or_insert_default().pid = mode as i32;
 }
 
-/// A test's pods, removed at the end whatever happened.
-struct Pods {
-    rt: Runtime,
-    ids: Vec<String>,
-    containers: Vec<String>,
-}
-
-impl Pods {
-    async fn new() -> Pods {
-        let (rt, _img) = cri_clients().await;
-        Pods {
-            rt,
-            ids: Vec::new(),
-            containers: Vec::new(),
-        }
-    }
-
-    async fn run(&mut self, config: PodSandboxConfig) -> Result<String, String> {
-        self.run_on(config, HANDLER).await
-    }
-
-    /// RunPodSandbox with the runtime handler `handler`.
-    async fn run_on(&mut self, config: PodSandboxConfig, handler: &str) -> Result<String, String> {
-        let r = self
-            .rt
-            .run_pod_sandbox(RunPodSandboxRequest {
-                config: Some(config),
-                runtime_handler: handler.into(),
-            })
-            .await
-            .map_err(|s| format!("RunPodSandbox: {}", s.message()))?;
-        let id = r.into_inner().pod_sandbox_id;
-        self.ids.push(id.clone());
-        Ok(id)
-    }
-
-    async fn status(&mut self, id: &str) -> Result<PodSandboxStatus, String> {
-        let r = self
-            .rt
-            .pod_sandbox_status(PodSandboxStatusRequest {
-                pod_sandbox_id: id.into(),
-                verbose: false,
-            })
-            .await
-            .map_err(|s| format!("PodSandboxStatus: {}", s.message()))?;
-        r.into_inner().status.ok_or("no status".into())
-    }
-
-    /// Creates and starts a container.
-    async fn start(
-        &mut self,
-        pod: &str,
-        pod_config: &PodSandboxConfig,
-        config: ContainerConfig,
-    ) -> Result<String, String> {
-        let name = config.metadata.as_ref().unwrap().name.clone();
-        let r = self
-            .rt
-            .create_container(CreateContainerRequest {
-                pod_sandbox_id: pod.into(),
-                config: Some(config),
-                sandbox_config: Some(pod_config.clone()),
-            })
-            .await
-            .map_err(|s| format!("CreateContainer {name}: {}", s.message()))?;
-        let id = r.into_inner().container_id;
-        self.containers.push(id.clone());
-        self.rt
-            .start_container(StartContainerRequest {
-                container_id: id.clone(),
-            })
-            .await
-            .map_err(|s| format!("StartContainer {name}: {}", s.message()))?;
-        Ok(id)
-    }
-
-    async fn exec(&mut self, cid: &str, cmd: &[&str]) -> Result<ExecSyncResponse, String> {
-        let r = self
-            .rt
-            .exec_sync(ExecSyncRequest {
-                container_id: cid.into(),
-                cmd: cmd.iter().map(|s| s.to_string()).collect(),
-                timeout: 20,
-            })
-            .await
-            .map_err(|s| format!("ExecSync {cmd:?}: {}", s.message()))?;
-        Ok(r.into_inner())
-    }
-
-    /// stdout of a successful exec.
-    async fn out(&mut self, cid: &str, cmd: &[&str]) -> Result<String, String> {
-        let r = self.exec(cid, cmd).await?;
-        ensure!(
-            r.exit_code == 0,
-            "{cmd:?}: exit {} stderr {:?}",
-            r.exit_code,
-            String::from_utf8_lossy(&r.stderr)
-        );
-        Ok(String::from_utf8_lossy(&r.stdout).into_owned())
-    }
-
-    async fn container_status(&mut self, cid: &str) -> Result<ContainerStatus, String> {
-        let r = self
-            .rt
-            .container_status(ContainerStatusRequest {
-                container_id: cid.into(),
-                verbose: false,
-            })
-            .await
-            .map_err(|s| format!("ContainerStatus: {}", s.message()))?;
-        r.into_inner().status.ok_or("no status".into())
-    }
-
-    /// Waits until the container has exited.
-    async fn wait_exited(&mut self, cid: &str) -> Result<ContainerStatus, String> {
-        for _ in 0..200 {
-            let s = self.container_status(cid).await?;
-            if s.state == ContainerState::ContainerExited as i32 {
-                return Ok(s);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Err(format!("container {cid} did not exit"))
-    }
-
-    async fn stop(&mut self, id: &str) -> R {
-        self.rt
-            .stop_pod_sandbox(StopPodSandboxRequest {
-                pod_sandbox_id: id.into(),
-            })
-            .await
-            .map_err(|s| format!("StopPodSandbox: {}", s.message()))?;
-        Ok(())
-    }
-
-    async fn remove(&mut self, id: &str) -> R {
-        self.rt
-            .remove_pod_sandbox(RemovePodSandboxRequest {
-                pod_sandbox_id: id.into(),
-            })
-            .await
-            .map_err(|s| format!("RemovePodSandbox: {}", s.message()))?;
-        Ok(())
-    }
-
-    /// Every ID this test made (for the leftover check).
-    fn all_ids(&self) -> Vec<String> {
-        self.ids.iter().chain(&self.containers).cloned().collect()
-    }
-
-    /// Stops and removes every pod (errors collected).
-    async fn cleanup(&mut self) -> Vec<String> {
-        let mut errs = Vec::new();
-        for id in self.ids.clone() {
-            if let Err(e) = self.stop(&id).await {
-                errs.push(format!("{id}: {e}"));
-            }
-            if let Err(e) = self.remove(&id).await {
-                errs.push(format!("{id}: {e}"));
-            }
-        }
-        errs
-    }
-}
-
 /// Runs `body`, then removes the pods and checks leftovers; fails on the first error.
 async fn with_pods<F>(name: &str, body: F)
 where
@@ -216,7 +51,7 @@ where
     let g = Guard::new();
     let id = unique_id(name);
     let dir = scratch_dir(&id);
-    let mut pods = Pods::new().await;
+    let mut pods = Pods::new(HANDLER).await;
     let res = body(&mut pods, &dir).await;
     let errs = pods.cleanup().await;
     let mut ids = pods.all_ids();
@@ -583,13 +418,13 @@ async fn exec_logs_and_exit_codes() {
                 ),
             )
             .await?;
-        let s = p.wait_exited(&c).await?;
+        let s = p.wait_exited(&c, Duration::from_secs(20)).await?;
         ensure!(s.exit_code == 7, "exit code {} ({s:?})", s.exit_code);
         ensure!(s.reason == "Error", "reason {:?}", s.reason);
         let ok = p
             .start(&id, &cfg, container_config("quiet", &["true"]))
             .await?;
-        let s = p.wait_exited(&ok).await?;
+        let s = p.wait_exited(&ok, Duration::from_secs(20)).await?;
         ensure!(s.exit_code == 0 && s.reason == "Completed", "{s:?}");
 
         let mut log = String::new();
@@ -656,7 +491,7 @@ async fn oom_killed_container() {
             ..Default::default()
         });
         let c = p.start(&id, &cfg, cc).await?;
-        let s = p.wait_exited(&c).await?;
+        let s = p.wait_exited(&c, Duration::from_secs(20)).await?;
         ensure!(s.exit_code == 137 && s.reason == "OOMKilled", "{s:?}");
         Ok(())
     })
