@@ -822,15 +822,7 @@ fn containers_get_the_pod_files_and_the_pod_shm() {
 fn only_containers_in_the_pods_ipc_namespace_get_the_pod_shm() {
     let f = fixture();
     f.create("pod1", pod_config("a", false)).unwrap();
-    f.svc
-        .start_sandbox(
-            &ctx(),
-            StartSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.start("pod1").unwrap();
     let shm_of = |ipc: serde_json::Value| {
         let mut spec = serde_json::json!({
             "root": {"path": "rootfs"},
@@ -877,15 +869,7 @@ fn a_new_ipc_namespace_keeps_its_own_shm_when_there_is_no_pause_to_join() {
 fn containers_without_namespace_paths_join_the_pod() {
     let f = fixture();
     f.create("pod1", pod_config("a", true)).unwrap();
-    f.svc
-        .start_sandbox(
-            &ctx(),
-            StartSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.start("pod1").unwrap();
     let mut spec = serde_json::json!({
         "root": {"path": "rootfs"},
         "linux": {"namespaces": [
@@ -976,15 +960,7 @@ fn task_connect_and_pids_answer_for_the_sandbox_id() {
     use containerd_shim_protos::shim_sync::Task as _;
     let f = fixture();
     f.create("pod1", pod_config("a", false)).unwrap();
-    f.svc
-        .start_sandbox(
-            &ctx(),
-            StartSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.start("pod1").unwrap();
     let c = f
         .tasks
         .connect(
@@ -1028,15 +1004,7 @@ fn a_shim_in_a_user_namespace_starts_pods_without_ping_group_range() {
     *f.host.sysctl_defaults.lock().unwrap() =
         SysctlDefaults::from_host(Some("0 100000 65536"), true);
     f.create("pod1", pod_config("a", false)).unwrap();
-    f.svc
-        .start_sandbox(
-            &ctx(),
-            StartSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.start("pod1").unwrap();
     let cfg = f.host.pause.lock().unwrap().clone().unwrap();
     let names: Vec<&str> = cfg.sysctls.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(names, ["net.ipv4.ip_unprivileged_port_start"]);
@@ -1339,15 +1307,7 @@ fn a_pause_that_dies_before_its_pid_is_stored_makes_the_pod_notready() {
         })
     }));
     f.create("pod1", pod_config("web-0", true)).unwrap();
-    f.svc
-        .start_sandbox(
-            &ctx(),
-            StartSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.start("pod1").unwrap();
     let st = f.status("pod1").unwrap();
     assert_eq!(st.state, "SANDBOX_NOTREADY");
     assert_eq!(f.sm.wait_blocking("pod1").unwrap().status, 2);
@@ -1364,15 +1324,7 @@ fn an_old_exit_of_a_recycled_pid_does_not_touch_a_new_pause() {
         at: SystemTime::now(),
     });
     f.create("pod1", pod_config("web-0", true)).unwrap();
-    f.svc
-        .start_sandbox(
-            &ctx(),
-            StartSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.start("pod1").unwrap();
     assert_eq!(f.status("pod1").unwrap().state, "SANDBOX_READY");
 }
 
