@@ -675,7 +675,7 @@ impl SandboxManager {
             "shm": s.record.shm,
             "cgroup": s.record.cgroup.dirs,
             "sysctls": s.spec.effective_sysctls(self.host.sysctl_defaults()),
-            "pause": "forked by the shim (no image), uid 65535",
+            "pause": "the shim's pause program (no image) in an empty root, uid 65535, seccomp",
             "containers": self.tm.ids(),
         })
         .to_string()

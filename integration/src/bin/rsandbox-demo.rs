@@ -75,7 +75,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .filter(|p| p.cmdline.contains(&id))
         .count();
     println!(
-        "   shim daemons for this pod: {}, plus its pause process (forked by the shim, no pause image): {} processes in all",
+        "   shim daemons for this pod: {}, plus its pause process (the shim's own pause program, no pause image): {} processes in all",
         shim_daemons_for(&id).len(),
         procs
     );
