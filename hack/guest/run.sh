@@ -19,6 +19,10 @@ ln -sf /proc/self/fd /dev/fd
 exec > >(tee "$OUT/guest.log") 2>&1
 
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+# The repository (and the test binaries in its target dir) may live under a directory the
+# tmpfs mounts below cover (a CI clone in /tmp): keep a handle on it, put it back after.
+mkdir -p /.guest-repo
+mount --bind "$GUEST_REPO" /.guest-repo
 mount -t tmpfs -o mode=0755 tmpfs /run
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mkdir -p /dev/pts /dev/shm /dev/mqueue
@@ -30,6 +34,10 @@ mount -t tmpfs tmpfs "$RSANDBOX_PREFIX/var/lib/containerd"
 mount -t tmpfs tmpfs "$RSANDBOX_PREFIX/run"
 mount -t tmpfs tmpfs "$RSANDBOX_PREFIX/var/lib/cni"
 mount -t tmpfs tmpfs "$RSANDBOX_PREFIX/log"
+if [[ ! -e "$GUEST_REPO/hack/lib.sh" ]]; then
+	mkdir -p "$GUEST_REPO"
+	mount --bind /.guest-repo "$GUEST_REPO"
+fi
 hostname rsandbox-guest
 # kernel modules of the guest's kernel; busybox's modprobe (the host has no kmod)
 mkdir -p /lib/modules
