@@ -35,6 +35,20 @@ pub const PAUSE_ARGV0: &str = "rsandbox-pause";
 pub const RUNTIME: &str = "io.containerd.rsandbox.v1";
 /// CRI runtime handler of the shim sandboxer.
 pub const HANDLER: &str = "rsandbox";
+/// The CRI handler of containerd's podsandbox + runc path on the bench (the same probes run
+/// against it to show both paths agree).
+pub const RUNC_HANDLER: &str = "runc";
+
+/// `ensure!(cond, "fmt", ...)`: in a test body returning `Result<_, String>`, fails with the
+/// message prefixed by the file and line when `cond` is false.
+#[macro_export]
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)+)));
+        }
+    };
+}
 /// The bench's busybox image (namespaces `default` and `k8s.io`).
 pub const BUSYBOX: &str = "localhost/busybox:latest";
 /// Where containerd's shim code puts shim sockets (hard-coded).

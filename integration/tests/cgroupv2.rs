@@ -13,15 +13,7 @@ use rsandbox_integration::*;
 
 type R = Result<(), String>;
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)+)));
-        }
-    };
-}
-
-const HANDLERS: [&str; 2] = ["runc", HANDLER];
+const HANDLERS: [&str; 2] = [RUNC_HANDLER, HANDLER];
 const CG: &str = "/sys/fs/cgroup";
 
 /// `/sys/fs/cgroup` is cgroup2 (the unified hierarchy only).

@@ -19,18 +19,8 @@ use rsandbox_integration::*;
 const NS: &str = "default";
 /// containerd's runc shim, for `ctr run --runtime`.
 const RUNC_RUNTIME: &str = "io.containerd.runc.v2";
-/// The bench's CRI handler for containerd's own path (podsandbox controller + runc shim).
-const RUNC_HANDLER: &str = "runc";
 
 type R = Result<(), String>;
-
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)+)));
-        }
-    };
-}
 
 /// Both runtimes, with a short tag for IDs.
 fn runtimes() -> [(&'static str, &'static str); 2] {

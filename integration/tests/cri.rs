@@ -13,14 +13,6 @@ use rsandbox_integration::*;
 
 type R = Result<(), String>;
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)+)));
-        }
-    };
-}
-
 fn e<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     move |err| format!("{what}: {err}")
 }

@@ -9,14 +9,6 @@ const NS: &str = "default";
 /// containerd's own runc shim, the reference.
 const RUNC: &str = "io.containerd.runc.v2";
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)+)));
-        }
-    };
-}
-
 /// Removes an image when dropped.
 struct ImageGone(&'static str, String);
 

@@ -17,17 +17,6 @@ use rsandbox_integration::*;
 
 type R = Result<(), String>;
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)+)));
-        }
-    };
-}
-
-/// The CRI handler of containerd's podsandbox + runc path on the bench.
-const RUNC_HANDLER: &str = "runc";
-
 /// A pod sharing one PID namespace (`shareProcessNamespace: true`).
 fn shared_pid_pod(name: &str, dir: &Path) -> PodSandboxConfig {
     let mut cfg = pods::pod_config(name, dir);

@@ -13,14 +13,6 @@ const NS: &str = "default";
 
 type R = Result<(), String>;
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)+)));
-        }
-    };
-}
-
 /// Runs `body` with a fresh ID and scratch directory, then removes the container (whatever
 /// happened) and checks that nothing is left.
 async fn with_container<F>(name: &str, body: F)

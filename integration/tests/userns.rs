@@ -22,17 +22,6 @@ use rsandbox_integration::*;
 
 type R = Result<(), String>;
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)+)));
-        }
-    };
-}
-
-/// The CRI handler of containerd's podsandbox + runc path on the bench.
-const RUNC_HANDLER: &str = "runc";
-
 /// The host id container id 0 maps to (uids and gids), far from any id the node uses.
 const HOST_ID: u32 = 1_200_000_000;
 const SIZE: u32 = 65536;

@@ -20,14 +20,6 @@ use ttrpc::Code;
 
 type R = Result<(), String>;
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!("{}:{}: {}", file!(), line!(), format!($($fmt)+)));
-        }
-    };
-}
-
 /// The bound on a pod shim's threads, however many calls came before.
 const MAX_SHIM_THREADS: usize = 32;
 

@@ -905,9 +905,9 @@ fn shutdown_exits_only_without_tasks() {
     assert!(!f.host.runtime.calls().contains(&"create t2".to_string()));
 }
 
-#[test]
-fn a_create_racing_the_shims_close_takes_itself_down() {
-    let f = Arc::new(fixture());
+/// Makes every `runc create` of `f` report on the second channel that it is inside, then wait
+/// (up to 5 s) for a message on the first.
+fn hold_creates(f: &Fixture) -> (std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>) {
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let (inside_tx, inside_rx) = std::sync::mpsc::channel::<()>();
     let go_rx = Mutex::new(go_rx);
@@ -918,6 +918,13 @@ fn a_create_racing_the_shims_close_takes_itself_down() {
             .unwrap()
             .recv_timeout(std::time::Duration::from_secs(5));
     }));
+    (go_tx, inside_rx)
+}
+
+#[test]
+fn a_create_racing_the_shims_close_takes_itself_down() {
+    let f = Arc::new(fixture());
+    let (go_tx, inside_rx) = hold_creates(&f);
     let f2 = f.clone();
     let creating = std::thread::spawn(move || f2.create("t1").map(|r| r.pid));
     inside_rx.recv().unwrap(); // inside runc create, rootfs mounted
@@ -1225,16 +1232,7 @@ fn an_init_killed_during_create_gets_its_task_exit_after_task_create() {
 #[test]
 fn two_concurrent_creates_of_one_id_one_wins() {
     let f = Arc::new(fixture());
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    let (inside_tx, inside_rx) = std::sync::mpsc::channel::<()>();
-    let go_rx = Mutex::new(go_rx);
-    *f.host.runtime.on_create.lock().unwrap() = Some(Box::new(move |_| {
-        let _ = inside_tx.send(());
-        let _ = go_rx
-            .lock()
-            .unwrap()
-            .recv_timeout(std::time::Duration::from_secs(5));
-    }));
+    let (go_tx, inside_rx) = hold_creates(&f);
     let f2 = f.clone();
     let first = std::thread::spawn(move || f2.create("t1").map(|r| r.pid));
     inside_rx.recv().unwrap(); // the first Create is inside runc create
