@@ -13,9 +13,9 @@
 # containerd's RSS), and the shim binaries' start/delete actions. Prints
 # markdown tables (p50/p95/min/max, p50 ratio rsandbox/runc) and writes
 #   target/bench/rsandbox-bench[-quick].json   (override: --json PATH)
-#   target/bench/rsandbox-bench[-quick].png    bar chart of the ratios, only
-#                                              when gnuplot is installed
-#                                              (Debian: gnuplot-nox)
+#   target/bench/rsandbox-bench[-quick].png    bar chart of the ratios (gnuplot:
+#                                              Debian's gnuplot-nox, installed
+#                                              here when missing)
 # Everything it creates is removed at the end, on failure and on Ctrl-C; it
 # exits non-zero when a workload fails or something is left behind.
 # The full run takes several minutes on 2 cores. Needs root and a running
@@ -35,6 +35,13 @@ need_root
 cd "$RSANDBOX_REPO"
 containerd_pid >/dev/null || die "the bench's containerd is not running: hack/setup.sh (or hack/containerd.sh start)"
 [[ -x "$BIN/$SHIM_NAME" ]] || die "$BIN/$SHIM_NAME is not installed: hack/build.sh"
+# the chart: what the benchmark needs is installed when it runs, so a new machine shows it
+if ! command -v gnuplot >/dev/null; then
+	log "installing gnuplot-nox (the benchmark's chart) from $(host_codename)"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends gnuplot-nox >/dev/null ||
+		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends gnuplot-nox >/dev/null; } ||
+		log "warning: gnuplot-nox could not be installed: no chart"
+fi
 
 target_dir=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/integration/target}
 name=rsandbox-bench

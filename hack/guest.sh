@@ -20,9 +20,24 @@
 # here, the integration test binary `cgroupv2` built here. Processes start
 # ~25x slower in the guest, so only those tests run there.
 #
-# Usage: hack/guest.sh [TEST-FILTER...]   (args go to the test binary)
+# --systemd: the systemd node instead. The same kernel, initramfs and overlay,
+# booted with systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all; the
+# initramfs switches into hack/guest/systemd-boot.sh, which writes the node's
+# units into the overlay (containerd.service as containerd ships it, running
+# the bench's containerd with the runc handler at SystemdCgroup = true; a test
+# unit as the default target; journald, udev, getty, generators, timers ...
+# masked), hides /.dockerenv and execs systemd (bookworm's, from this machine;
+# extracted with dpkg-deb into a guest-only layer if it lacks it) as PID 1;
+# dbus socket-activated. The test unit (hack/guest/systemd-run.sh) runs
+# integration/tests/systemd.rs once per runc and powers off.
+#
+# Usage: hack/guest.sh [--systemd] [TEST-FILTER...]   (args go to the test binary)
 # Environment: see hack/lib.sh; RSANDBOX_GUEST_MEM (MiB, 2048),
-# RSANDBOX_GUEST_TIMEOUT (s, 900), RSANDBOX_GUEST_RUNCS ("1.1 1.3").
+# RSANDBOX_GUEST_TIMEOUT (s, 900; 1800 with --systemd), RSANDBOX_GUEST_RUNCS ("1.1 1.3"),
+# RSANDBOX_GUEST_MODE (cgroupv2 | systemd: the same as --systemd),
+# RSANDBOX_GUEST_NO_SWITCH_ROOT=1 (cgroup v2 mode: / stays the initramfs, an initramfs root
+# where pivot_root cannot work), RSANDBOX_GUEST_EXE (cgroup v2 mode: a test binary of this
+# tree to run instead of cgroupv2's, e.g. the unit tests': the filter then goes to it).
 set -euo pipefail
 # shellcheck source=hack/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -32,8 +47,27 @@ cd "$RSANDBOX_REPO"
 G=$P/guest
 OUT=$G/out
 MEM=${RSANDBOX_GUEST_MEM:-2048}
-TIMEOUT=${RSANDBOX_GUEST_TIMEOUT:-900}
+TIMEOUT=${RSANDBOX_GUEST_TIMEOUT:-}
 RUNCS=${RSANDBOX_GUEST_RUNCS:-1.1 1.3}
+MODE=${RSANDBOX_GUEST_MODE:-cgroupv2}
+if [[ "${1:-}" == --systemd ]]; then
+	MODE=systemd
+	shift
+fi
+case $MODE in
+cgroupv2)
+	WHAT="cgroup v2 guest"
+	CONSOLE=$G/console.log
+	TIMEOUT=${TIMEOUT:-900}
+	;;
+systemd)
+	WHAT="systemd guest"
+	OUT=$G/out-systemd
+	CONSOLE=$G/console-systemd.log
+	TIMEOUT=${TIMEOUT:-1800}
+	;;
+*) die "RSANDBOX_GUEST_MODE=$MODE: expected cgroupv2 or systemd" ;;
+esac
 
 [[ -f "$SETUP_DONE" && -x "$BIN/$SHIM_NAME" ]] || die "the bench is not set up: hack/setup.sh and hack/build.sh first"
 [[ -x "$RUNC13_BIN" ]] || die "runc 1.3 missing: hack/setup.sh"
@@ -53,16 +87,21 @@ qemu_install() {
 		-t "$codename-backports" qemu-system-x86
 }
 
-kernel_fetch() { # Debian's kernel, extracted; sets KVER
-	local dl=$G/debs pkg
-	KVER=$(ls "$G/kernel/lib/modules" 2>/dev/null | head -n1) || true
-	if [[ -n "$KVER" && -s "$G/vmlinux" && -f "$G/kernel/lib/modules/$KVER/modules.dep" ]]; then
-		return 0
-	fi
+kernel_fetch() { # Debian's kernel, extracted; sets KVER and KPKG
+	local dl=$G/debs pkg ver
+	# the package apt gives now, revalidated on every run: a cached kernel from an older
+	# update must never hide what a new machine gets
 	pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
 	[[ -n "$pkg" ]] || die "apt-cache knows no linux-image-amd64 dependency"
-	log "downloading $pkg (Debian's kernel, extracted only)"
-	rm -rf "$dl" "$G/kernel" "$G/vmlinux"
+	ver=$(apt-cache policy "$pkg" | awk '/Candidate:/ { print $2; exit }')
+	KPKG="$pkg $ver"
+	KVER=$(ls "$G/kernel/lib/modules" 2>/dev/null | head -n1) || true
+	if [[ -n "$KVER" && -s "$G/vmlinux" && -f "$G/kernel/lib/modules/$KVER/modules.dep" &&
+		"$(cat "$G/kernel.pkg" 2>/dev/null)" == "$KPKG" ]]; then
+		return 0
+	fi
+	log "downloading $KPKG (Debian's kernel, extracted only)"
+	rm -rf "$dl" "$G/kernel" "$G/vmlinux" "$G/kernel.pkg" "$G/initramfs.cpio"
 	mkdir -p "$dl"
 	(cd "$dl" && apt-get -q -o APT::Sandbox::User=root download "$pkg")
 	dpkg-deb -x "$dl"/"$pkg"_*.deb "$G/kernel"
@@ -70,6 +109,7 @@ kernel_fetch() { # Debian's kernel, extracted; sets KVER
 	vmlinux_extract "$G/kernel/boot/vmlinuz-$KVER" "$G/vmlinux"
 	# busybox's depmod: the host has no kmod; modprobe in the guest reads modules.dep
 	"$(busybox_bin)" depmod -b "$G/kernel" "$KVER"
+	echo "$KPKG" >"$G/kernel.pkg"
 }
 
 # vmlinux_extract BZIMAGE OUT: the kernel's extract-vmlinux, for the xz/zstd/gzip
@@ -91,28 +131,97 @@ vmlinux_extract() {
 	die "no ELF kernel found in $img"
 }
 
+# module_closure MODDIR NAME...: the modules NAME... need, dependencies first, as
+# paths relative to MODDIR, from the kernel's own modules.dep (the order of its
+# dependency lists changes between kernel builds: 6.1.192's virtio.ko needs
+# virtio_ring.ko). A module built into the kernel (modules.builtin) needs nothing.
+module_closure() {
+	local dir=$1
+	shift
+	awk -v want="$*" '
+		FNR == 1 { file++ }
+		file == 1 { n = $0; sub(/.*\//, "", n); sub(/\.ko.*/, "", n); gsub(/-/, "_", n); builtin[n] = 1; next }
+		{
+			m = $1; sub(/:$/, "", m)
+			n = m; sub(/.*\//, "", n); sub(/\.ko.*/, "", n); gsub(/-/, "_", n)
+			path[n] = m; deps[m] = ""
+			for (i = 2; i <= NF; i++) deps[m] = deps[m] " " $i
+		}
+		function visit(m,   d, k, i) {
+			if (m in done) return
+			done[m] = 1
+			k = split(deps[m], d, " ")
+			for (i = 1; i <= k; i++) visit(d[i])
+			print m
+		}
+		END {
+			k = split(want, w, " ")
+			for (i = 1; i <= k; i++) {
+				n = w[i]; gsub(/-/, "_", n)
+				if (n in path) visit(path[n])
+				else if (!(n in builtin)) { print "module " w[i] " is neither in modules.dep nor built in" > "/dev/stderr"; exit 1 }
+			}
+		}' "$dir/modules.builtin" "$dir/modules.dep"
+}
+
 initramfs_build() { # busybox + the modules that mount / over 9p
-	local root=$G/initramfs bb m k
+	local root=$G/initramfs bb m mods kdir
 	bb=$(busybox_bin)
-	if [[ -s "$G/initramfs.cpio" && "$G/initramfs.cpio" -nt hack/guest/init && "$G/initramfs.cpio" -nt "$bb" ]]; then
+	if [[ -s "$G/initramfs.cpio" && "$G/initramfs.cpio" -nt hack/guest/init && "$G/initramfs.cpio" -nt "$bb" &&
+		"$G/initramfs.cpio" -nt "$G/kernel.pkg" && "$G/initramfs.cpio" -nt hack/guest.sh ]]; then
 		return 0
 	fi
 	rm -rf "$root"
 	mkdir -p "$root"/{bin,dev,proc,sys,lower,up,newroot,modules}
 	cp "$bb" "$root/bin/busybox"
 	for m in sh mount umount mkdir insmod switch_root sleep cat echo reboot sed; do ln -s busybox "$root/bin/$m"; done
-	k=$G/kernel/lib/modules/$KVER/kernel
-	# dependency order (modules.dep): virtio transport, 9p, overlayfs
-	for m in drivers/virtio/virtio.ko drivers/virtio/virtio_ring.ko drivers/virtio/virtio_pci_modern_dev.ko \
-		drivers/virtio/virtio_pci_legacy_dev.ko drivers/virtio/virtio_pci.ko fs/netfs/netfs.ko fs/fscache/fscache.ko \
-		net/9p/9pnet.ko net/9p/9pnet_virtio.ko fs/9p/9p.ko fs/overlayfs/overlay.ko; do
-		[[ -f "$k/$m" ]] || die "kernel module $m missing in $KVER"
-		cp "$k/$m" "$root/modules/"
-		echo "${m##*/}" >>"$root/modules/order"
+	kdir=$G/kernel/lib/modules/$KVER
+	# virtio PCI transport, 9p over virtio, overlayfs: the closure in modules.dep order
+	mods=$(module_closure "$kdir" virtio_pci 9pnet_virtio 9p overlay) || die "kernel $KVER: cannot resolve the guest's modules"
+	for m in $mods; do
+		[[ -f "$kdir/$m" ]] || die "kernel module $m missing in $KVER"
+		case $m in
+		*.ko) cp "$kdir/$m" "$root/modules/" ;;
+		*.ko.xz) xz -dc "$kdir/$m" >"$root/modules/$(basename "$m" .xz)" ;;
+		*.ko.zst) zstd -qdc "$kdir/$m" >"$root/modules/$(basename "$m" .zst)" ;;
+		*) die "kernel module $m: unknown compression" ;;
+		esac
+		m=${m##*/}
+		echo "${m%.ko*}.ko" >>"$root/modules/order"
 	done
+	log "initramfs modules ($KVER): $(tr '\n' ' ' <"$root/modules/order")"
 	install -m 0755 hack/guest/init "$root/init"
 	(cd "$root" && find . | "$bb" cpio -o -H newc >"$G/initramfs.cpio.tmp" 2>/dev/null)
 	mv -f "$G/initramfs.cpio.tmp" "$G/initramfs.cpio"
+}
+
+# systemd_layer: prints the directory of a guest-only layer holding systemd and dbus (and what
+# they need) extracted with dpkg-deb when this machine lacks them; nothing when it has them.
+# Never installed here, never started here.
+systemd_layer() {
+	local layer=$G/systemd-layer dl=$G/debs-systemd pkgs d
+	[[ -x /lib/systemd/systemd && -x /usr/bin/dbus-daemon && -x /usr/bin/busctl ]] && return 0
+	if [[ ! -f "$layer/.complete" ]]; then
+		# what installing them would add: apt's simulation (nothing is installed)
+		pkgs=$(apt-get -s -q install --no-install-recommends systemd dbus | awk '/^Inst / { print $2 }')
+		[[ -n "$pkgs" ]] || die "systemd guest: /lib/systemd/systemd is missing, but apt would install nothing"
+		log "systemd guest: extracting $(echo "$pkgs" | tr '\n' ' ')into $layer (not installed)"
+		rm -rf "$layer" "$dl"
+		mkdir -p "$layer" "$dl"
+		# shellcheck disable=SC2086 # one package per word
+		(cd "$dl" && apt-get -q -o APT::Sandbox::User=root download $pkgs)
+		for d in "$dl"/*.deb; do dpkg-deb -x "$d" "$layer"; done
+		touch "$layer/.complete"
+	fi
+	echo "$layer"
+}
+
+lib_test_binary() { # builds the shim crate's unit-test binary; prints its path
+	local exe
+	exe=$(cargo test --lib --no-run --message-format=json 2>/dev/null |
+		sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
+	[[ -x "$exe" ]] || die "could not build the shim's unit tests (cargo test --lib --no-run)"
+	echo "$exe"
 }
 
 test_binary() { # NAME: builds integration test binary NAME; prints its path
@@ -126,43 +235,62 @@ test_binary() { # NAME: builds integration test binary NAME; prints its path
 qemu_install
 kernel_fetch
 initramfs_build
-# the guest runs: every test of integration/tests/cgroupv2.rs (or the filter
-# given), and handshake.rs's shim_cgroup test (ShimCgroup)
-EXE=$(test_binary cgroupv2)
-HS_EXE=$(test_binary handshake)
 rm -rf "$OUT"
 mkdir -p "$OUT"
+if [[ $MODE == systemd ]]; then
+	# the guest runs integration/tests/systemd.rs (or the filter given), and the shim's
+	# ignored unit tests named live_systemd (its D-Bus client against the real systemd)
+	EXE=$(test_binary systemd)
+	HS_EXE=
+	LIB_EXE=$(lib_test_binary)
+	LAYER=$(systemd_layer)
+	containerd_config true >"$OUT/containerd.toml"
+	RUN=$RSANDBOX_REPO/hack/guest/systemd-boot.sh
+	# show_status=0: PID 1 writes no unit status lines to the serial console (slow under
+	# TCG); the console carries the tests' output
+	CMDLINE="systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all systemd.show_status=0"
+else
+	# the guest runs: every test of integration/tests/cgroupv2.rs (or the filter
+	# given), and handshake.rs's shim_cgroup test (ShimCgroup)
+	EXE=${RSANDBOX_GUEST_EXE:-$(test_binary cgroupv2)}
+	HS_EXE=$(test_binary handshake)
+	LIB_EXE=
+	LAYER=
+	RUN=$RSANDBOX_REPO/hack/guest/run.sh
+	CMDLINE="cgroup_no_v1=all"
+fi
 # what run.sh needs, handed over through the results share
 {
 	printf 'export RSANDBOX_PREFIX=%q RSANDBOX_SUBNET=%q RSANDBOX_BRIDGE=%q\n' "$RSANDBOX_PREFIX" "$RSANDBOX_SUBNET" "$RSANDBOX_BRIDGE"
 	printf 'export RSANDBOX_SHIM_SUBNET=%q RSANDBOX_SHIM_BRIDGE=%q RSANDBOX_LOG_LEVEL=%q\n' "$RSANDBOX_SHIM_SUBNET" "$RSANDBOX_SHIM_BRIDGE" "$RSANDBOX_LOG_LEVEL"
 	printf 'GUEST_REPO=%q GUEST_EXE=%q GUEST_HS_EXE=%q GUEST_KMOD=%q GUEST_RUNCS=%q\n' \
 		"$RSANDBOX_REPO" "$EXE" "$HS_EXE" "$G/kernel/lib/modules/$KVER" "$RUNCS"
+	printf 'GUEST_CONTAINERD_CONFIG=%q GUEST_SYSTEMD_LAYER=%q GUEST_LIB_EXE=%q\n' /mnt/containerd.toml "$LAYER" "$LIB_EXE"
 	printf 'GUEST_ARGS=('
 	(($#)) && printf '%q ' "$@"
 	printf ')\n'
 } >"$OUT/env"
 
-section "cgroup v2 guest: $KVER, $(qemu-system-x86_64 --version | head -n1), ${MEM} MiB, TCG"
+section "$WHAT: kernel $KVER ($KPKG), $(qemu-system-x86_64 --version | head -n1), ${MEM} MiB, TCG"
 start=$(date +%s.%N)
 rc=0
 timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
 	-M pc -accel tcg,thread=multi -cpu max -smp "$(nproc)" -m "$MEM" \
 	-kernel "$G/vmlinux" -initrd "$G/initramfs.cpio" \
-	-append "console=ttyS0 cgroup_no_v1=all panic=-1 quiet loglevel=3 rdinit=/init rsandbox.run=$RSANDBOX_REPO/hack/guest/run.sh" \
+	-append "console=ttyS0 $CMDLINE panic=-1 quiet loglevel=3 rdinit=/init rsandbox.run=$RUN${RSANDBOX_GUEST_NO_SWITCH_ROOT:+ rsandbox.no_switch_root=$RSANDBOX_GUEST_NO_SWITCH_ROOT}" \
 	-nographic -no-reboot -nic none \
 	-fsdev local,id=hostroot,path=/,security_model=passthrough,readonly=on,multidevs=remap \
 	-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
 	-fsdev local,id=out,path="$OUT",security_model=passthrough \
 	-device virtio-9p-pci,fsdev=out,mount_tag=out \
-	</dev/null 2>&1 | tee "$G/console.log" || rc=$?
+	</dev/null 2>&1 | tee "$CONSOLE" || rc=$?
 end=$(date +%s.%N)
 secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
 if [[ ! -f "$OUT/rc" ]]; then
-	log "the guest ended without a result (qemu/timeout exit $rc; console: $G/console.log)"
-	log "cgroup v2 guest took ${secs} s"
+	log "the guest ended without a result (qemu/timeout exit $rc; console: $CONSOLE)"
+	log "$WHAT took ${secs} s"
 	exit 1
 fi
 grc=$(<"$OUT/rc")
-log "cgroup v2 guest took ${secs} s (boot to tests: $(cat "$OUT/boot-secs" 2>/dev/null || echo ?) s in the guest); tests exit $grc"
+log "$WHAT took ${secs} s (boot to tests: $(cat "$OUT/boot-secs" 2>/dev/null || echo ?) s in the guest); tests exit $grc"
 exit "$grc"

@@ -15,39 +15,35 @@ finish() { # rc
 trap 'finish 99' EXIT
 # shellcheck disable=SC1091
 . "$OUT/env"
+# shellcheck source=hack/guest/common.sh
+. "$GUEST_REPO/hack/guest/common.sh"
 ln -sf /proc/self/fd /dev/fd
 exec > >(tee "$OUT/guest.log") 2>&1
 
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
-# The repository (and the test binaries in its target dir) may live under a directory the
-# tmpfs mounts below cover (a CI clone in /tmp): keep a handle on it, put it back after.
-mkdir -p /.guest-repo
+# The repository (and the test binaries in its target dir) and the bench prefix may live
+# under a directory the tmpfs mounts below cover (a CI clone in /tmp, RSANDBOX_PREFIX under
+# /tmp): keep a handle on each, put them back after.
+mkdir -p /.guest-repo /.guest-prefix
 mount --bind "$GUEST_REPO" /.guest-repo
+mount --bind "$RSANDBOX_PREFIX" /.guest-prefix
 mount -t tmpfs -o mode=0755 tmpfs /run
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mkdir -p /dev/pts /dev/shm /dev/mqueue
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 mount -t mqueue mqueue /dev/mqueue
-mkdir -p "$RSANDBOX_PREFIX/var/lib/containerd" "$RSANDBOX_PREFIX/run"
-mount -t tmpfs tmpfs "$RSANDBOX_PREFIX/var/lib/containerd"
-mount -t tmpfs tmpfs "$RSANDBOX_PREFIX/run"
-mount -t tmpfs tmpfs "$RSANDBOX_PREFIX/var/lib/cni"
-mount -t tmpfs tmpfs "$RSANDBOX_PREFIX/log"
+if [[ ! -d "$RSANDBOX_PREFIX/usr/bin" ]]; then
+	mkdir -p "$RSANDBOX_PREFIX"
+	mount --bind /.guest-prefix "$RSANDBOX_PREFIX"
+fi
+guest_state_tmpfs
 if [[ ! -e "$GUEST_REPO/hack/lib.sh" ]]; then
 	mkdir -p "$GUEST_REPO"
 	mount --bind /.guest-repo "$GUEST_REPO"
 fi
 hostname rsandbox-guest
-# kernel modules of the guest's kernel; busybox's modprobe (the host has no kmod)
-mkdir -p /lib/modules
-mount --bind "${GUEST_KMOD%/*}" /lib/modules
-BB=$(ls "$RSANDBOX_PREFIX"/busybox/{usr/,}bin/busybox 2>/dev/null | head -n1)
-ln -sf "$BB" /sbin/modprobe
-for m in bridge br_netfilter veth nf_tables nft_compat nft_chain_nat xt_comment xt_conntrack xt_MASQUERADE \
-	xt_mark xt_addrtype nf_nat nf_conntrack iptable_filter iptable_nat ip6table_filter; do
-	"$BB" modprobe "$m" 2>/dev/null || echo "guest: modprobe $m failed"
-done
+guest_modules
 ip link set lo up
 boot=$(awk -v a="$t0" '{ printf "%.1f", $1 }' /proc/uptime)
 echo "$boot" >"$OUT/boot-secs"

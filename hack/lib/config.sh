@@ -64,18 +64,28 @@ render() {
 	printf '%s' "$_text"
 }
 
-config() { # writes the containerd config, the shim's config, the CNI conflists; 0 when something changed
-	# the templates' own placeholders, besides the globals of hack/lib.sh
-	local SNAPSHOTTER RUNC_BIN RESTRICT_OOM_SCORE_ADJ NET_NAME NET_BRIDGE NET_SUBNET changed=1
+# containerd_config SYSTEMD_CGROUP: prints containerd's config; SYSTEMD_CGROUP (true|false) is
+# the runc handler's SystemdCgroup option: false on this machine, true in the systemd guest
+# (hack/guest.sh --systemd), as on a node whose kubelet uses the systemd cgroup driver
+containerd_config() {
+	# the template's own placeholders, besides the globals of hack/lib.sh
+	local SNAPSHOTTER RUNC_BIN RESTRICT_OOM_SCORE_ADJ RUNC_SYSTEMD_CGROUP=$1
 	SNAPSHOTTER=$(snapshotter)
 	RESTRICT_OOM_SCORE_ADJ=false
 	has_cap_sys_resource || RESTRICT_OOM_SCORE_ADJ=true
 	RUNC_BIN=$BIN/runc # the symlink of select_runc (hack/lib/runc.sh)
+	render containerd.toml.in
+}
+
+config() { # writes the containerd config, the shim's config, the CNI conflists; 0 when something changed
+	# the templates' own placeholders, besides the globals of hack/lib.sh
+	local SNAPSHOTTER NET_NAME NET_BRIDGE NET_SUBNET changed=1
+	SNAPSHOTTER=$(snapshotter)
 	mkdir -p "$CONF_DIR" "$CNI_CONF_DIR" "$IPAM_DIR" "$P/opt" "$P/tmp" "$P/log" "$P/run" "$CONF_DIR/certs.d/_default"
 	echo "$SNAPSHOTTER" >"$CONF_DIR/snapshotter"
 	printf '%s\n' '# rsandbox bench: no registry is reached; images are built by hack/setup.sh' \
 		'server = "http://127.0.0.1:1"' >"$CONF_DIR/certs.d/_default/hosts.toml"
-	render containerd.toml.in >"$CONFIG.tmp"
+	containerd_config false >"$CONFIG.tmp"
 	replace_if_changed "$CONFIG.tmp" "$CONFIG" && changed=0
 	# The shim's own config: pods created without a netns (containerd's sandbox
 	# controller API) get a netns and CNI from the shim, on their own bridge and
@@ -95,7 +105,7 @@ config() { # writes the containerd config, the shim's config, the CNI conflists;
 	render bridge.conflist.in >"$CNI_CONF_DIR/.10-$CNI_NET.conflist.tmp"
 	replace_if_changed "$CNI_CONF_DIR/.10-$CNI_NET.conflist.tmp" "$CNI_CONF_DIR/10-$CNI_NET.conflist" && changed=0
 	if ((changed == 0)); then
-		log "config written: $CONFIG, $CNI_CONF_DIR/10-$CNI_NET.conflist (snapshotter $SNAPSHOTTER, restrict_oom_score_adj $RESTRICT_OOM_SCORE_ADJ)"
+		log "config written: $CONFIG, $CNI_CONF_DIR/10-$CNI_NET.conflist (snapshotter $SNAPSHOTTER, restrict_oom_score_adj $(has_cap_sys_resource && echo false || echo true))"
 	else
 		log "config unchanged: $CONFIG"
 	fi
