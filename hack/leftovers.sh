@@ -15,7 +15,12 @@
 # runc containers of this bench; /run/containerd/rsandbox; cgroups below
 # default/, k8s.io/ or *rsandbox* dirs; veths on our bridge; portmap chains;
 # host-local IP leases. Items that may belong to something else on the
-# machine (another containerd, `ip netns add`) are printed as notes only.
+# machine (another containerd, `ip netns add`) are printed as notes only: a
+# stale socket or a cgroup below default/ or k8s.io/ counts only when this
+# bench's containerd log names it (containerd logs "connecting to shim <id>"
+# with the socket's address for every shim it starts, and CRI the ID of every
+# pod and container), so another containerd's shims and containers (a
+# Kubernetes test beside ours) are never taken for ours.
 set -euo pipefail
 # shellcheck source=hack/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -29,6 +34,13 @@ leftover() {
 note() { printf 'note     %-10s %s\n' "[$1]" "$2"; }
 
 cmdline_of() { tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | cut -c1-200; }
+
+# named_in_our_log NAME...: prints those of the NAMEs (socket paths, IDs) that
+# this bench's containerd log mentions, one grep over the log for all of them.
+named_in_our_log() {
+	(($#)) && [[ -f "$LOGFILE" ]] || return 0
+	grep -ohF -f <(printf '%s\n' "$@") "$LOGFILE" | sort -u
+}
 
 is_our_shim() { # pid: a shim (or pause process) of this bench's containerd
 	local cmd ppid
@@ -82,17 +94,23 @@ for f in /run/netns/*; do
 done
 
 # --- shim sockets (/run/containerd/s is hard-coded in containerd's shim code) --------
-# A socket file nobody listens on is stale; one served by our shim is a
+# A socket file nobody listens on is stale: a leftover when our containerd
+# started its shim, else another containerd's. One served by our shim is a
 # leftover; one served by another process belongs to another containerd.
 if compgen -G '/run/containerd/s/*' >/dev/null; then
-	declare -A inode_of=()
+	declare -A inode_of=() our_socket=()
 	while read -r _ _ _ _ _ _ inode path; do
 		if [[ "$path" == /run/containerd/s/* ]]; then inode_of[$path]=$inode; fi
 	done < <(tail -n +2 /proc/net/unix)
+	while read -r s; do our_socket[$s]=1; done < <(named_in_our_log /run/containerd/s/*)
 	for s in /run/containerd/s/*; do
 		inode=${inode_of[$s]:-}
 		if [[ -z "$inode" ]]; then
-			leftover socket "$s (stale: nobody listens)"
+			if [[ -n "${our_socket[$s]:-}" ]]; then
+				leftover socket "$s (stale: nobody listens)"
+			else
+				note socket "$s (stale, not named in our containerd's log: another containerd's)"
+			fi
 			continue
 		fi
 		# (find fails on fds of processes that exit meanwhile: ignore that)
@@ -127,13 +145,31 @@ else
 	cg_roots=()
 	for d in /sys/fs/cgroup/*/; do cg_roots+=("${d%/}"); done
 fi
+# Below default/ and k8s.io/ another containerd on the machine makes cgroups
+# too: ours are those named after an ID our containerd's log names.
+ns_cgroups=()
+for r in "${cg_roots[@]}"; do
+	while read -r d; do ns_cgroups+=("$d"); done < <(find "$r"/default "$r"/k8s.io -mindepth 1 -maxdepth 1 -type d 2>/dev/null)
+done
+declare -A our_id=()
+if ((${#ns_cgroups[@]})); then
+	mapfile -t names < <(printf '%s\n' "${ns_cgroups[@]##*/}" | sort -u)
+	while read -r id; do our_id[$id]=1; done < <(named_in_our_log "${names[@]}")
+fi
+for d in "${ns_cgroups[@]}"; do
+	n=$(wc -l <"$d/cgroup.procs" 2>/dev/null || echo 0)
+	if [[ -n "${our_id[${d##*/}]:-}" ]]; then
+		leftover cgroup "$d ($n processes)"
+	else
+		note cgroup "$d ($n processes; not named in our containerd's log: another containerd's)"
+	fi
+done
 for r in "${cg_roots[@]}"; do
 	while read -r d; do
 		[[ -n "$d" ]] || continue
 		n=$(wc -l <"$d/cgroup.procs" 2>/dev/null || echo 0)
 		leftover cgroup "$d ($n processes)"
 	done < <(
-		find "$r"/default "$r"/k8s.io -mindepth 1 -maxdepth 1 -type d 2>/dev/null
 		find "$r" -maxdepth 3 -type d -name '*rsandbox*' 2>/dev/null | while read -r p; do
 			# the parent dir itself is fine when empty; report what is inside
 			find "$p" -mindepth 1 -maxdepth 1 -type d

@@ -19,6 +19,9 @@
 #   8b. the cgroup v2 guest: hack/guest.sh (QEMU, Debian's kernel booted with
 #      cgroup_no_v1=all; the cgroupv2 integration tests inside, both runcs);
 #      RSANDBOX_GUEST=0 skips it
+#   8c. the systemd guest: hack/guest.sh --systemd (the same kernel, systemd as
+#      PID 1 on cgroup v2, containerd as a unit; the systemd integration tests
+#      inside, both CRI handlers, both runcs); RSANDBOX_GUEST=0 skips it too
 #   9. bench smoke run: hack/bench.sh --quick (rsandbox vs the runc path, under
 #      a minute; fails on a failed workload or anything it leaves behind)
 #  10. hack/leftovers.sh with containerd running (tests must clean up), then
@@ -103,6 +106,15 @@ if [[ "${RSANDBOX_GUEST:-1}" = 0 ]]; then
 	log "SKIPPED: RSANDBOX_GUEST=0"
 elif [[ -f integration/Cargo.toml ]]; then
 	hack/guest.sh || failed+=("cgroup v2 guest")
+else
+	log "SKIPPED: integration/Cargo.toml does not exist yet"
+fi
+
+section "systemd guest: hack/guest.sh --systemd"
+if [[ "${RSANDBOX_GUEST:-1}" = 0 ]]; then
+	log "SKIPPED: RSANDBOX_GUEST=0"
+elif [[ -f integration/Cargo.toml ]]; then
+	hack/guest.sh --systemd || failed+=("systemd guest")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
 fi
