@@ -3,6 +3,7 @@
 //! The binary's `main` is a one-liner into [`cli::main`]; everything else lives in library
 //! modules so that tests never need the binary.
 
+pub mod blocking;
 pub mod bundle;
 pub mod cgroups;
 pub mod cleanup;
@@ -26,11 +27,14 @@ pub mod oci;
 pub mod panic_hook;
 pub mod pod;
 pub mod reaper;
+pub mod reclaim;
 pub mod rpc;
 pub mod runtime;
+pub mod selinux;
 pub mod socket;
 pub mod stdio;
 pub mod sync;
+pub mod systemd;
 pub mod task;
 pub mod timing;
 pub mod util;

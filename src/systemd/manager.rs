@@ -1,0 +1,312 @@
+//! systemd's manager over D-Bus: start a transient unit, stop a unit, reset a failed one,
+//! each waiting for its job's `JobRemoved` signal, as runc does through go-systemd.
+//!
+//! Two ways in, tried in order:
+//! * systemd's private socket `/run/systemd/private` (root only). A direct connection: no
+//!   bus daemon, no `Hello`, and systemd sends every manager signal to each of its direct
+//!   connections unconditionally (`bus_foreach_bus` in systemd's `src/core/dbus.c`), so no
+//!   `Subscribe` either. This is what `systemctl` uses as root.
+//! * the system bus `/run/dbus/system_bus_socket`, where systemd is
+//!   `org.freedesktop.systemd1`: `Hello` first, a match rule for `JobRemoved`, systemd's
+//!   unique name (`GetNameOwner`: only signals from it count, any local user may send us
+//!   one), and `Subscribe` (systemd only emits job signals on the bus while someone
+//!   subscribed).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::conn::{Conn, DbusError};
+use super::wire::{Kind, Message, Value};
+
+pub const PRIVATE_SOCKET: &str = "/run/systemd/private";
+pub const SYSTEM_BUS_SOCKET: &str = "/run/dbus/system_bus_socket";
+
+const SERVICE: &str = "org.freedesktop.systemd1";
+const PATH: &str = "/org/freedesktop/systemd1";
+const MANAGER: &str = "org.freedesktop.systemd1.Manager";
+
+/// The error systemd answers StopUnit/ResetFailedUnit of an unknown unit with.
+pub const NO_SUCH_UNIT: &str = "org.freedesktop.systemd1.NoSuchUnit";
+/// Errors a bus daemon answers with when the callee gave no answer: no refusal by systemd.
+const NOT_ANSWERS: [&str; 4] = [
+    "org.freedesktop.DBus.Error.NoReply",
+    "org.freedesktop.DBus.Error.Disconnected",
+    "org.freedesktop.DBus.Error.Timeout",
+    "org.freedesktop.DBus.Error.TimedOut",
+];
+
+/// The error StartTransientUnit answers when a unit of that name is loaded.
+pub const UNIT_EXISTS: &str = "org.freedesktop.systemd1.UnitExists";
+
+/// Where to reach systemd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    pub private: PathBuf,
+    pub system_bus: PathBuf,
+}
+
+impl Default for Endpoints {
+    fn default() -> Self {
+        Endpoints {
+            private: PRIVATE_SOCKET.into(),
+            system_bus: SYSTEM_BUS_SOCKET.into(),
+        }
+    }
+}
+
+/// Why a manager call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SystemdError {
+    /// Neither way in works: the private socket and its error, then the system bus's.
+    #[error(
+        "systemd is not reachable at {}: {private_error} (nor through the system bus at {}: {bus_error})",
+        .private.display(), .bus.display()
+    )]
+    Unreachable {
+        private: PathBuf,
+        private_error: String,
+        bus: PathBuf,
+        bus_error: String,
+    },
+    /// A call failed: the step (`StartTransientUnit cri-containerd-x.scope`) and why. With
+    /// [`DbusError::Remote`] systemd refused it (nothing was done); otherwise it got no answer
+    /// (systemd may still carry it out).
+    #[error("{step}: {source}")]
+    Call { step: String, source: DbusError },
+    /// The call was answered with a job, whose end did not come (or could not be read).
+    #[error("{step}: {source}")]
+    Job { step: String, source: DbusError },
+    /// The unit's job finished with a result other than `done`.
+    #[error("{step}: the job finished with result {result:?}")]
+    JobFailed { step: String, result: String },
+}
+
+impl SystemdError {
+    /// The D-Bus error name systemd answered with, if it answered with one.
+    pub fn remote_name(&self) -> Option<&str> {
+        match self {
+            SystemdError::Call { source, .. } => source.remote_name(),
+            _ => None,
+        }
+    }
+
+    /// systemd refused the call with an error reply: it made no job and changed nothing. Not
+    /// the errors a bus daemon answers in systemd's stead when systemd did not answer
+    /// (`NoReply`, `Disconnected`, `Timeout`, `TimedOut`): those are [`Self::unanswered`].
+    pub fn refused(&self) -> bool {
+        self.remote_name()
+            .is_some_and(|n| !NOT_ANSWERS.contains(&n))
+    }
+
+    /// The call went out and got no answer: systemd may carry it out still, later.
+    pub fn unanswered(&self) -> bool {
+        matches!(self, SystemdError::Call { .. }) && !self.refused()
+    }
+}
+
+type SResult<T> = std::result::Result<T, SystemdError>;
+
+fn is_job_removed(m: &Message) -> bool {
+    m.kind == Kind::Signal
+        && m.interface.as_deref() == Some(MANAGER)
+        && m.member.as_deref() == Some("JobRemoved")
+}
+
+/// A connection to systemd's manager.
+pub struct Manager {
+    conn: Conn,
+    /// On the system bus messages must name systemd; on the private socket there is nobody
+    /// else to name.
+    destination: Option<&'static str>,
+    /// On the system bus, systemd's unique name: any local user can send us a unicast
+    /// `JobRemoved`, only one from this sender is systemd's. None on the private socket.
+    sender: Option<String>,
+}
+
+impl Manager {
+    /// Connects through the private socket, else through the system bus.
+    pub fn connect(endpoints: &Endpoints, deadline: Instant) -> SResult<Manager> {
+        let private = match Conn::connect(&endpoints.private, deadline) {
+            Ok(conn) => return Ok(Manager::direct(conn)),
+            Err(e) => e,
+        };
+        match Manager::through_bus(&endpoints.system_bus, deadline) {
+            Ok(m) => Ok(m),
+            Err(bus) => Err(SystemdError::Unreachable {
+                private: endpoints.private.clone(),
+                private_error: private.to_string(),
+                bus: endpoints.system_bus.clone(),
+                bus_error: bus.to_string(),
+            }),
+        }
+    }
+
+    fn direct(mut conn: Conn) -> Manager {
+        conn.keep_signals(is_job_removed);
+        Manager {
+            conn,
+            destination: None,
+            sender: None,
+        }
+    }
+
+    fn through_bus(path: &Path, deadline: Instant) -> Result<Manager, DbusError> {
+        let mut conn = Conn::connect(path, deadline)?;
+        conn.keep_signals(is_job_removed);
+        let bus = |member: &str, args: &[Value]| {
+            Message::call(
+                Some("org.freedesktop.DBus"),
+                "/org/freedesktop/DBus",
+                "org.freedesktop.DBus",
+                member,
+                args,
+            )
+        };
+        conn.call(bus("Hello", &[]), deadline, "Hello")?;
+        let rule = format!(
+            "type='signal',sender='{SERVICE}',path='{PATH}',interface='{MANAGER}',member='JobRemoved'"
+        );
+        conn.call(bus("AddMatch", &[Value::Str(rule)]), deadline, "AddMatch")?;
+        let owner = conn.call(
+            bus("GetNameOwner", &[Value::Str(SERVICE.into())]),
+            deadline,
+            "GetNameOwner",
+        )?;
+        let sender = owner
+            .body()
+            .ok()
+            .and_then(|b| b.first().and_then(|v| v.as_str().map(String::from)))
+            .ok_or_else(|| {
+                DbusError::Wire(super::wire::WireError(format!(
+                    "GetNameOwner {SERVICE}: the reply is not a name (signature {:?})",
+                    owner.signature
+                )))
+            })?;
+        conn.keep_signals_from(sender.clone());
+        let mut m = Manager {
+            conn,
+            destination: Some(SERVICE),
+            sender: Some(sender),
+        };
+        m.conn
+            .call(m.message("Subscribe", &[]), deadline, "Subscribe")?;
+        Ok(m)
+    }
+
+    /// Wraps an authenticated connection to a peer that behaves as systemd's private socket
+    /// (tests).
+    pub fn from_direct_conn(conn: Conn) -> Manager {
+        Manager::direct(conn)
+    }
+
+    fn message(&self, member: &str, args: &[Value]) -> Message {
+        Message::call(self.destination, PATH, MANAGER, member, args)
+    }
+
+    /// Calls a manager method that answers a job path, and waits for that job's end.
+    fn run_job(
+        &mut self,
+        step: String,
+        member: &str,
+        args: &[Value],
+        deadline: Instant,
+    ) -> SResult<()> {
+        let reply = self
+            .conn
+            .call(self.message(member, args), deadline, "call")
+            .map_err(|source| SystemdError::Call {
+                step: step.clone(),
+                source,
+            })?;
+        let job = reply
+            .body()
+            .ok()
+            .and_then(|b| b.first().and_then(|v| v.as_str().map(String::from)))
+            .ok_or_else(|| SystemdError::Call {
+                step: step.clone(),
+                source: DbusError::Wire(super::wire::WireError(format!(
+                    "the reply is not a job path (signature {:?})",
+                    reply.signature
+                ))),
+            })?;
+        let result = self
+            .wait_job(&job, deadline)
+            .map_err(|source| SystemdError::Job {
+                step: format!("{step}: wait for job {job}"),
+                source,
+            })?;
+        if result != "done" {
+            return Err(SystemdError::JobFailed { step, result });
+        }
+        Ok(())
+    }
+
+    /// Waits for `JobRemoved(u id, o job, s unit, s result)` of `job`; returns its result.
+    fn wait_job(&mut self, job: &str, deadline: Instant) -> Result<String, DbusError> {
+        loop {
+            let m = self.conn.next_signal(deadline, "JobRemoved")?;
+            if self.sender.is_some() && m.sender != self.sender {
+                continue;
+            }
+            let Ok(body) = m.body() else { continue };
+            if let [_, Value::ObjectPath(path), _, Value::Str(result)] = body.as_slice()
+                && path == job
+            {
+                return Ok(result.clone());
+            }
+        }
+    }
+
+    /// `StartTransientUnit(name, "replace", properties, [])` and its job's end.
+    pub fn start_transient_unit(
+        &mut self,
+        name: &str,
+        properties: Vec<(String, Value)>,
+        deadline: Instant,
+    ) -> SResult<()> {
+        let props = properties
+            .into_iter()
+            .map(|(k, v)| Value::Struct(vec![Value::Str(k), Value::Variant(Box::new(v))]))
+            .collect();
+        self.run_job(
+            format!("StartTransientUnit {name}"),
+            "StartTransientUnit",
+            &[
+                Value::Str(name.into()),
+                Value::Str("replace".into()),
+                Value::Array("(sv)".into(), props),
+                Value::Array("(sa(sv))".into(), Vec::new()),
+            ],
+            deadline,
+        )
+    }
+
+    /// `StopUnit(name, "replace")` and its job's end. A unit that is not loaded is stopped.
+    pub fn stop_unit(&mut self, name: &str, deadline: Instant) -> SResult<()> {
+        match self.run_job(
+            format!("StopUnit {name}"),
+            "StopUnit",
+            &[Value::Str(name.into()), Value::Str("replace".into())],
+            deadline,
+        ) {
+            Err(e) if e.remote_name() == Some(NO_SUCH_UNIT) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// `ResetFailedUnit(name)`: lets systemd forget a failed unit. Not loaded is fine.
+    pub fn reset_failed_unit(&mut self, name: &str, deadline: Instant) -> SResult<()> {
+        match self.conn.call(
+            self.message("ResetFailedUnit", &[Value::Str(name.into())]),
+            deadline,
+            "call",
+        ) {
+            Ok(_) => Ok(()),
+            Err(e) if e.remote_name() == Some(NO_SUCH_UNIT) => Ok(()),
+            Err(source) => Err(SystemdError::Call {
+                step: format!("ResetFailedUnit {name}"),
+                source,
+            }),
+        }
+    }
+}

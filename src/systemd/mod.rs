@@ -1,0 +1,18 @@
+//! The systemd cgroup driver's side in the shim: the pod's pause process in a transient
+//! scope of the pod's slice, through systemd's D-Bus API.
+//!
+//! A minimal synchronous D-Bus client of our own (see README "Cgroups" for why not a
+//! library): [`wire`] marshals messages, [`conn`] is one authenticated connection with
+//! deadlines, [`manager`] speaks to systemd's manager (start, stop, reset a unit, wait for
+//! its job), [`scope`] is the pod's scope, [`names`] the cgroup names systemd uses.
+
+pub mod conn;
+pub mod manager;
+pub mod names;
+pub mod scope;
+pub mod wire;
+
+#[cfg(test)]
+pub(crate) mod fake;
+#[cfg(test)]
+mod tests;
