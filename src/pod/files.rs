@@ -289,8 +289,9 @@ fn write_atomic(dirfd: &OwnedFd, dir: &Path, name: &str, data: &[u8]) -> Result<
 /// Mounts a tmpfs for the pod's `/dev/shm` on `path`, which must be an existing, empty
 /// directory and not a symlink. Options as containerd: `nosuid,nodev,noexec`, `mode=1777`,
 /// `size=<size_bytes>` (use [`DEFAULT_SHM_SIZE`]; 0 is rejected since tmpfs reads it as
-/// "unlimited"). Needs `CAP_SYS_ADMIN`.
-pub fn mount_shm(path: &Path, size_bytes: u64) -> Result<(), FilesError> {
+/// "unlimited"). `context`: the SELinux `context=` option giving the whole tmpfs the pod's label
+/// (see [`crate::selinux::mount_option`]), where SELinux is enabled. Needs `CAP_SYS_ADMIN`.
+pub fn mount_shm(path: &Path, size_bytes: u64, context: Option<&str>) -> Result<(), FilesError> {
     if size_bytes == 0 {
         return Err(FilesError {
             op: "mount shm",
@@ -313,7 +314,11 @@ pub fn mount_shm(path: &Path, size_bytes: u64) -> Result<(), FilesError> {
         });
     }
     let target = fd_path(&fd);
-    let data = format!("mode=1777,size={size_bytes}");
+    let mut data = format!("mode=1777,size={size_bytes}");
+    if let Some(c) = context {
+        data.push(',');
+        data.push_str(c);
+    }
     mount(
         Some("shm"),
         target.as_str(),
@@ -418,7 +423,7 @@ mod tests {
         let files = PodFiles::write(&dir, &spec, etc.path()).unwrap();
         let shm = bundle.path().join("shm");
         std::fs::create_dir(&shm).unwrap();
-        mount_shm(&shm, DEFAULT_SHM_SIZE).unwrap();
+        mount_shm(&shm, DEFAULT_SHM_SIZE, None).unwrap();
         struct Unmount(PathBuf);
         impl Drop for Unmount {
             fn drop(&mut self) {
@@ -552,7 +557,7 @@ mod tests {
         std::fs::create_dir(&shm).unwrap();
         let parent_dev = std::fs::metadata(root.path()).unwrap().dev();
 
-        mount_shm(&shm, DEFAULT_SHM_SIZE).unwrap();
+        mount_shm(&shm, DEFAULT_SHM_SIZE, None).unwrap();
         // Unmount even if an assertion below fails.
         struct Guard<'a>(&'a Path);
         impl Drop for Guard<'_> {
@@ -594,16 +599,16 @@ mod tests {
         let full = root.path().join("full");
         std::fs::create_dir(&full).unwrap();
         std::fs::write(full.join("f"), "x").unwrap();
-        let e = mount_shm(&full, DEFAULT_SHM_SIZE).unwrap_err();
+        let e = mount_shm(&full, DEFAULT_SHM_SIZE, None).unwrap_err();
         assert_eq!(e.source.kind(), std::io::ErrorKind::DirectoryNotEmpty);
 
         let empty = root.path().join("empty");
         std::fs::create_dir(&empty).unwrap();
         let link = root.path().join("link");
         std::os::unix::fs::symlink(&empty, &link).unwrap();
-        assert!(mount_shm(&link, DEFAULT_SHM_SIZE).is_err());
-        assert!(mount_shm(&empty, 0).is_err());
-        assert!(mount_shm(&root.path().join("missing"), DEFAULT_SHM_SIZE).is_err());
+        assert!(mount_shm(&link, DEFAULT_SHM_SIZE, None).is_err());
+        assert!(mount_shm(&empty, 0, None).is_err());
+        assert!(mount_shm(&root.path().join("missing"), DEFAULT_SHM_SIZE, None).is_err());
     }
 
     #[test]

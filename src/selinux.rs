@@ -1,0 +1,560 @@
+//! SELinux labels of what the shim makes for a pod: the pod files (/etc/hosts,
+//! /etc/resolv.conf, /etc/hostname), the /dev/shm tmpfs, and the pause process (its process
+//! label and its program's, [`Selinux::pause_labels`]; the pause module applies them).
+//!
+//! One job: compute a label, write it (`security.selinux` through `lsetxattr`, never following a
+//! link), or give it as a mount option. Only where the kernel has SELinux enabled (a selinuxfs
+//! mounted with a readable `enforce`) and the policy names a container file context (its
+//! `lxc_contexts`, as go-selinux reads it); otherwise every call is a no-op, as containerd's
+//! `label.InitLabels` gives no labels then.
+//!
+//! containerd's runc path relabels these files per container with the container's mount label
+//! (`label.Relabel(path, mountLabel, false)`), which works there because every container of a
+//! pod inherits the pause's MCS level. With the shim sandboxer containerd 2.1 has no pod process
+//! label (the controller returns none), so each container may get its own random categories:
+//! files that several containers share get the label *without* its categories (level `s0`),
+//! as go-selinux's `Relabel(path, label, shared=true)` (the `z` volume option) does, which any
+//! container's level dominates.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The extended attribute holding a file's SELinux label.
+const XATTR: &str = "security.selinux";
+
+/// The level of a label shared by every container (no categories).
+const SHARED_LEVEL: &str = "s0";
+
+/// The pod's `security_context.selinux_options` (CRI `SELinuxOption`); empty fields are unset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SelinuxOptions {
+    pub user: String,
+    pub role: String,
+    pub kind: String,
+    pub level: String,
+}
+
+/// An SELinux context `user:role:type[:level]` (the level may itself hold colons: `s0:c1,c2`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Label {
+    pub user: String,
+    pub role: String,
+    pub kind: String,
+    pub level: String,
+}
+
+impl Label {
+    /// Parses `user:role:type[:level]`; `None` for anything with fewer parts, as go-selinux's
+    /// `NewContext` refuses it.
+    /// Every part must be made of the characters SELinux names use ([`is_name`],
+    /// [`is_level`]): a label ends up inside a mount option (`context="..."`), where a quote or
+    /// a comma would add options of its own.
+    pub fn parse(s: &str) -> Option<Label> {
+        let mut parts = s.trim().splitn(4, ':');
+        let (user, role, kind) = (parts.next()?, parts.next()?, parts.next()?);
+        let level = parts.next().unwrap_or("");
+        if ![user, role, kind].iter().all(|p| is_name(p)) || !(level.is_empty() || is_level(level))
+        {
+            return None;
+        }
+        Some(Label {
+            user: user.into(),
+            role: role.into(),
+            kind: kind.into(),
+            level: level.into(),
+        })
+    }
+
+    /// The same label for files several containers share: level `s0`, no categories (what
+    /// go-selinux's `Relabel(.., shared=true)` writes).
+    pub fn shared(&self) -> Label {
+        Label {
+            level: SHARED_LEVEL.into(),
+            ..self.clone()
+        }
+    }
+}
+
+impl std::fmt::Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.user, self.role, self.kind)?;
+        if !self.level.is_empty() {
+            write!(f, ":{}", self.level)?;
+        }
+        Ok(())
+    }
+}
+
+/// An SELinux user, role or type name: letters, digits, `_`, `.`, `-`, `@` (no `:`).
+pub fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 255
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-@".contains(&b))
+}
+
+/// An MLS/MCS level or range (`s0`, `s0-s0:c0.c1023`, `s0:c1,c2`).
+pub fn is_level(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 4096
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-:,".contains(&b))
+}
+
+/// The mount option that gives a whole filesystem (the pod's /dev/shm tmpfs) label `label`, as
+/// go-selinux's `FormatMountLabel` writes it.
+pub fn mount_option(label: &Label) -> String {
+    format!("context=\"{label}\"")
+}
+
+/// Writes a file's label; the real one is `lsetxattr`, tests record.
+pub trait Xattrs: Send + Sync {
+    fn set_label(&self, path: &Path, label: &str) -> io::Result<()>;
+}
+
+/// `lsetxattr(path, "security.selinux", label)`: a symlink is labelled itself, never followed.
+pub struct RealXattrs;
+
+impl Xattrs for RealXattrs {
+    fn set_label(&self, path: &Path, label: &str) -> io::Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let p = std::ffi::CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let name = std::ffi::CString::new(XATTR).expect("no NUL in the name");
+        // SAFETY: both strings are NUL-terminated and outlive the call; the value is a byte
+        // slice with its length.
+        let r = unsafe {
+            libc::lsetxattr(
+                p.as_ptr(),
+                name.as_ptr(),
+                label.as_ptr().cast(),
+                label.len(),
+                0,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+/// What the node's SELinux is, detected once when the daemon starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selinux {
+    /// The policy's container file context (`file` of `lxc_contexts`); `None` when SELinux is
+    /// disabled or the policy names none: then nothing is labelled.
+    file_context: Option<Label>,
+    /// The policy's container process context (`process` of `lxc_contexts`); `None`: the
+    /// pause runs under the shim's own label.
+    process_context: Option<Label>,
+}
+
+impl Selinux {
+    /// SELinux as disabled: every call is a no-op.
+    pub fn disabled() -> Selinux {
+        Selinux::default()
+    }
+
+    /// Detects the node's SELinux: selinuxfs in `/proc/self/mountinfo` with a readable
+    /// `enforce`, and the configured policy's `lxc_contexts` under `/etc/selinux`.
+    pub fn detect() -> Selinux {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        Self::detect_in(&mountinfo, Path::new("/etc/selinux"))
+    }
+
+    /// [`Selinux::detect`] with the mount table and the policy directory given.
+    pub fn detect_in(mountinfo: &str, etc_selinux: &Path) -> Selinux {
+        let Some(fs) = selinuxfs(mountinfo) else {
+            return Selinux::disabled();
+        };
+        if std::fs::read_to_string(fs.join("enforce")).is_err() {
+            return Selinux::disabled();
+        }
+        let lxc = lxc_contexts(etc_selinux).unwrap_or_default();
+        let context = |key: &str| config_value(&lxc, key).and_then(|v| Label::parse(&v));
+        Selinux {
+            file_context: context("file"),
+            process_context: context("file").and(context("process")),
+        }
+    }
+
+    /// SELinux enabled with container file context `file_context` (tests).
+    pub fn with_file_context(file_context: Label) -> Selinux {
+        Selinux {
+            file_context: Some(file_context),
+            process_context: None,
+        }
+    }
+
+    /// SELinux enabled with both container contexts (tests).
+    pub fn with_contexts(file_context: Label, process_context: Label) -> Selinux {
+        Selinux {
+            file_context: Some(file_context),
+            process_context: Some(process_context),
+        }
+    }
+
+    /// The pause's process label and the label of the program it runs, as containerd's
+    /// `label.InitLabels` gives the runc path's pause container its process and mount labels:
+    /// the container process context with the pod's `user`, `role` and `type`, the container
+    /// file context with its `user`, both at the pod's `level`, else at one random pair of MCS
+    /// categories (`s0:cX,cY`, go-selinux's `uniqMcs`), so that no container of another pod
+    /// dominates the pause. The program (a sealed memfd) gets the file label, which container
+    /// domains may enter (`entrypoint`), as they enter their rootfs' binaries. `None` when
+    /// SELinux is disabled or the policy names no container process context.
+    pub fn pause_labels(&self, options: Option<&SelinuxOptions>) -> Option<(Label, Label)> {
+        let mut process = self.process_context.clone()?;
+        let mut file = self.file_context.clone()?;
+        let o = options.cloned().unwrap_or_default();
+        if !o.user.is_empty() {
+            process.user = o.user.clone();
+            file.user = o.user;
+        }
+        if !o.role.is_empty() {
+            process.role = o.role;
+        }
+        if !o.kind.is_empty() {
+            process.kind = o.kind;
+        }
+        let level = if o.level.is_empty() {
+            random_categories()?
+        } else {
+            o.level
+        };
+        process.level = level.clone();
+        file.level = level;
+        Some((process, file))
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.file_context.is_some()
+    }
+
+    /// The label of the pod's shared files and /dev/shm: the container file context, with the
+    /// pod's `user` if it names one (go-selinux's `InitLabels` gives `user` and `level` to the
+    /// mount label; `role` and `type` are the process's), at the shared level.
+    pub fn pod_file_label(&self, options: Option<&SelinuxOptions>) -> Option<Label> {
+        let mut label = self.file_context.clone()?;
+        if let Some(o) = options.filter(|o| !o.user.is_empty()) {
+            label.user = o.user.clone();
+        }
+        Some(label.shared())
+    }
+
+    /// The shared form of a container's mount label (`linux.mountLabel` of its spec), for the
+    /// pod files it mounts; `None` when SELinux is disabled or the label is not one.
+    pub fn shared_label_of(&self, mount_label: &str) -> Option<Label> {
+        self.file_context.as_ref()?;
+        Label::parse(mount_label).map(|l| l.shared())
+    }
+
+    /// Labels each of `paths` (not following links). A filesystem without labels (ENOTSUP) is
+    /// no error, as containerd ignores it.
+    pub fn relabel(&self, x: &dyn Xattrs, paths: &[PathBuf], label: &Label) -> io::Result<()> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let text = label.to_string();
+        for p in paths {
+            match x.set_label(p, &text) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => {}
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("label {} {text}: {e}", p.display()),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The mount point of selinuxfs in `mountinfo`.
+fn selinuxfs(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        (post.split_whitespace().next()? == "selinuxfs")
+            .then(|| pre.split_whitespace().nth(4).map(PathBuf::from))?
+    })
+}
+
+/// The configured policy's `lxc_contexts` (`<etc_selinux>/<SELINUXTYPE>/contexts/lxc_contexts`).
+fn lxc_contexts(etc_selinux: &Path) -> Option<String> {
+    let config = std::fs::read_to_string(etc_selinux.join("config")).ok()?;
+    let policy = config_value(&config, "SELINUXTYPE")?;
+    if policy.contains('/') || policy.starts_with('.') {
+        return None;
+    }
+    std::fs::read_to_string(etc_selinux.join(policy).join("contexts/lxc_contexts")).ok()
+}
+
+/// Two distinct MCS categories of 0..1024, the lower first: `s0:cX,cY` (go-selinux's
+/// `uniqMcs`). `None` if the kernel gives no random bytes.
+fn random_categories() -> Option<String> {
+    let mut b = [0u8; 4];
+    // SAFETY: getrandom fills our own buffer of that length.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        return None;
+    }
+    let c1 = u16::from_ne_bytes([b[0], b[1]]) % 1024;
+    let mut c2 = u16::from_ne_bytes([b[2], b[3]]) % 1024;
+    if c2 == c1 {
+        c2 = (c1 + 1) % 1024;
+    }
+    let (lo, hi) = (c1.min(c2), c1.max(c2));
+    Some(format!("s0:c{lo},c{hi}"))
+}
+
+/// The value of `key = value` (or `key=value`, quotes dropped) in a config file's lines.
+fn config_value(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let l = l.trim();
+        if l.starts_with('#') {
+            return None;
+        }
+        let (k, v) = l.split_once('=')?;
+        (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Recorded {
+        calls: Mutex<Vec<(PathBuf, String)>>,
+        fail: Option<i32>,
+    }
+
+    impl Xattrs for Recorded {
+        fn set_label(&self, path: &Path, label: &str) -> io::Result<()> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((path.to_path_buf(), label.into()));
+            match self.fail {
+                Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+                None => Ok(()),
+            }
+        }
+    }
+
+    #[test]
+    fn labels_parse_print_and_lose_their_categories_when_shared() {
+        let l = Label::parse("system_u:object_r:container_file_t:s0:c1,c2").unwrap();
+        assert_eq!(l.kind, "container_file_t");
+        assert_eq!(l.level, "s0:c1,c2");
+        assert_eq!(l.to_string(), "system_u:object_r:container_file_t:s0:c1,c2");
+        assert_eq!(
+            l.shared().to_string(),
+            "system_u:object_r:container_file_t:s0"
+        );
+        // An MLS range loses its categories too.
+        let r = Label::parse("u:r:t:s0-s0:c0.c1023").unwrap();
+        assert_eq!(r.shared().to_string(), "u:r:t:s0");
+        // No level: printed without one; shared gets s0.
+        let n = Label::parse("u:r:t").unwrap();
+        assert_eq!(n.to_string(), "u:r:t");
+        assert_eq!(n.shared().to_string(), "u:r:t:s0");
+        for bad in [
+            "",
+            "u:r",
+            "u::t:s0",
+            "container_file_t",
+            // would close the mount option's quotes and add options of its own
+            "x\",size=64g,mode=1777,\"y:r:t:s0",
+            "u:r:t:s0\",size=1",
+            "u:r:t:s0 size=1",
+            "u:r,mode=1777:t",
+        ] {
+            assert_eq!(Label::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_mount_option_quotes_the_label() {
+        let l = Label::parse("system_u:object_r:container_file_t:s0:c1,c2").unwrap();
+        assert_eq!(
+            mount_option(&l),
+            "context=\"system_u:object_r:container_file_t:s0:c1,c2\""
+        );
+    }
+
+    /// A policy directory like Fedora's: `config` names the policy, `lxc_contexts` the
+    /// container contexts.
+    fn policy(dir: &Path) {
+        std::fs::write(
+            dir.join("config"),
+            "# comment\nSELINUX=enforcing\nSELINUXTYPE=targeted\n",
+        )
+        .unwrap();
+        let c = dir.join("targeted/contexts");
+        std::fs::create_dir_all(&c).unwrap();
+        std::fs::write(
+            c.join("lxc_contexts"),
+            "process = \"system_u:system_r:container_t:s0\"\n\
+             content = \"system_u:object_r:virt_var_lib_t:s0\"\n\
+             file = \"system_u:object_r:container_file_t:s0\"\n",
+        )
+        .unwrap();
+    }
+
+    const SELINUXFS: &str = "30 25 0:28 / /sys/fs/selinux rw,relatime - selinuxfs selinuxfs rw\n";
+
+    #[test]
+    fn detection_needs_selinuxfs_a_readable_enforce_and_a_file_context() {
+        let d = tempfile::tempdir().unwrap();
+        policy(d.path());
+        // No selinuxfs mounted: disabled, whatever /etc/selinux says.
+        let s = Selinux::detect_in("40 1 8:1 / / rw - ext4 /dev/vda rw\n", d.path());
+        assert!(!s.enabled());
+        // selinuxfs named at a place whose enforce cannot be read: disabled.
+        let fs = d.path().join("selinuxfs");
+        std::fs::create_dir(&fs).unwrap();
+        let mi = SELINUXFS.replace("/sys/fs/selinux", fs.to_str().unwrap());
+        assert!(!Selinux::detect_in(&mi, d.path()).enabled());
+        std::fs::write(fs.join("enforce"), "1").unwrap();
+        let s = Selinux::detect_in(&mi, d.path());
+        assert_eq!(
+            s.pod_file_label(None).unwrap().to_string(),
+            "system_u:object_r:container_file_t:s0"
+        );
+        // Enabled, but the policy names no container contexts: nothing to label with.
+        std::fs::remove_file(d.path().join("targeted/contexts/lxc_contexts")).unwrap();
+        assert!(!Selinux::detect_in(&mi, d.path()).enabled());
+        // A policy name that would leave /etc/selinux is not followed.
+        std::fs::write(d.path().join("config"), "SELINUXTYPE=../x\n").unwrap();
+        assert!(!Selinux::detect_in(&mi, d.path()).enabled());
+    }
+
+    #[test]
+    fn the_pod_label_takes_the_pods_user_and_never_its_categories() {
+        let s = Selinux::with_file_context(
+            Label::parse("system_u:object_r:container_file_t:s0").unwrap(),
+        );
+        let o = SelinuxOptions {
+            user: "staff_u".into(),
+            role: "staff_r".into(),
+            kind: "spc_t".into(),
+            level: "s0:c5,c6".into(),
+        };
+        assert_eq!(
+            s.pod_file_label(Some(&o)).unwrap().to_string(),
+            "staff_u:object_r:container_file_t:s0"
+        );
+        assert_eq!(
+            s.shared_label_of("system_u:object_r:container_file_t:s0:c7,c8")
+                .unwrap()
+                .to_string(),
+            "system_u:object_r:container_file_t:s0"
+        );
+        assert_eq!(s.shared_label_of("garbage"), None);
+    }
+
+    #[test]
+    fn the_pause_gets_the_container_process_label_at_the_pods_level_or_random_categories() {
+        let d = tempfile::tempdir().unwrap();
+        policy(d.path());
+        let fs = d.path().join("selinuxfs");
+        std::fs::create_dir(&fs).unwrap();
+        std::fs::write(fs.join("enforce"), "1").unwrap();
+        let mi = SELINUXFS.replace("/sys/fs/selinux", fs.to_str().unwrap());
+        let s = Selinux::detect_in(&mi, d.path());
+        let (p, f) = s.pause_labels(None).unwrap();
+        assert_eq!((p.user.as_str(), p.role.as_str()), ("system_u", "system_r"));
+        assert_eq!(p.kind, "container_t");
+        assert_eq!(f.kind, "container_file_t");
+        assert_eq!(
+            p.level, f.level,
+            "one level for the process and its program"
+        );
+        let cats: Vec<u16> = p
+            .level
+            .strip_prefix("s0:c")
+            .unwrap()
+            .split(",c")
+            .map(|c| c.parse().unwrap())
+            .collect();
+        assert!(
+            cats.len() == 2 && cats[0] < cats[1] && cats[1] < 1024,
+            "{p}"
+        );
+        // The pod's options win, the role and type for the process only.
+        let o = SelinuxOptions {
+            user: "staff_u".into(),
+            role: "staff_r".into(),
+            kind: "spc_t".into(),
+            level: "s0:c5,c6".into(),
+        };
+        let (p, f) = s.pause_labels(Some(&o)).unwrap();
+        assert_eq!(p.to_string(), "staff_u:staff_r:spc_t:s0:c5,c6");
+        assert_eq!(f.to_string(), "staff_u:object_r:container_file_t:s0:c5,c6");
+        // No process context in the policy, or SELinux off: no label.
+        let only_file = Selinux::with_file_context(f.clone());
+        assert_eq!(only_file.pause_labels(None), None);
+        assert_eq!(Selinux::disabled().pause_labels(None), None);
+    }
+
+    #[test]
+    fn disabled_selinux_labels_nothing() {
+        let s = Selinux::disabled();
+        assert_eq!(s.pod_file_label(None), None);
+        assert_eq!(
+            s.shared_label_of("system_u:object_r:container_file_t:s0:c1,c2"),
+            None
+        );
+        let x = Recorded::default();
+        let l = Label::parse("u:r:t:s0").unwrap();
+        s.relabel(&x, &[PathBuf::from("/x")], &l).unwrap();
+        assert!(x.calls.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn relabel_writes_each_path_and_tolerates_unlabelled_filesystems() {
+        let s = Selinux::with_file_context(Label::parse("u:object_r:t:s0").unwrap());
+        let l = Label::parse("u:object_r:t:s0").unwrap();
+        let x = Recorded::default();
+        let paths = [
+            PathBuf::from("/b/etc/hosts"),
+            PathBuf::from("/b/etc/hostname"),
+        ];
+        s.relabel(&x, &paths, &l).unwrap();
+        assert_eq!(
+            *x.calls.lock().unwrap(),
+            vec![
+                (paths[0].clone(), "u:object_r:t:s0".to_string()),
+                (paths[1].clone(), "u:object_r:t:s0".to_string())
+            ]
+        );
+        let unsupported = Recorded {
+            fail: Some(libc::ENOTSUP),
+            ..Default::default()
+        };
+        s.relabel(&unsupported, &paths, &l).unwrap();
+        let denied = Recorded {
+            fail: Some(libc::EACCES),
+            ..Default::default()
+        };
+        let e = s.relabel(&denied, &paths, &l).unwrap_err();
+        assert!(
+            e.to_string().contains("label /b/etc/hosts u:object_r:t:s0"),
+            "{e}"
+        );
+    }
+
+    /// The real call reports the path's own error (here: it does not exist).
+    #[test]
+    fn real_xattrs_name_the_path_itself() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("missing");
+        let e = RealXattrs.set_label(&missing, "u:r:t:s0").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+}
