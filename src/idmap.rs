@@ -13,7 +13,7 @@
 //! `/proc/<pid>/ns/user` is open.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -127,15 +127,9 @@ pub fn userns_fd(uids: &[Mapping], gids: &[Mapping]) -> Result<OwnedFd> {
             .map(OwnedFd::from)
             .with_context(|| format!("open {path}"))
     })();
-    // SAFETY: pidfd_send_signal and waitid on our own pidfd: never another process.
+    let _ = crate::util::pidfd_sigkill(pidfd.as_fd());
+    // SAFETY: waitid on our own pidfd: never another process.
     unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            libc::SIGKILL,
-            std::ptr::null::<libc::siginfo_t>(),
-            0u32,
-        );
         let mut info: libc::siginfo_t = std::mem::zeroed();
         // ECHILD when the shim's reaper took it first: fine.
         libc::waitid(

@@ -1,6 +1,24 @@
 //! Mounting a task's rootfs (the snapshot mounts containerd sends with Create) on
 //! `<bundle>/rootfs`, and taking it down again.
+//!
+//! A mount's `target` is a path inside the rootfs, and the rootfs is an image: once its first
+//! mount is made, every later target is resolved through files the image chose. An image with
+//! `data -> /etc` and a mount with target `data` must land on `rootfs/etc`, never on the
+//! node's `/etc` (containerd's `mount.All` resolves targets inside the root with
+//! `fs.RootPath`). So a target is resolved with `openat2(RESOLVE_IN_ROOT |
+//! RESOLVE_NO_MAGICLINKS)` relative to a descriptor of the rootfs as it is at that moment
+//! (earlier mounts included), and mount(2) is given that descriptor as `/proc/self/fd/<fd>`,
+//! the way runc mounts into a container's rootfs: the kernel mounts on the object the
+//! descriptor holds and resolves nothing a client chose. mount(2) through the descriptor rather
+//! than `fsopen`/`fsmount`/`move_mount`: it takes every filesystem type and option string as
+//! containerd's mount package does (a deep overlay's `lowerdir` list of up to a page, where
+//! `fsconfig` takes 256 bytes per value before Linux 6.8's `lowerdir+`), and needs nothing
+//! newer than `openat2` (5.6). An undo (a failed later mount, a failed read-only remount)
+//! unmounts through the same descriptor: umount(2) acts on the topmost mount on the object it
+//! names, never on a path looked up again. Missing targets are an error, as in containerd
+//! (its `Target` "assumes that the subdirectory exists in a parent mount").
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
@@ -80,8 +98,9 @@ pub fn validate(mounts: &[MountSpec]) -> Result<()> {
     Ok(())
 }
 
-/// The mount system calls, behind a seam so that the overlay compaction and the rollback
-/// paths can be tested without root.
+/// The mount system calls, behind a seam so that the overlay compaction, the target
+/// resolution and the rollback paths can be tested without root. Targets are always
+/// `/proc/self/fd/<fd>` of a descriptor resolved inside the rootfs (see the module docs).
 pub trait MountSys {
     /// mount(2). With `cwd`, the call runs with that working directory (relative `lowerdir`s
     /// are resolved against it).
@@ -95,6 +114,7 @@ pub trait MountSys {
 pub struct MountCall<'a> {
     pub cwd: Option<&'a Path>,
     pub source: Option<&'a str>,
+    /// `/proc/self/fd/<fd>` of the resolved target.
     pub target: &'a Path,
     pub kind: Option<&'a str>,
     pub flags: MsFlags,
@@ -176,8 +196,10 @@ pub fn compact_lowerdir(options: &[String]) -> Option<(PathBuf, Vec<String>)> {
     Some((PathBuf::from(parent), out))
 }
 
-/// Mounts `mounts` in order on `rootfs` (each at its `target` below it). On failure, the
-/// mounts already made are taken down again before the error is returned.
+/// Mounts `mounts` in order on `rootfs` (each at its `target` below it, resolved inside the
+/// rootfs). On failure, the mounts already made are taken down again before the error is
+/// returned. `rootfs` is the bundle's `rootfs` directory: the idmapped layers' scratch mount
+/// point goes beside it, in the bundle ([`crate::bundle::IDMAPPED_SCRATCH`]).
 pub fn mount_all(mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
     mount_all_with(&LinuxMounts, mounts, rootfs)
 }
@@ -185,36 +207,145 @@ pub fn mount_all(mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
 /// [`mount_all`] through `sys`.
 pub fn mount_all_with(sys: &dyn MountSys, mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
     validate(mounts)?;
-    let mut done: Vec<PathBuf> = Vec::new();
+    // Derived from the bundle, never from a target: a target is the image's to shape.
+    let scratch = rootfs.with_file_name(crate::bundle::IDMAPPED_SCRATCH);
+    let mut done: Vec<ResolvedTarget> = Vec::new();
     for (i, m) in mounts.iter().enumerate() {
-        let target = if m.target.is_empty() {
-            rootfs.to_path_buf()
-        } else {
-            rootfs.join(&m.target)
-        };
-        if let Err(e) = mount_one(sys, m, &target) {
-            for t in done.iter().rev() {
-                let _ = sys.unmount(t);
+        let made = ResolvedTarget::resolve(rootfs, &m.target)
+            .and_then(|target| mount_one(sys, m, &target, &scratch).map(|()| target));
+        match made {
+            Ok(target) => done.push(target),
+            Err(e) => {
+                for t in done.iter().rev() {
+                    if let Err(u) = sys.unmount(&t.proc_path()) {
+                        log::warn!(
+                            "{}",
+                            u.context(format!("undo the mount on {}", t.shown.display()))
+                        );
+                    }
+                }
+                return Err(e.context(format!(
+                    "mount rootfs[{i}] ({} {} on {})",
+                    m.kind,
+                    m.source,
+                    shown_target(rootfs, &m.target).display()
+                )));
             }
-            return Err(e.context(format!(
-                "mount rootfs[{i}] ({} {} on {})",
-                m.kind,
-                m.source,
-                target.display()
-            )));
         }
-        done.push(target);
     }
     Ok(())
 }
 
+/// How a target reads in messages (what it names, not what it resolved to).
+fn shown_target(rootfs: &Path, target: &str) -> PathBuf {
+    if target.is_empty() {
+        rootfs.to_path_buf()
+    } else {
+        rootfs.join(target)
+    }
+}
+
+/// A mount target resolved inside the rootfs: an `O_PATH` descriptor of the directory (or
+/// file) the mount goes on. mount(2) and umount(2) are given `/proc/self/fd/<fd>`; both act
+/// on the topmost mount there, so the descriptor, taken before the mount, also names the mount
+/// to undo.
+struct ResolvedTarget {
+    fd: OwnedFd,
+    /// The rootfs, to look the same target up again for a remount ([`Self::reopen`]).
+    rootfs: PathBuf,
+    target: String,
+    /// For messages.
+    shown: PathBuf,
+}
+
+impl ResolvedTarget {
+    /// Resolves `target` (validated: relative, no `..`) inside `rootfs` as it is now: the
+    /// rootfs directory is opened afresh, so that a target below an earlier mount (the image's
+    /// overlay on the rootfs itself, or a parent mount) is looked up in that mount. Symlinks
+    /// are followed inside the rootfs (an absolute link starts at the rootfs, `..` stops
+    /// there); magic links (`/proc/<pid>/...`) are refused.
+    fn resolve(rootfs: &Path, target: &str) -> Result<Self> {
+        use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
+        use nix::sys::stat::Mode;
+        let shown = shown_target(rootfs, target);
+        // The bundle's own `rootfs` (containerd made it), never through a link.
+        let root = open(
+            rootfs,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .with_context(|| format!("open the rootfs {}", rootfs.display()))?;
+        let fd = if target.is_empty() {
+            root
+        } else {
+            let how = OpenHow::new()
+                .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+                .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+            match openat2(&root, target, how) {
+                Ok(fd) => fd,
+                Err(nix::Error::ENOSYS) => {
+                    return Err(Error::precondition(format!(
+                        "mount target {target:?}: resolving it inside the rootfs needs \
+                         openat2 (Linux 5.6 or later)"
+                    )));
+                }
+                Err(e) => {
+                    return Err(Error::from(e).context(format!(
+                        "resolve the mount target {target:?} inside {}",
+                        rootfs.display()
+                    )));
+                }
+            }
+        };
+        Ok(ResolvedTarget {
+            fd,
+            rootfs: rootfs.to_path_buf(),
+            target: target.to_string(),
+            shown,
+        })
+    }
+
+    /// What mount(2) and umount(2) are given.
+    fn proc_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
+    /// Where the descriptor points (the kernel's view, for checks and tests).
+    fn resolved(&self) -> Result<PathBuf> {
+        std::fs::read_link(self.proc_path())
+            .with_context(|| format!("read where {} resolved to", self.shown.display()))
+    }
+
+    /// The same target looked up again after a mount was made on it: a descriptor of the new
+    /// mount's root, which a remount needs (the first descriptor names the directory below
+    /// it). Resolved as safely as the first time, and refused unless it lands on the same
+    /// place (as runc checks its `/proc/self/fd` paths).
+    fn reopen(&self) -> Result<ResolvedTarget> {
+        let again = ResolvedTarget::resolve(&self.rootfs, &self.target)?;
+        let (before, after) = (self.resolved()?, again.resolved()?);
+        if before != after {
+            return Err(Error::internal(format!(
+                "mount target {:?} moved while it was mounted: {} then {}",
+                self.target,
+                before.display(),
+                after.display()
+            )));
+        }
+        Ok(again)
+    }
+}
+
 /// One mount; a half-made one (a bind whose read-only remount failed) is taken down again.
-fn mount_one(sys: &dyn MountSys, m: &MountSpec, target: &Path) -> Result<()> {
+fn mount_one(
+    sys: &dyn MountSys,
+    m: &MountSpec,
+    resolved: &ResolvedTarget,
+    scratch: &Path,
+) -> Result<()> {
     // A user-namespaced container's overlay (uidmap=/gidmap=): idmapped layers, see
     // crate::idmap. `_idmapped` is dropped after the mount (the overlay holds its layers).
-    let scratch = target.with_file_name(crate::bundle::IDMAPPED_SCRATCH);
     let (m_options, _idmapped) = match m.kind.as_str() {
-        "overlay" => crate::idmap::overlay_options(&m.options, &scratch)?,
+        "overlay" => crate::idmap::overlay_options(&m.options, scratch)?,
         _ => match crate::idmap::take_idmap_options(&m.options)? {
             (o, None) => (o, None),
             (_, Some(_)) => {
@@ -245,6 +376,8 @@ fn mount_one(sys: &dyn MountSys, m: &MountSpec, target: &Path) -> Result<()> {
         )));
     }
     let bind = flags.contains(MsFlags::MS_BIND);
+    let target = resolved.proc_path();
+    let target = target.as_path();
     sys.mount(&MountCall {
         cwd: cwd.as_deref(),
         source: (!m.source.is_empty()).then_some(m.source.as_str()),
@@ -259,13 +392,17 @@ fn mount_one(sys: &dyn MountSys, m: &MountSpec, target: &Path) -> Result<()> {
         data: (!data.is_empty()).then_some(data.as_str()),
     })?;
     if bind && flags.contains(MsFlags::MS_RDONLY) {
-        let remount = sys.mount(&MountCall {
-            cwd: None,
-            source: None,
-            target,
-            kind: None,
-            flags: flags | MsFlags::MS_REMOUNT,
-            data: None,
+        // A remount acts on a mount's root: the new mount's, looked up again inside the rootfs.
+        let remount = resolved.reopen().and_then(|root| {
+            sys.mount(&MountCall {
+                cwd: None,
+                source: None,
+                target: &root.proc_path(),
+                kind: None,
+                flags: flags | MsFlags::MS_REMOUNT,
+                data: None,
+            })
+            .map_err(Error::from)
         });
         if let Err(e) = remount {
             // The bind is there but writable: never leave it behind.
@@ -275,7 +412,7 @@ fn mount_one(sys: &dyn MountSys, m: &MountSpec, target: &Path) -> Result<()> {
                     u.context("undo a bind mount whose read-only remount failed")
                 );
             }
-            return Err(Error::from(e).context("remount read-only"));
+            return Err(e.context("remount read-only"));
         }
     }
     Ok(())
@@ -352,7 +489,8 @@ mod tests {
     /// One recorded mount call: (cwd, target, flags, data).
     type Recorded = (Option<PathBuf>, PathBuf, MsFlags, Option<String>);
 
-    /// Records mount calls; fails the call numbered `fail_at`.
+    /// Records mount calls; fails the call numbered `fail_at`. Targets are recorded as the
+    /// kernel resolved them (where their `/proc/self/fd` link points at the time of the call).
     #[derive(Default)]
     struct FakeMounts {
         fail_at: Option<usize>,
@@ -360,12 +498,22 @@ mod tests {
         unmounted: std::sync::Mutex<Vec<PathBuf>>,
     }
 
+    /// Where a `/proc/self/fd/<fd>` target points; anything else is a bug of the caller.
+    fn through_fd(target: &Path) -> PathBuf {
+        assert!(
+            target.starts_with("/proc/self/fd/"),
+            "not a descriptor: {}",
+            target.display()
+        );
+        std::fs::read_link(target).unwrap()
+    }
+
     impl MountSys for FakeMounts {
         fn mount(&self, c: &MountCall<'_>) -> nix::Result<()> {
             let mut calls = self.calls.lock().unwrap();
             calls.push((
                 c.cwd.map(Path::to_path_buf),
-                c.target.to_path_buf(),
+                through_fd(c.target),
                 c.flags,
                 c.data.map(str::to_string),
             ));
@@ -375,9 +523,18 @@ mod tests {
             Ok(())
         }
         fn unmount(&self, target: &Path) -> Result<()> {
-            self.unmounted.lock().unwrap().push(target.to_path_buf());
+            self.unmounted.lock().unwrap().push(through_fd(target));
             Ok(())
         }
+    }
+
+    /// A bundle with an empty `rootfs` directory.
+    fn bundle() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let rootfs = dir.path().join("rootfs");
+        std::fs::create_dir(&rootfs).unwrap();
+        let rootfs = rootfs.canonicalize().unwrap();
+        (dir, rootfs)
     }
 
     /// An overlay of `layers` layers with containerd-like snapshot paths under `root`.
@@ -407,13 +564,14 @@ mod tests {
         let m = deep_overlay(root, 128);
         assert!(m.options.iter().map(String::len).sum::<usize>() > 8192);
         let fake = FakeMounts::default();
-        mount_all_with(&fake, std::slice::from_ref(&m), Path::new("/b/rootfs")).unwrap();
+        let (_dir, rootfs) = bundle();
+        mount_all_with(&fake, std::slice::from_ref(&m), &rootfs).unwrap();
         let calls = fake.calls.lock().unwrap();
         assert_eq!(calls.len(), 1);
         let (cwd, target, _, data) = &calls[0];
         let parent = format!("{root}/io.containerd.snapshotter.v1.overlayfs/snapshots");
         assert_eq!(cwd.as_deref(), Some(Path::new(&parent)));
-        assert_eq!(target, Path::new("/b/rootfs"));
+        assert_eq!(target, &rootfs);
         let data = data.as_deref().unwrap();
         assert!(data.len() < options_limit(), "{} bytes", data.len());
         assert!(data.starts_with(&format!("index=off,workdir={parent}/129/work,upperdir=")));
@@ -426,7 +584,8 @@ mod tests {
     #[test]
     fn a_short_overlay_is_mounted_as_given() {
         let fake = FakeMounts::default();
-        mount_all_with(&fake, &[deep_overlay("/v", 3)], Path::new("/r")).unwrap();
+        let (_dir, rootfs) = bundle();
+        mount_all_with(&fake, &[deep_overlay("/v", 3)], &rootfs).unwrap();
         let calls = fake.calls.lock().unwrap();
         assert_eq!(calls[0].0, None);
         assert!(
@@ -468,7 +627,8 @@ mod tests {
         let fake = FakeMounts::default();
         let mut m = deep_overlay("/v", 2);
         m.options.push(format!("x={}", "y".repeat(70_000)));
-        let e = mount_all_with(&fake, &[m], Path::new("/r")).unwrap_err();
+        let (_dir, rootfs) = bundle();
+        let e = mount_all_with(&fake, &[m], &rootfs).unwrap_err();
         assert_eq!(e.kind(), Kind::InvalidArgument);
         assert!(fake.calls.lock().unwrap().is_empty());
     }
@@ -486,7 +646,11 @@ mod tests {
             fail_at: Some(4),
             ..Default::default()
         };
-        let e = mount_all_with(&fake, &[bind("a"), bind("b")], Path::new("/r")).unwrap_err();
+        let (_dir, rootfs) = bundle();
+        for d in ["a", "b"] {
+            std::fs::create_dir(rootfs.join(d)).unwrap();
+        }
+        let e = mount_all_with(&fake, &[bind("a"), bind("b")], &rootfs).unwrap_err();
         assert!(e.message().contains("remount read-only"), "{}", e.message());
         assert!(e.message().contains("rootfs[1]"), "{}", e.message());
         let calls = fake.calls.lock().unwrap();
@@ -502,8 +666,88 @@ mod tests {
         // The half-made bind first, then the complete one before it.
         assert_eq!(
             *fake.unmounted.lock().unwrap(),
-            vec![PathBuf::from("/r/b"), PathBuf::from("/r/a")]
+            vec![rootfs.join("b"), rootfs.join("a")]
         );
+    }
+
+    fn bind_on(target: &str) -> MountSpec {
+        MountSpec {
+            kind: "bind".into(),
+            source: "/src".into(),
+            target: target.into(),
+            options: opts(&["rbind"]),
+        }
+    }
+
+    /// Issue 20 item 1: an image's symlinks are followed inside the rootfs, never out of it.
+    #[test]
+    fn targets_resolve_inside_the_rootfs() {
+        let (dir, rootfs) = bundle();
+        let outside = dir.path().canonicalize().unwrap().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        // The image: `data` points at a directory outside the rootfs (absolute), `up` climbs
+        // out of it (relative), `etc` is a plain directory; and where an absolute link
+        // resolves inside the rootfs, a directory of that name.
+        std::os::unix::fs::symlink(&outside, rootfs.join("data")).unwrap();
+        std::os::unix::fs::symlink("../../../../../../outside", rootfs.join("up")).unwrap();
+        std::fs::create_dir(rootfs.join("etc")).unwrap();
+        std::fs::create_dir(rootfs.join("outside")).unwrap();
+        let inside = rootfs.join(outside.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(&inside).unwrap();
+        let fake = FakeMounts::default();
+        mount_all_with(
+            &fake,
+            &[bind_on("etc"), bind_on("data"), bind_on("up")],
+            &rootfs,
+        )
+        .unwrap();
+        let targets: Vec<PathBuf> = fake
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.1.clone())
+            .collect();
+        assert_eq!(
+            targets,
+            [rootfs.join("etc"), inside, rootfs.join("outside")],
+            "each target where the image's links lead inside the rootfs"
+        );
+        assert!(fake.unmounted.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_target_that_leads_nowhere_inside_the_rootfs_mounts_nothing() {
+        let (dir, rootfs) = bundle();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, rootfs.join("data")).unwrap();
+        std::fs::create_dir(rootfs.join("etc")).unwrap();
+        let fake = FakeMounts::default();
+        // `data` exists outside the rootfs only: as containerd, no directory is made for it.
+        let e = mount_all_with(&fake, &[bind_on("etc"), bind_on("data")], &rootfs).unwrap_err();
+        assert_eq!(e.kind(), Kind::NotFound, "{e}");
+        assert!(e.message().contains("rootfs[1]"), "{}", e.message());
+        assert!(
+            e.message().contains("resolve the mount target \"data\""),
+            "{}",
+            e.message()
+        );
+        let calls = fake.calls.lock().unwrap();
+        assert_eq!(calls.len(), 1, "only etc was mounted");
+        // ... and undone through the descriptor it was mounted on.
+        assert_eq!(*fake.unmounted.lock().unwrap(), vec![rootfs.join("etc")]);
+        assert!(!rootfs.join(outside.strip_prefix("/").unwrap()).exists());
+    }
+
+    #[test]
+    fn the_rootfs_itself_is_never_reached_through_a_link() {
+        let (dir, rootfs) = bundle();
+        let linked = dir.path().join("linked");
+        std::os::unix::fs::symlink(&rootfs, &linked).unwrap();
+        let fake = FakeMounts::default();
+        assert!(mount_all_with(&fake, &[bind_on("")], &linked).is_err());
+        assert!(fake.calls.lock().unwrap().is_empty());
     }
 
     /// A real overlay of 128 layers with long paths (far beyond a page of options).
@@ -544,6 +788,145 @@ mod tests {
             std::fs::read_dir(&rootfs).unwrap().next().is_none(),
             "unmounted"
         );
+    }
+
+    /// The mount points of this process below `dir` (from /proc/self/mountinfo).
+    fn mount_points_below(dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .map(PathBuf::from)
+            .filter(|p| p.starts_with(dir))
+            .collect()
+    }
+
+    fn tmpfs_on(target: &str) -> MountSpec {
+        MountSpec {
+            kind: "tmpfs".into(),
+            source: "tmpfs".into(),
+            target: target.into(),
+            options: opts(&["size=64k"]),
+        }
+    }
+
+    /// Issue 20 item 1, with real mounts: an image (bind-mounted on the rootfs, as a snapshot
+    /// would be) holds `data -> <a directory outside the rootfs>` and `up -> ../../../above`;
+    /// tmpfs
+    /// mounts with targets `data` and `up` land inside the rootfs, nothing is mounted outside
+    /// it, a `..` target and a magic link are refused, and a failure takes every mount down.
+    #[test]
+    #[ignore = "needs root"]
+    fn real_mounts_stay_inside_the_rootfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let outside = base.join("outside");
+        let image = base.join("image");
+        let rootfs = base.join("bundle/rootfs");
+        for d in [&outside, &image, &rootfs] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(outside.join("node-file"), "node").unwrap();
+        std::os::unix::fs::symlink(&outside, image.join("data")).unwrap();
+        std::os::unix::fs::symlink("../../../../../../../../../../above", image.join("up"))
+            .unwrap();
+        std::fs::create_dir(image.join("above")).unwrap();
+        std::fs::create_dir_all(image.join(outside.strip_prefix("/").unwrap())).unwrap();
+        std::fs::create_dir(image.join("proc")).unwrap();
+        let image_mount = MountSpec {
+            kind: "bind".into(),
+            source: image.display().to_string(),
+            target: String::new(),
+            options: opts(&["rbind", "rw"]),
+        };
+        // The test's own cleanup, whatever mount_all left.
+        let undo = || {
+            for p in mount_points_below(&base).iter().rev() {
+                let _ = umount2(p, MntFlags::MNT_DETACH);
+            }
+        };
+
+        let r = mount_all(
+            &[image_mount.clone(), tmpfs_on("data"), tmpfs_on("up")],
+            &rootfs,
+        );
+        let points = mount_points_below(&base);
+        // What the container would see: the tmpfs inside, the node's file nowhere in it.
+        let seen_inside = std::fs::read_dir(rootfs.join(outside.strip_prefix("/").unwrap()))
+            .map(|d| d.count())
+            .ok();
+        let node_file = std::fs::read_to_string(outside.join("node-file")).ok();
+        undo();
+        r.unwrap();
+        assert_eq!(
+            points,
+            [
+                rootfs.clone(),
+                rootfs.join(outside.strip_prefix("/").unwrap()),
+                rootfs.join("above"),
+            ],
+            "the image, `data` resolved inside it, `up` clamped at the rootfs"
+        );
+        assert_eq!(seen_inside, Some(0), "the tmpfs is what rootfs/data shows");
+        assert_eq!(
+            node_file.as_deref(),
+            Some("node"),
+            "nothing mounted over the node's dir"
+        );
+
+        // A read-only bind through the link: its remount finds the new mount inside too.
+        let ro_source = base.join("ro-source");
+        std::fs::create_dir(&ro_source).unwrap();
+        let ro_bind = MountSpec {
+            kind: "bind".into(),
+            source: ro_source.display().to_string(),
+            target: "data".into(),
+            options: opts(&["rbind", "ro"]),
+        };
+        let r = mount_all(&[image_mount.clone(), ro_bind], &rootfs);
+        let points = mount_points_below(&base);
+        let write = std::fs::write(
+            rootfs.join(outside.strip_prefix("/").unwrap()).join("x"),
+            "x",
+        )
+        .map_err(|e| e.raw_os_error());
+        undo();
+        r.unwrap();
+        assert_eq!(
+            points.last(),
+            Some(&rootfs.join(outside.strip_prefix("/").unwrap()))
+        );
+        assert_eq!(write, Err(Some(libc::EROFS)), "read-only where it landed");
+        assert!(
+            std::fs::write(outside.join("x"), "x").is_ok(),
+            "the node's dir is untouched"
+        );
+        std::fs::remove_file(outside.join("x")).unwrap();
+
+        // `..` never reaches mount(2); a magic link is refused; each failure undoes the image.
+        let proc_mount = MountSpec {
+            kind: "proc".into(),
+            source: "proc".into(),
+            target: "proc".into(),
+            options: vec![],
+        };
+        for (bad, kind) in [
+            (tmpfs_on("../outside"), Kind::InvalidArgument),
+            (tmpfs_on("proc/self/root/tmp"), Kind::Internal),
+            (tmpfs_on("missing"), Kind::NotFound),
+        ] {
+            let r = mount_all(
+                &[image_mount.clone(), proc_mount.clone(), bad.clone()],
+                &rootfs,
+            );
+            let left = mount_points_below(&base);
+            undo();
+            let e = r.unwrap_err();
+            assert_eq!(e.kind(), kind, "{bad:?}: {e}");
+            assert_eq!(left, Vec::<PathBuf>::new(), "{bad:?}: every mount undone");
+        }
+        assert!(mount_points_below(&base).is_empty());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
     }
 
     #[test]
