@@ -386,6 +386,10 @@ struct Watch {
     /// v1: the cgroup dir, to tell an OOM from the cgroup's removal.
     dir: PathBuf,
     last_oom_kill: u64,
+    /// v2: the parent's memory.events (its oom_kill counts the whole subtree) and its count
+    /// when last looked at, for a cgroup removed before its own count could be read.
+    parent_events: Option<PathBuf>,
+    parent_last_oom_kill: u64,
 }
 
 /// Watches containers' memory cgroups for OOM kills (one thread for all).
@@ -397,6 +401,10 @@ pub struct OomWatcher {
 struct WatcherThread {
     watches: Mutex<Vec<Watch>>,
     wake: OwnedFd,
+    /// Held from the judgement to the TaskOOM's publication, by the watcher and by the exit
+    /// check alike: when the watcher has taken a kill, the reaper's check waits until its
+    /// TaskOOM is out, so the TaskExit published after the check always comes after it.
+    report: Mutex<()>,
 }
 
 impl OomWatcher {
@@ -418,6 +426,7 @@ impl OomWatcher {
         let t = Arc::new(WatcherThread {
             watches: Mutex::new(Vec::new()),
             wake: tx,
+            report: Mutex::new(()),
         });
         let t2 = t.clone();
         let cb = self.callback.clone();
@@ -442,12 +451,19 @@ impl OomWatcher {
             ino.add_watch(&events, nix::sys::inotify::AddWatchFlags::IN_MODIFY)
                 .with_context(|| format!("watch {}", events.display()))?;
             let last = read_kv(&events).get("oom_kill").copied().unwrap_or(0);
+            let parent_events = dir.parent().map(|p| p.join("memory.events"));
+            let parent_last = parent_events
+                .as_deref()
+                .and_then(|p| read_kv(p).get("oom_kill").copied())
+                .unwrap_or(0);
             Watch {
                 id: id.into(),
                 fd: OwnedFd::from(ino),
                 events_file: Some(events),
                 dir: dir.clone(),
                 last_oom_kill: last,
+                parent_events,
+                parent_last_oom_kill: parent_last,
             }
         } else if let Some(dir) = paths.v1.get("memory") {
             let efd = nix::sys::eventfd::EventFd::from_value_and_flags(
@@ -467,6 +483,8 @@ impl OomWatcher {
                 events_file: None,
                 dir: dir.clone(),
                 last_oom_kill: 0,
+                parent_events: None,
+                parent_last_oom_kill: 0,
             }
         } else {
             return Ok(()); // no memory controller: nothing to watch
@@ -475,6 +493,24 @@ impl OomWatcher {
         t.watches.locked().push(watch);
         let _ = nix::unistd::write(&t.wake, b"w");
         Ok(())
+    }
+
+    /// Looks once more for an OOM kill of container `id` when its init has exited, and reports
+    /// one not yet reported (before the caller publishes the exit). Events alone miss kills:
+    /// systemd stops an emptied scope and removes its cgroup at once, and the kernel drops
+    /// the file's pending (rate-limited) notification with it; the count itself is raised
+    /// before the victim gets its SIGKILL (mm/oom_kill.c: "task reaper must see this"), so
+    /// at the exit it is there to read, in the cgroup or, once that is gone, its parent's.
+    /// v2 only: v1's eventfd fires before the kill.
+    pub fn check_at_exit(&self, id: &str) {
+        let Some(t) = self.inner.locked().clone() else {
+            return; // nothing watched
+        };
+        let _report = t.report.locked();
+        if t.check_at_exit(id) {
+            (self.callback)(id);
+            log::info!("container {id}: OOM kill (seen at its exit)");
+        }
     }
 
     /// Stops watching container `id`.
@@ -519,39 +555,92 @@ impl WatcherThread {
                     continue;
                 }
                 let mut drain = [0u8; 4096];
-                let _ = nix::unistd::read(&fds[i], &mut drain);
-                if self.is_oom(id) {
-                    log::info!("container {id}: OOM kill");
+                let n = nix::unistd::read(&fds[i], &mut drain).unwrap_or(0);
+                let _report = self.report.locked();
+                if self.is_oom(id, modified(&drain[..n])) {
                     callback(id);
+                    log::info!("container {id}: OOM kill");
                 }
             }
         }
     }
 
+    /// [`OomWatcher::check_at_exit`]: a v2 watch's count (or its parent's) rose unseen.
+    fn check_at_exit(&self, id: &str) -> bool {
+        let v2 = self
+            .watches
+            .locked()
+            .iter()
+            .any(|w| w.id == id && w.events_file.is_some());
+        v2 && self.is_oom(id, false)
+    }
+
     /// Whether the event on `id`'s fd was an OOM kill (not a cgroup removal or other change).
-    fn is_oom(&self, id: &str) -> bool {
+    /// `modified`: v2, the events read included IN_MODIFY of memory.events.
+    fn is_oom(&self, id: &str, modified: bool) -> bool {
         let mut watches = self.watches.locked();
         let Some(pos) = watches.iter().position(|w| w.id == id) else {
             return false;
         };
         let w = &mut watches[pos];
-        match &w.events_file {
-            Some(f) => {
-                let now = read_kv(f).get("oom_kill").copied().unwrap_or(0);
-                let oom = now > w.last_oom_kill;
-                w.last_oom_kill = now;
-                oom
+        let Some(f) = w.events_file.clone() else {
+            if w.dir.join("memory.oom_control").exists() {
+                return true;
             }
+            watches.remove(pos); // the cgroup is gone: that was the removal notice
+            return false;
+        };
+        let parent = w.parent_events.clone();
+        let parent_now = parent
+            .as_deref()
+            .and_then(|p| read_kv(p).get("oom_kill").copied());
+        // Kills of our own count: the parent's may not have had them yet when it was read
+        // just before (the kernel raises the cgroup's count, then its ancestors').
+        let mut own_rise = 0;
+        let oom = match read_kv(&f).get("oom_kill").copied() {
+            Some(now) => {
+                own_rise = now.saturating_sub(w.last_oom_kill);
+                w.last_oom_kill = now;
+                own_rise > 0
+            }
+            // The cgroup is gone before we could read the kill: systemd stops a scope whose
+            // process the kernel OOM-killed and removes its cgroup at once, and the kernel
+            // drops the file's pending (rate-limited) notification with it, so the last event
+            // may be the watch's removal alone (`modified` false). The parent's count is
+            // hierarchical: a rise since we last looked is that kill.
             None => {
-                if w.dir.join("memory.oom_control").exists() {
-                    true
-                } else {
-                    watches.remove(pos); // the cgroup is gone: that was the removal notice
-                    false
+                let _ = modified;
+                parent_now.is_some_and(|now| now > w.parent_last_oom_kill)
+            }
+        };
+        // Every watch below the same parent has now seen the parent's count, and our own
+        // kills in it even if the parent's read came before they reached it: a kill is not
+        // taken again, for ours or a sibling's, when a cgroup goes later.
+        if let (Some(p), Some(now)) = (parent, parent_now) {
+            for other in watches.iter_mut() {
+                if other.parent_events.as_deref() == Some(p.as_path()) {
+                    other.parent_last_oom_kill =
+                        now.max(other.parent_last_oom_kill.saturating_add(own_rise));
                 }
             }
         }
+        oom
     }
+}
+
+/// Whether the inotify events in `buf` include IN_MODIFY (`struct inotify_event`: wd, mask,
+/// cookie, len, then `len` bytes of name).
+fn modified(buf: &[u8]) -> bool {
+    let mut rest = buf;
+    while rest.len() >= 16 {
+        let mask = u32::from_ne_bytes([rest[4], rest[5], rest[6], rest[7]]);
+        let len = u32::from_ne_bytes([rest[12], rest[13], rest[14], rest[15]]) as usize;
+        if mask & libc::IN_MODIFY != 0 {
+            return true;
+        }
+        rest = rest.get(16 + len..).unwrap_or(&[]);
+    }
+    false
 }
 
 /// Error for callers that need a cgroup and found none.
@@ -720,5 +809,140 @@ mod tests {
             (m.memory_events.oom_kill, m.cpu.usage_usec, m.pids.current),
             (1, 55, 2)
         );
+    }
+}
+
+#[cfg(test)]
+mod oom_fallback_tests {
+    use super::*;
+
+    fn thread_with(w: Watch) -> WatcherThread {
+        let wake = nix::sys::eventfd::EventFd::from_value_and_flags(
+            0,
+            nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
+        )
+        .unwrap();
+        WatcherThread {
+            watches: Mutex::new(vec![w]),
+            wake: OwnedFd::from(wake),
+            report: Mutex::new(()),
+        }
+    }
+
+    fn watch_of(id: &str, dir: &Path) -> Watch {
+        Watch {
+            id: id.into(),
+            fd: OwnedFd::from(std::fs::File::open(dir).unwrap()),
+            events_file: Some(dir.join("memory.events")),
+            dir: dir.to_path_buf(),
+            last_oom_kill: 0,
+            parent_events: Some(dir.parent().unwrap().join("memory.events")),
+            parent_last_oom_kill: 0,
+        }
+    }
+
+    /// A pod cgroup with one child cgroup per name, every `memory.events` at no kill; and a
+    /// watcher thread watching those named `c1` and `c2` (v2).
+    fn pod_with(children: &[&str]) -> (tempfile::TempDir, Vec<PathBuf>, WatcherThread) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs: Vec<PathBuf> = children.iter().map(|c| tmp.path().join(c)).collect();
+        for d in &dirs {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
+        }
+        std::fs::write(tmp.path().join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
+        let t = thread_with(watch_of("c1", &dirs[0]));
+        t.watches.locked().push(watch_of("c2", &dirs[1]));
+        (tmp, dirs, t)
+    }
+
+    /// A scope systemd removes right after its process was OOM-killed: the container's own
+    /// memory.events is gone (the kernel dropped its pending notification too: the removal
+    /// may be the only event), the parent's hierarchical count tells. A sibling's kill, once
+    /// seen, is not taken for another container's when that one's cgroup goes.
+    #[test]
+    fn a_cgroup_removed_before_its_count_is_read_is_judged_by_its_parent() {
+        let (tmp, dirs, t) = pod_with(&["c1.scope", "c2.scope"]);
+        let (pod, c1, c2) = (tmp.path(), dirs[0].clone(), dirs[1].clone());
+        // A change of its own file that is no kill.
+        std::fs::write(c1.join("memory.events"), "oom 0\nmax 3\noom_kill 0\n").unwrap();
+        assert!(!t.is_oom("c1", true));
+        // Its own count rises: a kill, read directly.
+        std::fs::write(c1.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
+        std::fs::write(pod.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
+        assert!(t.is_oom("c1", true));
+        // A second kill, and the cgroup gone before the read: only the removal is seen.
+        std::fs::remove_dir_all(&c1).unwrap();
+        std::fs::write(pod.join("memory.events"), "oom 2\noom_kill 2\n").unwrap();
+        assert!(t.is_oom("c1", false));
+        // c2 exits normally later and its cgroup goes: c1's kills were seen, not c2's.
+        std::fs::remove_dir_all(&c2).unwrap();
+        assert!(!t.is_oom("c2", false));
+    }
+
+    /// The exit check reports a kill the events missed, once: the scope still there with its
+    /// count raised, or gone with only the parent's count to tell; a normal exit is no kill.
+    #[test]
+    fn the_exit_check_finds_a_kill_no_event_reported() {
+        let (tmp, dirs, t) = pod_with(&["c1.scope", "c2.scope", "c3"]);
+        let (pod, c1, c2, c3) = (
+            tmp.path(),
+            dirs[0].clone(),
+            dirs[1].clone(),
+            dirs[2].clone(),
+        );
+        let mut v1 = watch_of("c3", &c3);
+        v1.events_file = None;
+        t.watches.locked().push(v1);
+        // c1 killed, its scope still there at the exit: reported, and not again.
+        std::fs::write(c1.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
+        std::fs::write(pod.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
+        assert!(t.check_at_exit("c1"));
+        assert!(!t.check_at_exit("c1"));
+        // c2 killed and its scope already removed: the parent's count tells.
+        std::fs::remove_dir_all(&c2).unwrap();
+        std::fs::write(pod.join("memory.events"), "oom 2\noom_kill 2\n").unwrap();
+        assert!(t.check_at_exit("c2"));
+        // A v1 watch and an unknown ID are never judged here.
+        assert!(!t.check_at_exit("c3"));
+        assert!(!t.check_at_exit("nope"));
+        // c1's scope removed after its kill was reported: the removal is no second kill.
+        std::fs::remove_dir_all(&c1).unwrap();
+        assert!(!t.is_oom("c1", false));
+    }
+
+    /// A kill read in the container's own count before it reached the parent's (the kernel
+    /// raises the cgroup's, then its ancestors'): once the parent has it and the cgroup is
+    /// gone, it is not reported again, for the container or a sibling.
+    #[test]
+    fn a_kill_read_before_it_reached_the_parent_is_reported_once() {
+        let (tmp, dirs, t) = pod_with(&["c1.scope", "c2.scope"]);
+        let (pod, c1, c2) = (tmp.path(), dirs[0].clone(), dirs[1].clone());
+        std::fs::write(c1.join("memory.events"), "oom_kill 1\n").unwrap();
+        assert!(t.check_at_exit("c1"));
+        std::fs::write(pod.join("memory.events"), "oom_kill 1\n").unwrap();
+        std::fs::remove_dir_all(&c1).unwrap();
+        assert!(!t.is_oom("c1", false));
+        std::fs::remove_dir_all(&c2).unwrap();
+        assert!(!t.check_at_exit("c2"));
+    }
+
+    #[test]
+    fn inotify_events_are_parsed_for_in_modify() {
+        let event = |mask: u32, name: &[u8]| {
+            let mut b = Vec::new();
+            b.extend_from_slice(&1i32.to_ne_bytes());
+            b.extend_from_slice(&mask.to_ne_bytes());
+            b.extend_from_slice(&0u32.to_ne_bytes());
+            b.extend_from_slice(&(name.len() as u32).to_ne_bytes());
+            b.extend_from_slice(name);
+            b
+        };
+        assert!(!modified(&event(libc::IN_IGNORED, b"")));
+        let mut two = event(libc::IN_IGNORED, b"abcd\0\0\0\0");
+        two.extend(event(libc::IN_MODIFY, b""));
+        assert!(modified(&two));
+        assert!(!modified(&[]));
+        assert!(!modified(&two[..10]));
     }
 }

@@ -55,17 +55,29 @@ pub fn oci_spec(data: &[u8]) {
 
 /// The runtime options Any that `start` saves and `Task.Create` carries.
 pub fn runtime_options(data: &[u8]) {
-    for type_url in ["containerd.runc.v1.Options", "runtimeoptions.v1.Options"] {
+    for type_url in [
+        "containerd.runc.v1.Options",
+        "containerd.linux.runc.CreateOptions",
+        "runtimeoptions.v1.Options",
+    ] {
         let any = Any {
             type_url: type_url.into(),
             value: data.to_vec(),
             ..Default::default()
         };
-        let _ = crate::rpc::task::runc_config_from_options(Some(&any), "fuzz");
+        let _ = crate::rpc::task::runc_config_from_options(
+            Some(&any),
+            &crate::runtime::RuncConfig::defaults("fuzz"),
+            "fuzz",
+        );
     }
     // The file `start` writes into the bundle holds the whole Any.
     if let Ok(any) = Any::parse_from_bytes(data) {
-        let _ = crate::rpc::task::runc_config_from_options(Some(&any), "fuzz");
+        let _ = crate::rpc::task::runc_config_from_options(
+            Some(&any),
+            &crate::runtime::RuncConfig::defaults("fuzz"),
+            "fuzz",
+        );
     }
 }
 

@@ -122,6 +122,14 @@ pub fn shares_pid_namespace(spec: &Value) -> bool {
     !namespace(spec, "pid").is_some_and(is_new)
 }
 
+/// `linux.cgroupsPath`, if the spec sets one.
+pub fn cgroups_path(spec: &Value) -> Option<String> {
+    spec.pointer("/linux/cgroupsPath")?
+        .as_str()
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+}
+
 /// Points the spec's network namespace at `path`.
 pub fn set_netns_path(spec: &mut Value, path: &Path) {
     if let Some(list) = spec

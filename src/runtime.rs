@@ -77,6 +77,14 @@ pub struct RuncConfig {
     pub root: PathBuf,
     /// Use the systemd cgroup driver.
     pub systemd_cgroup: bool,
+    /// `runc create --no-pivot` (runtime option `NoPivotRoot`): for a node whose root is the
+    /// initramfs, where `pivot_root` cannot work (runc moves the rootfs over `/` instead).
+    /// Defaulted: records written before it existed are read by `delete` after an upgrade.
+    #[serde(default)]
+    pub no_pivot_root: bool,
+    /// `runc create --no-new-keyring` (runtime option `NoNewKeyring`).
+    #[serde(default)]
+    pub no_new_keyring: bool,
 }
 
 impl RuncConfig {
@@ -87,7 +95,28 @@ impl RuncConfig {
             binary: "runc".into(),
             root: PathBuf::from("/run/containerd/runc").join(ns),
             systemd_cgroup: false,
+            no_pivot_root: false,
+            no_new_keyring: false,
         }
+    }
+
+    /// The settings for the container whose OCI spec is `spec`: with systemd's cgroup driver
+    /// (`--systemd-cgroup` on every runc command) when its `linux.cgroupsPath` has systemd's
+    /// `slice:prefix:name` form, whatever the runtime options say. containerd's CRI writes
+    /// that form for every container of a pod whose cgroup_parent is a `.slice` (its
+    /// `getCgroupsPath`), and runc without the flag would take it for a cgroupfs path and
+    /// make a directory of that name in its own cgroup (containerd issue #4900); the options
+    /// cannot even be set for a non-runc runtime on containerd 2.1/2.2. `SystemdCgroup =
+    /// true` in the options keeps the flag for every container, as in containerd's runc shim.
+    pub fn for_container(mut self, spec: &serde_json::Value) -> RuncConfig {
+        if spec
+            .pointer("/linux/cgroupsPath")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(crate::systemd::names::is_systemd_cgroups_path)
+        {
+            self.systemd_cgroup = true;
+        }
+        self
     }
 }
 
@@ -203,7 +232,8 @@ fn userns_runc_verdict(path: &Path, v: &RuncVersion) -> Result<()> {
     }
 }
 
-/// How long one runc invocation may take before it is killed.
+/// How long one runc invocation may take before it is killed (waiting for its console
+/// included).
 const RUNC_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The real runtime: the runc CLI.
@@ -212,6 +242,8 @@ pub struct Runc {
     spawner: Spawner,
     /// Directory for console sockets (short, root-only: socket paths are limited to 108 bytes).
     socket_dir: PathBuf,
+    /// [`RUNC_TIMEOUT`], shorter in tests.
+    timeout: Duration,
 }
 
 static CONSOLE_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -222,7 +254,14 @@ impl Runc {
             config,
             spawner,
             socket_dir,
+            timeout: RUNC_TIMEOUT,
         }
+    }
+
+    /// The same runtime with another bound on each runc invocation.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     fn command(&self, log: Option<&Path>) -> Command {
@@ -245,7 +284,7 @@ impl Runc {
         cmd.args(args);
         let out = self
             .spawner
-            .output(&mut cmd, input, RUNC_TIMEOUT)
+            .output(&mut cmd, input, self.timeout)
             .with_context(|| format!("run {} {what}", self.config.binary))?;
         if out.status != 0 {
             return Err(classify(
@@ -258,18 +297,19 @@ impl Runc {
     }
 
     /// Runs runc create/exec, which hand stdio to the new process and may send a console.
+    /// `log` is runc's JSON log for this invocation (execs run in parallel: each has its own).
     fn spawn_process(
         &self,
         what: &str,
         bundle: &Path,
+        log: &Path,
         args: Vec<String>,
         terminal: bool,
         io: ProcessIo,
     ) -> Result<Spawned> {
-        let log = bundle.join("log.json");
         let pid_file = bundle.join(format!("{}.pid", what.replace(' ', "-")));
         let _ = std::fs::remove_file(&pid_file);
-        let mut cmd = self.command(Some(&log));
+        let mut cmd = self.command(Some(log));
         cmd.args(&args[..1]).arg("--pid-file").arg(&pid_file);
         let console = if terminal {
             std::fs::create_dir_all(&self.socket_dir).context("create console socket dir")?;
@@ -290,7 +330,7 @@ impl Runc {
         cmd.stdin(io.stdin.map(Stdio::from).unwrap_or_else(Stdio::null));
         cmd.stdout(io.stdout.map(Stdio::from).unwrap_or_else(Stdio::null));
         cmd.stderr(io.stderr.map(Stdio::from).unwrap_or_else(Stdio::null));
-        let result = self.spawn_and_collect(what, cmd, console.as_ref().map(|(_, l)| l), &log);
+        let result = self.spawn_and_collect(what, cmd, console.as_ref().map(|(_, l)| l), log);
         if let Some((path, _)) = console {
             let _ = std::fs::remove_file(path);
         }
@@ -323,12 +363,13 @@ impl Runc {
         // The Command holds the stdio fds: close our copies now so that only the container
         // keeps the write ends (EOF for readers depends on it).
         drop(cmd);
-        let deadline = Instant::now() + RUNC_TIMEOUT;
+        let deadline = Instant::now() + self.timeout;
         let mut master = None;
         if let Some(listener) = console {
             master = match receive_console(listener, &mut child, deadline) {
                 Ok(m) => m,
                 Err(e) => {
+                    // Killed and reaped here: nothing of this runc outlives the failed call.
                     child.kill();
                     let _ = child.wait(Some(Duration::from_secs(5)));
                     return Err(e.context(what));
@@ -341,7 +382,8 @@ impl Runc {
                 child.kill();
                 let _ = child.wait(Some(Duration::from_secs(5)));
                 return Err(Error::internal(format!(
-                    "{what}: runc timed out after {RUNC_TIMEOUT:?}"
+                    "{what}: runc timed out after {:?}",
+                    self.timeout
                 )));
             }
             Err(e) => return Err(Error::from(e).context(what)),
@@ -355,24 +397,30 @@ impl Runc {
 }
 
 /// Accepts runc's connection on the console socket and receives the pty master (SCM_RIGHTS),
-/// while watching runc so that a failing runc does not leave us waiting.
+/// while watching runc so that a failing runc does not leave us waiting, and never past
+/// `deadline`: neither the accept nor the receive blocks (a runc that connects and then sends
+/// nothing used to hold the Start, and every call queued behind it, for ever).
 fn receive_console(
     listener: &UnixListener,
     child: &mut crate::reaper::Child,
     deadline: Instant,
 ) -> Result<Option<File>> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let _blocked = crate::blocking::blocking();
     listener.set_nonblocking(true).context("console socket")?;
+    // Whether runc has ended is read before each attempt, not after: a connection or a
+    // console sent just before runc exited is still taken by the attempt that follows.
     let stream = loop {
+        let exited = child.try_wait()?.is_some();
         match listener.accept() {
             Ok((s, _)) => break s,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if child.try_wait()?.is_some() {
+                if exited {
                     return Ok(None); // runc failed before sending; its status tells why
                 }
                 if Instant::now() >= deadline {
                     return Err(Error::internal(
-                        "timed out waiting for the console from runc",
+                        "timed out waiting for runc to connect to the console socket",
                     ));
                 }
                 std::thread::sleep(Duration::from_millis(2));
@@ -380,26 +428,60 @@ fn receive_console(
             Err(e) => return Err(Error::from(e).context("accept console socket")),
         }
     };
-    stream.set_nonblocking(false).context("console socket")?;
+    // Accepted sockets do not inherit O_NONBLOCK on Linux; MSG_DONTWAIT needs no flag change.
     let mut buf = [0u8; 4096];
-    let mut iov = [io::IoSliceMut::new(&mut buf)];
-    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-    let msg = recvmsg::<()>(
-        stream.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .context("receive console fd")?;
-    for c in msg.cmsgs().context("receive console fd")? {
-        if let ControlMessageOwned::ScmRights(fds) = c
-            && let Some(&fd) = fds.first()
-        {
-            // SAFETY: the fd was just received through SCM_RIGHTS and nothing else owns it.
-            return Ok(Some(unsafe { File::from_raw_fd(fd) }));
+    loop {
+        let exited = child.try_wait()?.is_some();
+        let mut iov = [io::IoSliceMut::new(&mut buf)];
+        let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+        match recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(msg) => {
+                // Every descriptor received is owned at once: the first is the master, any
+                // other is closed here.
+                let mut fds: Vec<OwnedFd> = Vec::new();
+                for c in msg.cmsgs().context("receive console fd")? {
+                    if let ControlMessageOwned::ScmRights(raw) = c {
+                        // SAFETY: received through SCM_RIGHTS just now; nothing else owns them.
+                        fds.extend(
+                            raw.into_iter()
+                                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                        );
+                    }
+                }
+                return match fds.into_iter().next() {
+                    Some(fd) => Ok(Some(File::from(fd))),
+                    None => Err(Error::internal("runc sent no console fd")),
+                };
+            }
+            Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => {}
+            Err(e) => return Err(Error::from(e).context("receive console fd")),
+        }
+        if exited {
+            return Ok(None); // runc ended after connecting; its status tells why
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::internal(
+                "timed out waiting for runc to send the console: it connected to the console \
+                 socket and sent nothing",
+            ));
+        }
+        let wait = left.min(Duration::from_millis(20));
+        let mut pfd = [nix::poll::PollFd::new(
+            std::os::fd::AsFd::as_fd(&stream),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let ms = u16::try_from(wait.as_millis()).unwrap_or(20);
+        match nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(ms)) {
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(e) => return Err(Error::from(e).context("wait for the console fd")),
         }
     }
-    Err(Error::internal("runc sent no console fd"))
 }
 
 /// The message of the last error line in runc's JSON log (`{"level":"error","msg":...}`).
@@ -443,13 +525,24 @@ pub fn classify(what: &str, stderr: &str, status: i32) -> Error {
 impl Runtime for Runc {
     fn create(&self, id: &str, bundle: &Path, terminal: bool, io: ProcessIo) -> Result<Spawned> {
         let _ = std::fs::remove_file(bundle.join("log.json"));
-        let args = vec![
-            "create".into(),
-            "--bundle".into(),
-            bundle.display().to_string(),
-            id.into(),
-        ];
-        self.spawn_process("create", bundle, args, terminal, io)
+        // The options' flags as containerd's runc shim gives them (go-runc's CreateOpts); runc
+        // takes its flags in any order before the ID.
+        let mut args = vec!["create".to_string()];
+        if self.config.no_pivot_root {
+            args.push("--no-pivot".into());
+        }
+        if self.config.no_new_keyring {
+            args.push("--no-new-keyring".into());
+        }
+        args.extend(["--bundle".into(), bundle.display().to_string(), id.into()]);
+        self.spawn_process(
+            "create",
+            bundle,
+            &bundle.join("log.json"),
+            args,
+            terminal,
+            io,
+        )
     }
 
     fn start(&self, id: &str) -> Result<()> {
@@ -475,8 +568,13 @@ impl Runtime for Runc {
             "--detach".into(),
             id.into(),
         ];
-        let r = self.spawn_process(&format!("exec {exec_id}"), bundle, args, terminal, io);
+        // Its own log: execs of one container run in parallel, and the error one reports
+        // must be its own runc's.
+        let log = bundle.join(format!("exec-{exec_id}-log.json"));
+        let _ = std::fs::remove_file(&log);
+        let r = self.spawn_process(&format!("exec {exec_id}"), bundle, &log, args, terminal, io);
         let _ = std::fs::remove_file(&spec);
+        let _ = std::fs::remove_file(&log);
         r
     }
 
@@ -602,6 +700,54 @@ mod tests {
     use crate::error::Kind;
 
     #[test]
+    fn a_systemd_cgroups_path_turns_on_the_systemd_cgroup_driver() {
+        let spec = |path: &str| serde_json::json!({"linux": {"cgroupsPath": path}});
+        let d = || RuncConfig::defaults("k8s.io");
+        assert!(
+            d().for_container(&spec("kubepods-besteffort-pod1.slice:cri-containerd:c1"))
+                .systemd_cgroup
+        );
+        assert!(
+            !d().for_container(&spec("/kubepods/besteffort/pod1/c1"))
+                .systemd_cgroup
+        );
+        assert!(!d().for_container(&serde_json::json!({})).systemd_cgroup);
+        // The options' SystemdCgroup = true stays on for every container.
+        let on = RuncConfig {
+            systemd_cgroup: true,
+            ..d()
+        };
+        assert!(on.for_container(&spec("/kubepods/pod1/c1")).systemd_cgroup);
+    }
+
+    /// Every runc command of such a container carries the global flag, before the command.
+    #[test]
+    fn the_systemd_flag_is_passed_to_every_runc_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = dir.path().join("args");
+        // The fake records its arguments in `args` itself.
+        let mut runc = fake_runc(dir.path(), "echo '[]'");
+        runc.config.systemd_cgroup = true;
+        runc.kill("c1", 9, true).unwrap();
+        runc.pause("c1").unwrap();
+        runc.resume("c1").unwrap();
+        runc.ps("c1").unwrap();
+        runc.update("c1", b"{}").unwrap();
+        runc.delete("c1", true).unwrap();
+        let lines = std::fs::read_to_string(&args).unwrap();
+        let lines: Vec<&str> = lines.lines().collect();
+        assert_eq!(lines.len(), 6, "{lines:?}");
+        for l in lines {
+            let words: Vec<&str> = l.split(' ').collect();
+            let flag = words.iter().position(|w| *w == "--systemd-cgroup");
+            let cmd = words
+                .iter()
+                .position(|w| ["kill", "pause", "resume", "ps", "update", "delete"].contains(w));
+            assert!(flag.is_some() && flag < cmd, "{l}");
+        }
+    }
+
+    #[test]
     fn classify_maps_runc_wording_to_kinds() {
         assert_eq!(
             classify("kill", "container \"x\" does not exist", 1).kind(),
@@ -655,7 +801,7 @@ mod tests {
         let cfg = RuncConfig {
             binary: bin.display().to_string(),
             root: dir.join("root"),
-            systemd_cgroup: false,
+            ..RuncConfig::defaults("ns")
         };
         Runc::new(cfg, spawner, dir.join("s"))
     }
@@ -669,7 +815,10 @@ mod tests {
         use crate::reaper::{Exit, Reaper};
         use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
         let dir = tempfile::tempdir().unwrap();
-        let (log, pid_file) = (dir.path().join("log.json"), dir.path().join("runc.pid"));
+        let (log, pid_file) = (
+            dir.path().join("exec-x-log.json"),
+            dir.path().join("runc.pid"),
+        );
         let body = format!(
             "echo $$ > {}\necho '{{\"level\":\"error\",\"msg\":\"cannot exec in a paused container\"}}' > {}\nexit 1",
             pid_file.display(),
@@ -717,6 +866,53 @@ mod tests {
         );
     }
 
+    /// Issue 20 item 2: a runc that connects to the console socket and then sends nothing
+    /// fails the exec at the deadline; the runc is killed and reaped, and the shim's end of
+    /// the connection is closed (the peer reads EOF).
+    #[test]
+    fn a_runc_that_connects_and_sends_no_console_fails_at_the_deadline() {
+        use std::io::Read;
+        let dir = tempfile::tempdir().unwrap();
+        let runc = fake_runc(dir.path(), crate::testutil::FAKE_RUNC_EXEC)
+            .with_timeout(Duration::from_secs(2));
+        let bundle = dir.path().to_path_buf();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = runc.exec("c1", &bundle, "x", b"{}", true, ProcessIo::default());
+            let _ = tx.send(r.map(|s| s.pid));
+        });
+        let (mut conn, pid) = crate::testutil::connect_as_runc(dir.path());
+        // Generous: the point is that it returns, not how fast.
+        let r = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("runc exec -t still waits for a console that never comes");
+        let e = r.unwrap_err();
+        assert!(
+            e.message()
+                .contains("timed out waiting for runc to send the console"),
+            "{e}"
+        );
+        assert!(e.message().starts_with("exec x: "), "{e}");
+        // Reaped: the pid is gone (a zombie would still answer kill(0)).
+        assert_eq!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+            Err(nix::Error::ESRCH),
+            "the fake runc was killed and reaped"
+        );
+        conn.set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        assert_eq!(
+            conn.read(&mut [0u8; 8]).unwrap(),
+            0,
+            "the shim closed its end"
+        );
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("s")).unwrap().count(),
+            0,
+            "the console socket is removed"
+        );
+    }
+
     #[test]
     fn create_passes_bundle_and_reads_pid_file() {
         let dir = tempfile::tempdir().unwrap();
@@ -740,6 +936,37 @@ mod tests {
         assert!(
             args.trim_end()
                 .ends_with(&format!("--bundle {} c1", dir.path().display())),
+            "{args}"
+        );
+    }
+
+    /// NoPivotRoot and NoNewKeyring reach `runc create` as flags before the container ID.
+    /// A record written before `no_pivot_root` and `no_new_keyring` existed still reads (a
+    /// `delete` by an upgraded binary cleans up after the old one).
+    #[test]
+    fn a_record_without_the_newer_fields_still_reads() {
+        let old = r#"{"binary":"runc","root":"/run/containerd/runc/k8s.io","systemd_cgroup":true}"#;
+        let cfg: RuncConfig = serde_json::from_str(old).unwrap();
+        assert!(cfg.systemd_cgroup && !cfg.no_pivot_root && !cfg.no_new_keyring);
+    }
+
+    #[test]
+    fn create_passes_no_pivot_and_no_new_keyring() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut runc = fake_runc(
+            dir.path(),
+            r#"while [ $# -gt 0 ]; do [ "$1" = --pid-file ] && echo 4242 > "$2"; shift; done"#,
+        );
+        runc.config.no_pivot_root = true;
+        runc.config.no_new_keyring = true;
+        runc.create("c1", dir.path(), false, ProcessIo::default())
+            .unwrap();
+        let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
+        assert!(
+            args.contains(&format!(
+                " --no-pivot --no-new-keyring --bundle {} c1",
+                dir.path().display()
+            )),
             "{args}"
         );
     }

@@ -28,6 +28,10 @@ pub struct PodCgroup {
     /// whose statistics are the pod's; none when the pod has no cgroup_parent.
     #[serde(default)]
     pub pod: Option<PathBuf>,
+    /// The systemd scope the pause process was put in (systemd cgroup driver: a `.slice`
+    /// cgroup_parent, see [`crate::systemd::scope`]); stopped on teardown and by `delete`.
+    #[serde(default)]
+    pub scope: Option<crate::systemd::scope::PodScope>,
 }
 
 /// Mount points of the cgroup hierarchies to use: the unified one on v2-only hosts, else
@@ -81,6 +85,7 @@ pub fn join(roots: &[PathBuf], unified: bool, cgroup: &Path, pid: i32) -> Result
             if unified {
                 enable_controllers(root, rel)?;
             }
+            set_sandbox_cpu_share(&dir);
             std::fs::write(dir.join("cgroup.procs"), pid.to_string())
                 .with_context(|| format!("move pause into cgroup {}", dir.display()))?;
             joined.push(root);
@@ -108,6 +113,29 @@ pub fn join(roots: &[PathBuf], unified: bool, cgroup: &Path, pid: i32) -> Result
         }
     }
 }
+
+/// The CPU share containerd gives the runc path's pause container (`WithDefaultSandboxShares`:
+/// `cpu.shares` 2), as runc writes it: `cpu.shares` 2 in a v1 cpu hierarchy, `cpu.weight` 1
+/// (runc's conversion of 2 shares) on v2. Where the controller is not there (not enabled, not
+/// mounted), nothing: runc's fs drivers skip an absent controller the same way.
+fn set_sandbox_cpu_share(dir: &Path) {
+    for (file, value) in [
+        ("cpu.shares", SANDBOX_CPU_SHARES),
+        ("cpu.weight", SANDBOX_CPU_WEIGHT),
+    ] {
+        let f = dir.join(file);
+        if f.exists()
+            && let Err(e) = std::fs::write(&f, value)
+        {
+            log::warn!("pause cgroup: write {value} to {}: {e}", f.display());
+        }
+    }
+}
+
+/// `cpu.shares` of the pause's cgroup on v1 (containerd's `DefaultSandboxCPUshares`).
+pub const SANDBOX_CPU_SHARES: &str = "2";
+/// `cpu.weight` of the pause's cgroup on v2: runc's `ConvertCPUSharesToCgroupV2Value(2)`.
+pub const SANDBOX_CPU_WEIGHT: &str = "1";
 
 /// `cgroup` without its leading `/`; only plain components and at least one of them.
 fn relative(cgroup: &Path) -> Result<&Path> {
@@ -197,6 +225,26 @@ fn inherit_cpuset(dir: &Path) {
     }
 }
 
+/// On a hybrid host (v1 hierarchies plus the unified one at `unified`), runc also puts each
+/// container in the unified hierarchy and creates the pod cgroup there on the way: the pod
+/// cgroup directories this shim created in v1 are ours there too, so they are added (as
+/// `<unified>/<same path>`) to what teardown removes (missing ones are skipped).
+pub fn add_hybrid_counterparts(cg: &mut PodCgroup, v1_roots: &[PathBuf], unified: &Path) {
+    let mut extra: Vec<PathBuf> = cg
+        .created
+        .iter()
+        .filter_map(|d| v1_roots.iter().find_map(|r| d.strip_prefix(r).ok()))
+        .map(|rel| unified.join(rel))
+        .collect();
+    extra.sort();
+    extra.dedup();
+    for d in extra {
+        if !cg.created.contains(&d) {
+            cg.created.push(d);
+        }
+    }
+}
+
 /// Removes the directories we created, deepest first. Busy ones (processes still inside)
 /// are reported.
 pub fn remove(cg: &PodCgroup) -> Vec<Error> {
@@ -216,6 +264,35 @@ pub fn remove(cg: &PodCgroup) -> Vec<Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_unified_counterparts_of_created_v1_dirs_are_ours_too() {
+        let roots = vec![
+            PathBuf::from("/sys/fs/cgroup/memory"),
+            PathBuf::from("/sys/fs/cgroup/pids"),
+        ];
+        let mut cg = PodCgroup {
+            created: vec![
+                PathBuf::from("/sys/fs/cgroup/memory/pod1"),
+                PathBuf::from("/sys/fs/cgroup/memory/pod1/sb"),
+                PathBuf::from("/sys/fs/cgroup/pids/pod1"),
+                PathBuf::from("/sys/fs/cgroup/pids/pod1/sb"),
+            ],
+            ..Default::default()
+        };
+        add_hybrid_counterparts(&mut cg, &roots, Path::new("/sys/fs/cgroup/unified"));
+        assert_eq!(
+            cg.created[4..],
+            [
+                PathBuf::from("/sys/fs/cgroup/unified/pod1"),
+                PathBuf::from("/sys/fs/cgroup/unified/pod1/sb")
+            ]
+        );
+        // Nothing created (a kubelet-made pod cgroup): nothing added.
+        let mut none = PodCgroup::default();
+        add_hybrid_counterparts(&mut none, &roots, Path::new("/sys/fs/cgroup/unified"));
+        assert!(none.created.is_empty());
+    }
 
     #[test]
     fn hierarchies_pick_v1_or_v2_mounts() {
@@ -331,6 +408,35 @@ mod tests {
         assert!(remove(&cg).is_empty());
         assert!(root.path().join("kubepods/pod1").is_dir());
         assert!(!root.path().join("kubepods/pod1/sb1").exists());
+    }
+
+    /// The pause's cgroup gets the CPU share containerd gives the runc path's pause container,
+    /// as runc writes it (v1 `cpu.shares` 2, v2 `cpu.weight` 1), where the controller is.
+    #[test]
+    fn the_pause_cgroup_gets_the_sandbox_cpu_share() {
+        let root = tempfile::tempdir().unwrap();
+        let (v1, v2, none) = (
+            root.path().join("cpu"),
+            root.path().join("unified"),
+            root.path().join("pids"),
+        );
+        std::fs::create_dir_all(v1.join("pod1/sb1")).unwrap();
+        std::fs::write(v1.join("pod1/sb1/cpu.shares"), "1024").unwrap();
+        std::fs::create_dir_all(v2.join("pod1/sb1")).unwrap();
+        std::fs::write(v2.join("pod1/sb1/cpu.weight"), "100").unwrap();
+        std::fs::create_dir_all(none.join("pod1/sb1")).unwrap();
+        join(
+            &[v1.clone(), v2.clone(), none.clone()],
+            false,
+            Path::new("/pod1/sb1"),
+            7,
+        )
+        .unwrap();
+        let read = |p: PathBuf| std::fs::read_to_string(p).unwrap();
+        assert_eq!(read(v1.join("pod1/sb1/cpu.shares")), SANDBOX_CPU_SHARES);
+        assert_eq!(read(v2.join("pod1/sb1/cpu.weight")), SANDBOX_CPU_WEIGHT);
+        assert!(!none.join("pod1/sb1/cpu.shares").exists());
+        assert!(!none.join("pod1/sb1/cpu.weight").exists());
     }
 
     /// A stand-in cgroup2 directory: what it offers and what it has enabled.

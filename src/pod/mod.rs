@@ -18,6 +18,7 @@ pub mod pause;
 pub mod pause_image;
 pub mod sandbox;
 pub mod sandbox_spec;
+pub mod scope;
 pub mod spec;
 
 pub use files::{PodFiles, mount_shm, unmount_shm};

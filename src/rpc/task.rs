@@ -39,8 +39,18 @@ pub fn any_is(any: &Any, name: &str) -> bool {
 /// runc settings from `containerd.runc.v1.Options`, relative to containerd's defaults. Other
 /// option types (CRI's endpoint-only runc options, `runtimeoptions.v1.Options`) leave the
 /// defaults in place.
-pub fn runc_config_from_options(any: Option<&Any>, namespace: &str) -> Result<Option<RuncConfig>> {
+///
+/// `containerd.linux.runc.CreateOptions` carries only runc create's flags: they go on top of
+/// `base` (the shim's own settings: its start options' binary, root and cgroup driver).
+pub fn runc_config_from_options(
+    any: Option<&Any>,
+    base: &RuncConfig,
+    namespace: &str,
+) -> Result<Option<RuncConfig>> {
     let Some(any) = any else { return Ok(None) };
+    if any_is(any, LINUX_CREATE_OPTIONS) {
+        return linux_create_options(&any.value, base.clone()).map(Some);
+    }
     if !any_is(any, "containerd.runc.v1.Options") {
         return Ok(None);
     }
@@ -61,7 +71,38 @@ pub fn runc_config_from_options(any: Option<&Any>, namespace: &str) -> Result<Op
         cfg.root = root.join(namespace);
     }
     cfg.systemd_cgroup = o.systemd_cgroup;
+    cfg.no_pivot_root = o.no_pivot_root;
+    cfg.no_new_keyring = o.no_new_keyring;
     Ok(Some(cfg))
+}
+
+/// What containerd's client sends for a runtime that is not `io.containerd.runc.*` (its
+/// `WithNoPivotRoot`, `ctr run --no-pivot`): the v1 Linux runtime's create options.
+const LINUX_CREATE_OPTIONS: &str = "containerd.linux.runc.CreateOptions";
+
+/// runc settings from `containerd.linux.runc.CreateOptions` (containerd's
+/// `api/types/runctypes`): `no_pivot_root = 1` and `no_new_keyring = 8` are the fields that
+/// mean something here; the rest (CRIU's, the v1 shim's) are skipped. Decoded by hand: the
+/// protos crate does not carry the message.
+fn linux_create_options(bytes: &[u8], mut cfg: RuncConfig) -> Result<RuncConfig> {
+    let bad = |e: protobuf::Error| Error::invalid(format!("runtime options (CreateOptions): {e}"));
+    let mut input = protobuf::CodedInputStream::from_bytes(bytes);
+    while let Some(tag) = input.read_raw_tag_or_eof().map_err(bad)? {
+        let (field, wire_type) = (tag >> 3, tag & 7);
+        match (field, wire_type) {
+            (1, 0) => cfg.no_pivot_root = input.read_bool().map_err(bad)?,
+            (8, 0) => cfg.no_new_keyring = input.read_bool().map_err(bad)?,
+            _ => {
+                let wire_type = protobuf::rt::WireType::new(wire_type).ok_or_else(|| {
+                    Error::invalid(format!(
+                        "runtime options (CreateOptions): wire type {wire_type} of field {field}"
+                    ))
+                })?;
+                input.skip_field(wire_type).map_err(bad)?;
+            }
+        }
+    }
+    Ok(cfg)
 }
 
 fn status(s: Status) -> EnumOrUnknown<ProtoStatus> {
@@ -85,8 +126,12 @@ impl Task for TaskService {
             ))
             .into());
         }
-        let runc = runc_config_from_options(req.options.as_ref(), self.tm.namespace())
-            .map_err(|e| e.context(format!("create task {}", req.id)))?;
+        let runc = runc_config_from_options(
+            req.options.as_ref(),
+            self.tm.default_runc(),
+            self.tm.namespace(),
+        )
+        .map_err(|e| e.context(format!("create task {}", req.id)))?;
         let pid = self.tm.create(CreateRequest {
             id: req.id,
             bundle: PathBuf::from(req.bundle),
@@ -293,6 +338,18 @@ impl Task for TaskService {
 mod tests {
     use super::*;
 
+    /// The runc settings of runc options `o` sent as containerd sends them.
+    fn config_of(o: &RuncOptions) -> RuncConfig {
+        let any = Any {
+            type_url: "containerd.runc.v1.Options".into(),
+            value: o.write_to_bytes().unwrap(),
+            ..Default::default()
+        };
+        runc_config_from_options(Some(&any), &RuncConfig::defaults("k8s.io"), "k8s.io")
+            .unwrap()
+            .unwrap()
+    }
+
     #[test]
     fn runc_options_set_binary_root_and_cgroup_driver() {
         let o = RuncOptions {
@@ -301,14 +358,7 @@ mod tests {
             systemd_cgroup: true,
             ..Default::default()
         };
-        let any = Any {
-            type_url: "containerd.runc.v1.Options".into(),
-            value: o.write_to_bytes().unwrap(),
-            ..Default::default()
-        };
-        let cfg = runc_config_from_options(Some(&any), "k8s.io")
-            .unwrap()
-            .unwrap();
+        let cfg = config_of(&o);
         assert_eq!(cfg.binary, "/usr/sbin/runc");
         assert_eq!(cfg.root, PathBuf::from("/run/r/k8s.io"));
         assert!(cfg.systemd_cgroup);
@@ -327,7 +377,8 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            runc_config_from_options(Some(&any), "k8s.io").unwrap(),
+            runc_config_from_options(Some(&any), &RuncConfig::defaults("k8s.io"), "k8s.io")
+                .unwrap(),
             Some(RuncConfig::defaults("k8s.io"))
         );
         let other = Any {
@@ -335,7 +386,8 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            runc_config_from_options(Some(&other), "k8s.io").unwrap(),
+            runc_config_from_options(Some(&other), &RuncConfig::defaults("k8s.io"), "k8s.io")
+                .unwrap(),
             None
         );
         let bad = RuncOptions {
@@ -347,6 +399,54 @@ mod tests {
             value: bad.write_to_bytes().unwrap(),
             ..Default::default()
         };
-        assert!(runc_config_from_options(Some(&any), "ns").is_err());
+        assert!(runc_config_from_options(Some(&any), &RuncConfig::defaults("ns"), "ns").is_err());
+    }
+
+    #[test]
+    fn no_pivot_root_and_no_new_keyring_come_from_either_options_type() {
+        let o = RuncOptions {
+            no_pivot_root: true,
+            no_new_keyring: true,
+            ..Default::default()
+        };
+        let cfg = config_of(&o);
+        assert!(cfg.no_pivot_root && cfg.no_new_keyring);
+        // CreateOptions as ctr --no-pivot sends it for a non-runc runtime: field 1 true, with
+        // a string field (criu_work_path = 12) and field 8 false around it.
+        let mut raw = vec![0x08, 0x01];
+        raw.extend([0x62, 0x03, b'/', b'x', b'y']);
+        raw.extend([0x40, 0x00]);
+        let any = Any {
+            type_url: "type.googleapis.com/containerd.linux.runc.CreateOptions".into(),
+            value: raw,
+            ..Default::default()
+        };
+        // on top of the shim's own settings (its start options'), which it does not carry
+        let base = RuncConfig {
+            binary: "/opt/runc".into(),
+            systemd_cgroup: true,
+            ..RuncConfig::defaults("default")
+        };
+        let cfg = runc_config_from_options(Some(&any), &base, "default")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            cfg,
+            RuncConfig {
+                no_pivot_root: true,
+                ..base
+            }
+        );
+        // Truncated and malformed input is an error, not a panic.
+        for bad in [vec![0x08], vec![0x62, 0x05, b'x'], vec![0x0f, 0x01]] {
+            let any = Any {
+                type_url: LINUX_CREATE_OPTIONS.into(),
+                value: bad,
+                ..Default::default()
+            };
+            assert!(
+                runc_config_from_options(Some(&any), &RuncConfig::defaults("ns"), "ns").is_err()
+            );
+        }
     }
 }

@@ -78,6 +78,10 @@ impl TaskManager {
         if !tty_flushing {
             p.state().set_output_done();
         }
+        if p.is_init() {
+            // Its TaskOOM, if any, goes out before its TaskExit.
+            self.host.check_oom_at_exit(p.container_id());
+        }
         self.publish_ready(&p);
         if p.is_init() {
             self.after_init_exit(&p);

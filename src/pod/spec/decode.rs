@@ -272,10 +272,41 @@ pub(super) fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError>
         run_as_user,
         run_as_group,
         privileged: sc.is_some_and(|s| s.privileged),
+        selinux: selinux_options(sc.and_then(|s| s.selinux_options.as_ref()))?
+            .map(|o| crate::selinux::SelinuxOptions {
+                user: o.user.clone(),
+                role: o.role.clone(),
+                kind: o.type_.clone(),
+                level: o.level.clone(),
+            })
+            .filter(|o| *o != crate::selinux::SelinuxOptions::default()),
         userns,
         resources,
         cri_config: true,
     })
+}
+
+/// `linux.security_context.selinux_options`, each field empty or of the characters SELinux
+/// names use: they end up in a mount option (`context="..."`) and in file labels.
+fn selinux_options(
+    o: Option<&cri::SELinuxOption>,
+) -> Result<Option<&cri::SELinuxOption>, SpecError> {
+    let Some(o) = o else { return Ok(None) };
+    let field = "linux.security_context.selinux_options";
+    for (name, v, ok) in [
+        ("user", &o.user, crate::selinux::is_name as fn(&str) -> bool),
+        ("role", &o.role, crate::selinux::is_name),
+        ("type", &o.type_, crate::selinux::is_name),
+        ("level", &o.level, crate::selinux::is_level),
+    ] {
+        if !v.is_empty() && !ok(v) {
+            return Err(invalid(
+                format!("{field}.{name}"),
+                format!("{v:?} is not an SELinux name"),
+            ));
+        }
+    }
+    Ok(Some(o))
 }
 
 /// `userns_options`: mode NODE (no mappings, as containerd) is the node's user namespace;
@@ -754,6 +785,41 @@ mod tests {
         cfg
     }
 
+    /// SELinux options end up in a mount option (`context="..."`): a value that could close its
+    /// quotes or add options is InvalidArgument naming the field; SELinux names pass.
+    #[test]
+    fn selinux_options_are_names_not_mount_options() {
+        let with = |user: &str, level: &str| {
+            with_linux(|l| {
+                let o = l
+                    .security_context
+                    .mut_or_insert_default()
+                    .selinux_options
+                    .mut_or_insert_default();
+                o.user = user.into();
+                o.level = level.into();
+            })
+        };
+        let spec = decode(&with("system_u", "s0:c1,c2")).unwrap();
+        let o = spec.selinux.unwrap();
+        assert_eq!(
+            (o.user.as_str(), o.level.as_str()),
+            ("system_u", "s0:c1,c2")
+        );
+        for (user, level, field) in [
+            ("x\",size=64g,mode=1777,\"y", "", "user"),
+            ("u:r", "", "user"),
+            ("system_u", "s0 size=1", "level"),
+            ("system_u", "s0\"", "level"),
+        ] {
+            let e = decode(&with(user, level)).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("selinux_options.{field}")),
+                "{user:?} {level:?}: {e}"
+            );
+        }
+    }
+
     #[test]
     fn pod_resources_are_decoded_and_checked() {
         let cfg = with_linux(|l| {
@@ -859,6 +925,35 @@ mod tests {
         assert_eq!(spec.run_as_user, Some(1000));
         assert_eq!(spec.run_as_group, Some(2000));
         assert!(!spec.privileged);
+        assert_eq!(spec.selinux, None, "no selinux_options");
+    }
+
+    #[test]
+    fn selinux_options_are_kept_when_any_is_set() {
+        let mut cfg = kubelet_like();
+        fn options(cfg: &mut cri::PodSandboxConfig) -> &mut cri::SELinuxOption {
+            cfg.linux
+                .mut_or_insert_default()
+                .security_context
+                .mut_or_insert_default()
+                .selinux_options
+                .mut_or_insert_default()
+        }
+        options(&mut cfg);
+        assert_eq!(decode(&cfg).unwrap().selinux, None, "all fields empty");
+        let o = options(&mut cfg);
+        o.user = "system_u".into();
+        o.type_ = "spc_t".into();
+        o.level = "s0:c1,c2".into();
+        assert_eq!(
+            decode(&cfg).unwrap().selinux,
+            Some(crate::selinux::SelinuxOptions {
+                user: "system_u".into(),
+                role: String::new(),
+                kind: "spc_t".into(),
+                level: "s0:c1,c2".into(),
+            })
+        );
     }
 
     #[test]

@@ -322,6 +322,8 @@ pub struct PodSpec {
     pub run_as_group: Option<u32>,
     /// `security_context.privileged`.
     pub privileged: bool,
+    /// `security_context.selinux_options`, when any field is set.
+    pub selinux: Option<crate::selinux::SelinuxOptions>,
     /// The pod's own user namespace (`userns_options` mode POD); `None`: the node's.
     pub userns: Option<UserNamespace>,
     /// `linux.resources`: the pod's resources (what the runc path writes into its pause
