@@ -1,4 +1,4 @@
-//! Helpers shared by the unit tests of the ttrpc services.
+//! Helpers shared by the unit tests of the ttrpc services and the runtime.
 
 use std::sync::Arc;
 
@@ -30,5 +30,43 @@ pub fn message<T: std::fmt::Debug>(r: ttrpc::Result<T>) -> String {
     match r {
         Err(ttrpc::Error::RpcStatus(s)) => s.message().to_string(),
         other => panic!("expected a status error, got {other:?}"),
+    }
+}
+
+/// The body of a stand-in `runc exec` (a shell script in a directory of its own). Without a
+/// terminal it writes a pid above the kernel's `pid_max` to `--pid-file` and succeeds. With
+/// one (`--console-socket`) it plays a runc that connects to the console socket and then sends
+/// nothing: it writes its own pid to `runc.pid` and the socket's path to `console` beside the
+/// script, and sleeps; [`connect_as_runc`] makes the connection (sh has no socket client).
+pub const FAKE_RUNC_EXEC: &str = r#"while [ $# -gt 0 ]; do
+  case "$1" in --console-socket) sock="$2";; --pid-file) pidf="$2";; esac
+  shift
+done
+here="$(dirname "$0")"
+if [ -n "$sock" ]; then
+  echo $$ > "$here/runc.pid"
+  echo "$sock" > "$here/console.tmp" && mv "$here/console.tmp" "$here/console"
+  exec sleep 600
+fi
+echo $((8388608 + $$)) > "$pidf""#;
+
+/// Connects to the console socket the [`FAKE_RUNC_EXEC`] in `dir` was given, as runc would;
+/// returns the connection and the fake runc's pid.
+pub fn connect_as_runc(dir: &std::path::Path) -> (std::os::unix::net::UnixStream, i32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let (Ok(sock), Ok(pid)) = (
+            std::fs::read_to_string(dir.join("console")),
+            std::fs::read_to_string(dir.join("runc.pid")),
+        ) && let Ok(pid) = pid.trim().parse()
+        {
+            let s = std::os::unix::net::UnixStream::connect(sock.trim()).unwrap();
+            return (s, pid);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fake runc never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }

@@ -331,15 +331,31 @@ mod tests {
         p
     }
 
-    /// Polls `f` for up to 5 s.
+    /// Polls `f` until it answers; the 60 s bound only catches a hang (a loaded machine may
+    /// take seconds to run the fake daemon).
     fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-        for _ in 0..500 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
             if let Some(v) = f() {
                 return v;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         panic!("{what}: timed out");
+    }
+
+    /// Whether `pid` is blocked in a sleep system call: then `sleep`'s own start-up is over
+    /// (its setlocale opens and closes `/etc/locale.alias`, which a look at its fds in the
+    /// middle of it would take for an inherited descriptor).
+    fn in_sleep_syscall(pid: i32) -> bool {
+        let Ok(syscall) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+            return false;
+        };
+        let nr = syscall
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse::<i64>().ok());
+        nr == Some(libc::SYS_clock_nanosleep) || nr == Some(libc::SYS_nanosleep)
     }
 
     fn kill(pid: i32) {
@@ -397,7 +413,7 @@ mod tests {
         let proc = PathBuf::from(format!("/proc/{pid}"));
         wait_for("exec sleep", || {
             let cmd = std::fs::read(proc.join("cmdline")).ok()?;
-            cmd.starts_with(b"sleep\0").then_some(())
+            (cmd.starts_with(b"sleep\0") && in_sleep_syscall(pid)).then_some(())
         });
         let mut fds: Vec<(i32, String)> = std::fs::read_dir(proc.join("fd"))
             .unwrap()

@@ -635,7 +635,7 @@ fn non_json_and_empty_output_are_clear_errors() {
 fn a_hanging_plugin_is_killed_after_the_timeout() {
     let w = World::with_timeout(Duration::from_millis(500));
     w.plugin("bridge");
-    w.set("bridge", "ADD", "sleep", "30");
+    w.set("bridge", "ADD", "sleep", "300");
     let net = conflist("1.0.0", "", r#"{"type":"bridge"}"#);
     let rt = w.cni.runtime_conf("sandbox13", "");
     let start = Instant::now();
@@ -646,7 +646,8 @@ fn a_hanging_plugin_is_killed_after_the_timeout() {
         "{e}"
     );
     assert!(
-        took >= Duration::from_millis(500) && took < Duration::from_secs(10),
+        // Killed at the timeout, not waited for: only a hang could take a minute.
+        took >= Duration::from_millis(500) && took < Duration::from_secs(60),
         "{took:?}"
     );
     assert!(e.to_string().contains("timed out"), "{e}");

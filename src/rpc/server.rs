@@ -4,10 +4,14 @@
 //! blocking call (WaitSandbox, Task.Wait) open on most of them. The stock ttrpc server runs
 //! three threads plus a worker pool per connection; here each connection has one small reader
 //! thread and requests run on one shared pool that shrinks when idle. It grows at once up to a
-//! few workers; beyond that a monitor adds one only when the queue has stood still for a
-//! couple of milliseconds (every worker blocked, in runc say), so a burst of quick calls
-//! (containerd sends a Connect before every Wait) costs no threads, and no call waits long
-//! behind blocked ones.
+//! few workers; beyond that a monitor adds one only when calls are queued, the queue has stood
+//! still for a couple of milliseconds and every busy worker is blocked (inside a
+//! [`crate::blocking`] section: waiting for runc, a CNI plugin, a contended lifecycle lock).
+//! Workers that merely wait for a CPU on a loaded machine are busy, not blocked: another
+//! thread would only compete for the same CPU, so a burst of quick calls (containerd sends a
+//! Connect before every Wait) costs no threads however slow the machine, and no call waits long
+//! behind blocked ones. A wait nobody marked (a bug, a hung disk) still gets a worker, one per
+//! [`STALLED_AFTER`] of a queue that does not move.
 //!
 //! Generated method tables (`create_task`, `create_sandbox`) plug in unchanged, under any
 //! service name (the Task table is registered as both `containerd.task.v3.Task` and `v2`).
@@ -53,9 +57,12 @@ pub trait ParkedMethod: Send + Sync {
 const MAX_WORKERS: usize = 256;
 /// Up to this many workers, a call that finds every worker busy gets a new one at once.
 const INSTANT_WORKERS: usize = 4;
-/// Beyond [`INSTANT_WORKERS`], a new worker starts only when the queue has not moved for this
-/// long: the workers are blocked (in runc, say), not merely busy with a burst of quick calls.
+/// Beyond [`INSTANT_WORKERS`], a new worker starts only when every busy worker is blocked and
+/// the queue has not moved for this long (a blocking section that ends at once needs none).
 const GROW_AFTER: Duration = Duration::from_millis(2);
+/// A queue that has not moved for this long gets a worker even though not every busy worker
+/// is in a blocking section (one blocked somewhere nobody marked): at most one a second.
+const STALLED_AFTER: Duration = Duration::from_secs(1);
 /// An idle worker beyond the first exits after this long.
 const WORKER_IDLE: Duration = Duration::from_secs(10);
 /// A reply that cannot be written for this long means a peer that stopped reading: the
@@ -178,6 +185,8 @@ struct PoolState {
     idle: usize,
     threads: usize,
     in_flight: usize,
+    /// Workers inside a blocking section ([`crate::blocking`]).
+    blocked: usize,
     /// When the queue last moved: a job queued on an empty queue, a job taken, a worker added.
     moved: Option<Instant>,
     /// The starvation monitor thread runs (see [`Pool::monitor`]).
@@ -521,10 +530,28 @@ fn needs_worker(queued: usize, idle: usize, threads: usize) -> bool {
     queued > idle && threads < INSTANT_WORKERS
 }
 
-/// Whether queued jobs are starved: more of them than idle workers, and the queue has not
-/// moved for [`GROW_AFTER`] (every worker is blocked), so one more worker must start.
-fn starved(queued: usize, idle: usize, threads: usize, unmoved_for: Duration) -> bool {
-    queued > idle && threads < MAX_WORKERS && unmoved_for >= GROW_AFTER
+/// Whether queued jobs are starved, so that one more worker must start: more of them than
+/// idle workers, and either every worker is blocked ([`all_blocked`]) and the queue has not
+/// moved for [`GROW_AFTER`], or it has not moved for [`STALLED_AFTER`].
+fn starved(
+    queued: usize,
+    idle: usize,
+    threads: usize,
+    blocked: usize,
+    unmoved_for: Duration,
+) -> bool {
+    queued > idle
+        && threads < MAX_WORKERS
+        && ((all_blocked(idle, threads, blocked) && unmoved_for >= GROW_AFTER)
+            || unmoved_for >= STALLED_AFTER)
+}
+
+/// Whether no worker can take a job before something outside the pool happens: every one is
+/// inside a blocking section. A worker that is not (idle and notified but not yet running,
+/// just started, or busy with a call) is running or waiting for a CPU: it will take the next
+/// job, and another thread would only compete for the same CPU.
+fn all_blocked(idle: usize, threads: usize, blocked: usize) -> bool {
+    idle == 0 && blocked >= threads
 }
 
 impl Pool {
@@ -568,9 +595,9 @@ impl Pool {
         }
     }
 
-    /// While jobs are queued, adds a worker each time the queue has not moved for
-    /// [`GROW_AFTER`], so a call never waits long behind blocked ones; exits when nothing was
-    /// queued for [`WORKER_IDLE`].
+    /// While jobs are queued, adds a worker whenever [`starved`] says so, so a call never waits
+    /// long behind blocked ones; woken when a worker blocks; exits when nothing was queued for
+    /// [`WORKER_IDLE`].
     fn monitor(self: Arc<Self>, server: Arc<Server>) {
         let mut st = self.state.locked();
         loop {
@@ -584,19 +611,23 @@ impl Pool {
                 continue;
             }
             let unmoved_for = st.moved.map_or(Duration::ZERO, |m| m.elapsed());
-            let wait = if starved(st.jobs.len(), st.idle, st.threads, unmoved_for) {
+            let wait = if starved(st.jobs.len(), st.idle, st.threads, st.blocked, unmoved_for) {
                 self.add_worker(&mut st, &server);
                 // The new worker gets its own GROW_AFTER to start and take a job.
                 st.moved = Some(Instant::now());
                 GROW_AFTER
-            } else {
+            } else if all_blocked(st.idle, st.threads, st.blocked) {
                 GROW_AFTER.saturating_sub(unmoved_for).max(GROW_AFTER / 4)
+            } else {
+                // Busy workers will take the jobs; a worker that blocks wakes us.
+                STALLED_AFTER.saturating_sub(unmoved_for).max(GROW_AFTER)
             };
             st = self.queued.wait_on_timeout(st, wait).0;
         }
     }
 
     fn worker(self: Arc<Self>, server: Arc<Server>) {
+        crate::blocking::observe_this_thread(self.clone());
         loop {
             let job = {
                 let mut st = self.state.locked();
@@ -622,6 +653,21 @@ impl Pool {
                 self.done.notify_all();
             }
         }
+    }
+}
+
+impl crate::blocking::Observer for Pool {
+    fn blocked(&self) {
+        let mut st = self.state.locked();
+        st.blocked += 1;
+        if !st.jobs.is_empty() {
+            self.queued.notify_one();
+        }
+    }
+
+    fn unblocked(&self) {
+        let mut st = self.state.locked();
+        st.blocked = st.blocked.saturating_sub(1);
     }
 }
 
@@ -685,6 +731,54 @@ mod tests {
     const RENDEZVOUS: usize = 2 * INSTANT_WORKERS;
     static ARRIVED: std::sync::LazyLock<(Mutex<usize>, Condvar)> =
         std::sync::LazyLock::new(|| (Mutex::new(0), Condvar::new()));
+    /// Only catches a hang: no test here bounds how long a call takes.
+    const HANG: Duration = Duration::from_secs(60);
+
+    /// A gate that calls with id `hold:<name>` (in a blocking section) or `unmarked:<name>`
+    /// (blocked where nobody marked it) wait at until the test opens it.
+    #[derive(Default)]
+    struct Gate {
+        state: Mutex<(usize, bool)>, // (callers inside, open)
+        changed: Condvar,
+    }
+    static GATES: std::sync::LazyLock<Mutex<HashMap<String, Arc<Gate>>>> =
+        std::sync::LazyLock::new(Mutex::default);
+
+    fn gate(name: &str) -> Arc<Gate> {
+        GATES
+            .lock()
+            .unwrap()
+            .entry(name.to_string())
+            .or_default()
+            .clone()
+    }
+
+    impl Gate {
+        fn pass(&self) -> bool {
+            let mut st = self.state.lock().unwrap();
+            st.0 += 1;
+            self.changed.notify_all();
+            let (st, timeout) = self
+                .changed
+                .wait_timeout_while(st, HANG, |st| !st.1)
+                .unwrap();
+            drop(st);
+            !timeout.timed_out()
+        }
+        /// Waits until `n` callers are inside.
+        fn await_inside(&self, n: usize) {
+            let st = self.state.lock().unwrap();
+            let (st, timeout) = self
+                .changed
+                .wait_timeout_while(st, HANG, |st| st.0 < n)
+                .unwrap();
+            assert!(!timeout.timed_out(), "only {} of {n} calls arrived", st.0);
+        }
+        fn open(&self) {
+            self.state.lock().unwrap().1 = true;
+            self.changed.notify_all();
+        }
+    }
 
     struct Echo;
     impl Task for Echo {
@@ -693,22 +787,30 @@ mod tests {
             _ctx: &TtrpcContext,
             req: ConnectRequest,
         ) -> ttrpc::Result<ConnectResponse> {
-            if req.id == "slow" {
-                // Far longer than the bounds the tests put on a fast call, so that a loaded
-                // CI machine cannot make a blocked call look like an unblocked one.
-                std::thread::sleep(Duration::from_millis(1500));
+            if let Some(name) = req.id.strip_prefix("hold:") {
+                // Blocked as a runc call is: inside a blocking section.
+                let _blocked = crate::blocking::blocking();
+                if !gate(name).pass() {
+                    return Err(ttrpc::Error::Others(format!("gate {name} never opened")));
+                }
+            }
+            if let Some(name) = req.id.strip_prefix("unmarked:")
+                && !gate(name).pass()
+            {
+                return Err(ttrpc::Error::Others(format!("gate {name} never opened")));
             }
             if req.id == "panic" {
                 panic!("handler bug for {}", req.id);
             }
             if req.id == "rendezvous" {
                 // Returns only once RENDEZVOUS calls are inside a handler at the same time.
+                let _blocked = crate::blocking::blocking();
                 let (lock, cond) = &*ARRIVED;
                 let mut n = lock.lock().unwrap();
                 *n += 1;
                 cond.notify_all();
                 let (n, timeout) = cond
-                    .wait_timeout_while(n, Duration::from_secs(5), |n| *n < RENDEZVOUS)
+                    .wait_timeout_while(n, HANG, |n| *n < RENDEZVOUS)
                     .unwrap();
                 if timeout.timed_out() {
                     return Err(ttrpc::Error::Others(format!(
@@ -781,10 +883,11 @@ mod tests {
         (format!("unix://{}", path.display()), handle)
     }
 
-    /// One Connect call; [`Echo`] answers with `version` = `id` ("slow" takes 1.5 s).
+    /// One Connect call; [`Echo`] answers with `version` = `id` (`hold:<gate>` once the gate
+    /// opens).
     fn connect(task: &TaskClient, id: &str) -> ttrpc::Result<ConnectResponse> {
         task.connect(
-            ttrpc::context::with_timeout(0),
+            ttrpc::context::with_timeout(HANG.as_nanos() as i64),
             &ConnectRequest {
                 id: id.into(),
                 ..Default::default()
@@ -874,17 +977,13 @@ mod tests {
         let addr = serve(dir.path());
         let task = TaskClient::new(ttrpc::Client::connect(&addr).unwrap());
         let t2 = task.clone();
-        let slow = std::thread::spawn(move || connect(&t2, "slow").unwrap());
-        std::thread::sleep(Duration::from_millis(50));
-        let start = Instant::now();
+        let slow = std::thread::spawn(move || connect(&t2, "hold:same-conn").unwrap());
+        gate("same-conn").await_inside(1);
+        // Answered while the slow call still waits for its gate.
         let r = connect(&task, "fast").unwrap();
         assert_eq!(r.version, "fast");
-        assert!(
-            start.elapsed() < Duration::from_millis(750),
-            "fast call waited {:?}",
-            start.elapsed()
-        );
-        assert_eq!(slow.join().unwrap().version, "slow");
+        gate("same-conn").open();
+        assert_eq!(slow.join().unwrap().version, "hold:same-conn");
     }
 
     #[test]
@@ -898,41 +997,176 @@ mod tests {
     }
 
     #[test]
-    fn more_workers_only_when_the_queue_stands_still() {
+    fn more_workers_only_when_every_busy_worker_is_blocked() {
         let long = GROW_AFTER;
-        assert!(starved(1, 0, INSTANT_WORKERS, long));
-        assert!(starved(3, 2, 10, long * 10));
+        // Every worker blocked, the queue still: grow.
+        assert!(starved(1, 0, INSTANT_WORKERS, INSTANT_WORKERS, long));
+        assert!(starved(3, 0, 10, 10, long * 10));
         // The workers are taking jobs: a quick burst, not blocked workers.
-        assert!(!starved(100, 0, INSTANT_WORKERS, GROW_AFTER / 2));
+        assert!(!starved(
+            100,
+            0,
+            INSTANT_WORKERS,
+            INSTANT_WORKERS,
+            GROW_AFTER / 2
+        ));
         // Enough idle (notified) workers for the queued jobs.
-        assert!(!starved(2, 2, INSTANT_WORKERS, long));
-        assert!(!starved(5, 0, MAX_WORKERS, long));
+        assert!(!starved(2, 2, INSTANT_WORKERS, 2, long));
+        assert!(!starved(5, 0, MAX_WORKERS, MAX_WORKERS, long));
+        // One worker not blocked (running, or waiting for a CPU on a loaded machine): it takes
+        // the next job; however long the queue stood still, short of STALLED_AFTER.
+        assert!(!starved(
+            100,
+            0,
+            INSTANT_WORKERS,
+            INSTANT_WORKERS - 1,
+            long * 100
+        ));
+        assert!(!starved(100, 0, INSTANT_WORKERS, 0, STALLED_AFTER / 2));
+        // Notified workers that have not run yet (no CPU for them): they will take jobs.
+        assert!(!starved(100, 2, 10, 8, long * 100));
+        assert!(!starved(
+            100,
+            INSTANT_WORKERS,
+            INSTANT_WORKERS,
+            0,
+            long * 100
+        ));
+        // A worker blocked where nobody marked it: the queue that stood still STALLED_AFTER.
+        assert!(starved(1, 0, INSTANT_WORKERS, 0, STALLED_AFTER));
+        assert!(!starved(1, 0, MAX_WORKERS, 0, STALLED_AFTER));
     }
 
+    /// `n` calls of `id`-prefix `<prefix><gate>` on their own threads.
+    fn hold(task: &TaskClient, prefix: &str, name: &str, n: usize) -> Vec<JoinHandle> {
+        (0..n)
+            .map(|_| {
+                let (t, id) = (task.clone(), format!("{prefix}{name}"));
+                std::thread::spawn(move || connect(&t, &id).unwrap().version)
+            })
+            .collect()
+    }
+
+    type JoinHandle = std::thread::JoinHandle<String>;
+
     #[test]
-    fn a_call_queued_behind_blocked_workers_gets_a_new_one_soon() {
-        // Every instant worker blocked in a slow call; one more call must not wait for them.
+    fn a_call_queued_behind_blocked_workers_gets_a_new_one() {
+        // Every instant worker blocked in a slow call; one more call is answered while they
+        // still are.
         let dir = tempfile::tempdir().unwrap();
         let addr = serve(dir.path());
         let task = TaskClient::new(ttrpc::Client::connect(&addr).unwrap());
-        let slow: Vec<_> = (0..INSTANT_WORKERS)
-            .map(|_| {
-                let t = task.clone();
-                std::thread::spawn(move || connect(&t, "slow").unwrap())
+        let held = hold(&task, "hold:", "behind-blocked", INSTANT_WORKERS);
+        gate("behind-blocked").await_inside(INSTANT_WORKERS);
+        assert_eq!(connect(&task, "fast").unwrap().version, "fast");
+        gate("behind-blocked").open();
+        for h in held {
+            assert_eq!(h.join().unwrap(), "hold:behind-blocked");
+        }
+    }
+
+    #[test]
+    fn a_call_behind_workers_blocked_where_nobody_marked_it_still_gets_one() {
+        // The same with waits outside any blocking section: the stalled queue gets a worker.
+        let dir = tempfile::tempdir().unwrap();
+        let addr = serve(dir.path());
+        let task = TaskClient::new(ttrpc::Client::connect(&addr).unwrap());
+        let held = hold(&task, "unmarked:", "unmarked", INSTANT_WORKERS);
+        gate("unmarked").await_inside(INSTANT_WORKERS);
+        assert_eq!(connect(&task, "fast").unwrap().version, "fast");
+        gate("unmarked").open();
+        for h in held {
+            assert_eq!(h.join().unwrap(), "unmarked:unmarked");
+        }
+    }
+
+    /// Busy-loop threads, two per CPU (as `stress -c`), until dropped.
+    struct CpuLoad(Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>);
+
+    impl CpuLoad {
+        fn start() -> CpuLoad {
+            let stop = Arc::new(AtomicBool::new(false));
+            let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let spinners = (0..2 * cpus)
+                .map(|_| {
+                    let stop = stop.clone();
+                    std::thread::spawn(move || {
+                        let mut x = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                        }
+                    })
+                })
+                .collect();
+            CpuLoad(stop, spinners)
+        }
+    }
+
+    impl Drop for CpuLoad {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+            for t in self.1.drain(..) {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// `n` quick calls at once, each on its own client thread; all must be answered.
+    fn quick_burst(client: &ttrpc::Client, n: usize) {
+        let callers: Vec<_> = (0..n)
+            .map(|i| {
+                let task = TaskClient::new(client.clone());
+                std::thread::Builder::new()
+                    .stack_size(64 * 1024)
+                    .spawn(move || connect(&task, &format!("c{i}")).unwrap())
+                    .unwrap()
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(50));
-        let start = Instant::now();
-        let r = connect(&task, "fast").unwrap();
-        assert_eq!(r.version, "fast");
-        assert!(
-            start.elapsed() < Duration::from_millis(750),
-            "the call waited {:?} behind blocked workers",
-            start.elapsed()
-        );
-        for s in slow {
-            s.join().unwrap();
+        for c in callers {
+            c.join().unwrap();
         }
+    }
+
+    #[test]
+    fn under_cpu_load_the_pool_grows_only_for_blocked_calls() {
+        // Issue 20: on a loaded machine the workers of a quick burst wait for a CPU, the queue
+        // stands still, and the old rule ("grow when the queue stood still for 2 ms") took the
+        // pool to 48 workers. The bound here does not depend on the machine's speed: the
+        // instant workers, plus one per call blocked at the same time.
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, handle) = serve_with(dir.path(), None);
+        let client = ttrpc::Client::connect(&addr).unwrap();
+        let task = TaskClient::new(client.clone());
+        let load = CpuLoad::start();
+        let mut most = 0;
+        for _ in 0..3 {
+            quick_burst(&client, 300);
+            most = most.max(handle.workers());
+        }
+        // Calls blocked at once, with a burst of quick ones behind them: each blocked call
+        // gets a worker (the gate needs them all inside), the quick ones no more.
+        const BLOCKED: usize = 3 * INSTANT_WORKERS;
+        let held = hold(&task, "hold:", "under-load", BLOCKED);
+        gate("under-load").await_inside(BLOCKED);
+        quick_burst(&client, 300);
+        let with_blocked = handle.workers();
+        gate("under-load").open();
+        for h in held {
+            assert_eq!(h.join().unwrap(), "hold:under-load");
+        }
+        drop(load);
+        eprintln!(
+            "under CPU load: {most} workers after quick bursts, {with_blocked} with {BLOCKED} \
+             calls blocked"
+        );
+        assert!(
+            most <= INSTANT_WORKERS,
+            "{most} workers for quick calls on a loaded machine"
+        );
+        assert!(
+            with_blocked <= BLOCKED + INSTANT_WORKERS,
+            "{with_blocked} workers with {BLOCKED} calls blocked"
+        );
     }
 
     #[test]
@@ -994,7 +1228,7 @@ mod tests {
                     .unwrap()
             })
             .collect();
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + HANG;
         while parker.parked.lock().unwrap().len() < N {
             assert!(Instant::now() < deadline, "calls did not all arrive");
             std::thread::sleep(Duration::from_millis(10));
@@ -1004,16 +1238,10 @@ mod tests {
             "{} workers for parked calls",
             handle.workers()
         );
-        // Another call on the same connection is answered right away.
+        // Another call on the same connection is answered while they are parked.
         let task = TaskClient::new(client.clone());
-        let start = Instant::now();
         let r = connect(&task, "state").unwrap();
         assert_eq!(r.version, "state");
-        assert!(
-            start.elapsed() < Duration::from_millis(500),
-            "{:?}",
-            start.elapsed()
-        );
         assert_eq!(parker.release(), N);
         for c in callers {
             assert_eq!(c.join().unwrap().unwrap().version, "released");
@@ -1049,7 +1277,7 @@ mod tests {
             frames.extend(request_frame(2 * i + 1, "Wait", "park"));
         }
         conn.write_all(&frames).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + HANG;
         while parker.parked.lock().unwrap().len() < N as usize {
             assert!(Instant::now() < deadline, "calls did not all arrive");
             std::thread::sleep(Duration::from_millis(5));
@@ -1059,17 +1287,11 @@ mod tests {
             "{} workers for parked calls",
             handle.workers()
         );
-        // A call behind ten thousand parked ones is answered at once.
-        let start = Instant::now();
+        // A call behind ten thousand parked ones is answered while they are parked.
         conn.write_all(&request_frame(2 * N + 1, "Connect", "state"))
             .unwrap();
         let (h, _) = crate::wire::read_frame(&mut conn).unwrap();
         assert_eq!(h.stream_id, 2 * N + 1);
-        assert!(
-            start.elapsed() < Duration::from_millis(1000),
-            "{:?}",
-            start.elapsed()
-        );
         assert_eq!(parker.release(), N as usize);
         let mut answered = std::collections::HashSet::new();
         for _ in 0..N {

@@ -7,9 +7,13 @@
 //! it and answered by its terminal transition, so no thread blocks for a Wait.
 //!
 //! Locks, outermost first: the container table (short), a container's `op` lock (one lifecycle
-//! call at a time per container; it is held across runc), an init's state, the exec table, an
-//! exec's state. The reaper thread never takes an `op` lock, so a slow `runc` call never
-//! delays exit handling.
+//! call at a time per container: init Start, Pause/Resume, Delete; it is held across runc), an
+//! init's state, the exec table, an exec's state. An exec's Start does not take `op`: like
+//! containerd's runc shim, which starts an exec under that exec's own lock, it claims its
+//! process (Created → Starting, which no second Start, Delete or Kill of that exec gets past)
+//! and counts itself in the exec table for the container's Delete, so one slow `runc exec` holds
+//! up nothing else of the container (see [`ExecTable::starting`]). The reaper thread never
+//! takes an `op` lock, so a slow `runc` call never delays exit handling.
 
 mod create;
 mod delete;
@@ -33,6 +37,7 @@ use crate::events::{Event, EventSink};
 use crate::mount::MountSpec;
 use crate::network::{NetworkProvider, NetworkRecord};
 use crate::reaper::Reaper;
+use crate::reclaim::Member;
 use crate::runtime::{RuncConfig, Runtime};
 use crate::stdio::StdioRequest;
 use crate::sync::{Lock, Wait};
@@ -75,6 +80,11 @@ pub trait PodHooks: Send + Sync {
     fn sandbox_pid(&self, id: &str) -> Option<u32>;
     /// Whether a sandbox lives in this shim (then Shutdown never exits the shim).
     fn has_sandbox(&self) -> bool;
+    /// Notes a container of the pod before its `runc create`, for `delete` to take down after
+    /// a crash of the shim.
+    fn add_member(&self, member: Member) -> Result<()>;
+    /// The container `id` was deleted: no longer the pod's to take down.
+    fn remove_member(&self, id: &str);
 }
 
 /// A shim without a pod (standalone `ctr run` tasks, tests).
@@ -90,6 +100,10 @@ impl PodHooks for NoPod {
     fn has_sandbox(&self) -> bool {
         false
     }
+    fn add_member(&self, _member: Member) -> Result<()> {
+        Ok(())
+    }
+    fn remove_member(&self, _id: &str) {}
 }
 
 /// Everything the task manager is built with.
@@ -125,8 +139,10 @@ pub struct Container {
     shares_pid_ns: bool,
     /// Shim-owned network of a standalone task.
     network: Option<NetworkRecord>,
-    /// Serializes lifecycle operations on this container.
+    /// Serializes lifecycle operations on this container (not exec Starts, see the module).
     op: Mutex<()>,
+    /// Notified when an exec Start ends, either way ([`ExecTable::starting`]).
+    exec_starts_done: Condvar,
     /// A SIGKILL was sent to the init or all its processes: a later Pause would freeze a
     /// dying container (see [`TaskManager::thaw_after_sigkill`]).
     sigkilled: AtomicBool,
@@ -154,6 +170,21 @@ impl Container {
         self.execs.locked().by_id.get(exec_id).cloned()
     }
 
+    /// Waits until an exec Start of `p` under way, if any, has published its outcome (the
+    /// Start changes the phase before its `ExecStarting` is dropped, which notifies under the
+    /// exec table's lock, so checking the phase under that lock loses no wake-up). Bounded by
+    /// the Start's own `runc exec` timeout.
+    fn wait_for_exec_start(&self, p: &Process) {
+        let mut execs = self.execs.locked();
+        if p.state().phase() != Phase::Starting {
+            return;
+        }
+        let _blocked = crate::blocking::blocking();
+        while p.state().phase() == Phase::Starting {
+            execs = self.exec_starts_done.wait_on(execs);
+        }
+    }
+
     /// Whether some exec was started and its exit is not visible yet: the init's exit waits.
     fn execs_hold_init_exit(&self) -> bool {
         self.execs
@@ -171,6 +202,18 @@ impl Container {
 struct ExecTable {
     by_id: HashMap<String, Arc<Process>>,
     closed: bool,
+    /// Exec Starts under way (`runc exec` running, or its outcome not yet published).
+    ///
+    /// The invariant that keeps the container's Delete from orphaning a starting exec: an exec
+    /// Start counts itself here only while it holds its init's state lock and sees the init
+    /// not ended ([`TaskManager::begin_exec_start`]), and uncounts itself only after it has
+    /// published its outcome (TaskExecStarted, or the failure) and registered its pid. The
+    /// container's Delete runs only once the init has ended (an ended init never runs again),
+    /// and then waits, before `runc delete`, until this count is 0. So every exec Start either
+    /// began before the init ended, and Delete waits for it — its process is then in the
+    /// container's cgroup, which `runc delete --force` kills, and its TaskExecStarted comes
+    /// before TaskDelete —, or it sees the init ended and fails without running anything.
+    starting: usize,
 }
 
 impl ExecTable {
@@ -251,6 +294,11 @@ impl TaskManager {
     /// Namespace this shim serves.
     pub fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    /// The shim's own runc settings (its start options'), for a task without options of its own.
+    pub fn default_runc(&self) -> &RuncConfig {
+        &self.default_runc
     }
 
     fn pod(&self) -> Option<Arc<dyn PodHooks>> {
@@ -382,6 +430,7 @@ impl TaskManager {
             if left.is_zero() {
                 return false;
             }
+            let _blocked = crate::blocking::blocking();
             seen = cond.wait_on_timeout(seen, left).0;
         }
     }
@@ -406,6 +455,12 @@ impl TaskManager {
             Some(e) => format!("kill exec {e}"),
         };
         check_signal(signal).context(&what)?;
+        if !p.is_init() {
+            // As containerd's runc shim, whose exec Kill waits for the lock its Start holds:
+            // the signal goes to the process that Start makes (a probe's exec killed at its
+            // timeout while `runc exec` still runs must not be left to run on).
+            c.wait_for_exec_start(&p);
+        }
         let (pid, phase, ended) = {
             let st = p.state();
             (st.pid(), st.phase(), st.has_ended())
@@ -485,7 +540,7 @@ impl TaskManager {
             ("resume", Status::Paused)
         };
         let c = self.container(id).with_context(|| format!("{verb} {id}"))?;
-        let _op = c.op.locked();
+        let _op = crate::blocking::lock(&c.op);
         {
             let st = c.init.state();
             if st.status() != from || st.has_ended() {
@@ -677,6 +732,7 @@ impl TaskManager {
             if left.is_zero() {
                 return false;
             }
+            let _blocked = crate::blocking::blocking();
             table = self.creates_done.wait_on_timeout(table, left).0;
         }
     }

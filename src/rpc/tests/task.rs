@@ -42,8 +42,12 @@ struct FakeRuntime {
     exec_specs: Mutex<Vec<serde_json::Value>>,
     /// Runs inside `exec`, while `runc exec` would run.
     on_exec: Mutex<Option<Box<dyn Fn() + Send>>>,
+    /// Where `exec` goes instead, when set (a real `Runc` with a stand-in binary).
+    exec_via: Mutex<Option<Arc<dyn Runtime>>>,
     /// Runs inside `delete`, while `runc delete` would run.
     on_delete: Mutex<Option<Box<dyn Fn() + Send>>>,
+    /// What a plain `runc delete` (no `--force`) fails with.
+    refuse_plain_delete: Mutex<Option<Error>>,
     /// The stdio `exec` was given (the process's ends).
     exec_io: Mutex<Vec<ProcessIo>>,
     ps: Mutex<Vec<i32>>,
@@ -97,13 +101,17 @@ impl Runtime for FakeRuntime {
     fn exec(
         &self,
         id: &str,
-        _b: &Path,
+        bundle: &Path,
         exec_id: &str,
         spec: &[u8],
         terminal: bool,
         io: ProcessIo,
     ) -> Result<Spawned> {
         self.record(format!("exec {id} {exec_id}"));
+        let via = self.exec_via.lock().unwrap().clone();
+        if let Some(via) = via {
+            return via.exec(id, bundle, exec_id, spec, terminal, io);
+        }
         self.exec_specs
             .lock()
             .unwrap()
@@ -126,6 +134,9 @@ impl Runtime for FakeRuntime {
         self.record(format!("delete {id} {force}"));
         if let Some(f) = self.on_delete.lock().unwrap().take() {
             f();
+        }
+        if !force && let Some(e) = self.refuse_plain_delete.lock().unwrap().clone() {
+            return Err(e);
         }
         self.check("delete")
     }
@@ -155,6 +166,12 @@ struct FakeHost {
     /// How often a cgroup was thawed.
     thaws: AtomicI32,
     fail_mount: Mutex<bool>,
+    /// The runc settings each container's runtime was built with.
+    configs: Mutex<Vec<RuncConfig>>,
+    /// Containers whose init exit was checked for an OOM kill; with `oom_sink` set, each
+    /// check finds one and publishes its TaskOOM there.
+    oom_checks: Mutex<Vec<String>>,
+    oom_sink: Mutex<Option<Arc<RecordingSink>>>,
 }
 
 impl Host for FakeHost {
@@ -190,6 +207,18 @@ impl Host for FakeHost {
         Ok(())
     }
     fn unwatch_oom(&self, _id: &str) {}
+    fn check_oom_at_exit(&self, id: &str) {
+        self.oom_checks.lock().unwrap().push(id.into());
+        if let Some(sink) = self.oom_sink.lock().unwrap().as_ref() {
+            crate::events::EventSink::publish(
+                sink.as_ref(),
+                crate::events::Event::Oom(containerd_shim_protos::events::task::TaskOOM {
+                    container_id: id.into(),
+                    ..Default::default()
+                }),
+            );
+        }
+    }
     fn signal(&self, pid: i32, signal: u32) -> Result<()> {
         self.signals.lock().unwrap().push((pid, signal));
         Ok(())
@@ -198,7 +227,8 @@ impl Host for FakeHost {
         self.thaws.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
-    fn runtime(&self, _c: &RuncConfig) -> Arc<dyn Runtime> {
+    fn runtime(&self, c: &RuncConfig) -> Arc<dyn Runtime> {
+        self.configs.lock().unwrap().push(c.clone());
         self.runtime.clone()
     }
 }
@@ -375,9 +405,11 @@ fn lifecycle_publishes_events_in_order_and_cleans_up() {
         "rootfs left mounted"
     );
     assert!(f.tm.is_empty());
+    // The init is gone: a plain `runc delete`, as containerd's runc shim (`--force` sleeps
+    // 100 ms from runc 1.2 on).
     assert_eq!(
         f.host.runtime.calls(),
-        ["create t1", "start t1", "delete t1 true"]
+        ["create t1", "start t1", "delete t1 false"]
     );
     assert_eq!(code(f.state("t1")), Code::NOT_FOUND);
 }
@@ -681,6 +713,34 @@ fn create_twice_is_already_exists_and_running_delete_is_refused() {
     );
     assert_eq!(code(r), Code::FAILED_PRECONDITION);
     assert_eq!(code(f.start("t1", "")), Code::FAILED_PRECONDITION);
+}
+
+/// The init's exit is checked for an OOM kill the watch missed, and its TaskOOM goes out
+/// before its TaskExit; an exec's exit is not checked (its container lives on).
+#[test]
+fn an_init_exit_is_checked_for_an_oom_kill_before_its_task_exit() {
+    let f = fixture();
+    *f.host.oom_sink.lock().unwrap() = Some(f.events.clone());
+    let init = f.create("t1").unwrap().pid;
+    f.start("t1", "").unwrap();
+    f.exec("t1", "e1").unwrap();
+    let epid = f.start("t1", "e1").unwrap().pid;
+    f.exit(epid, 137);
+    assert!(f.host.oom_checks.lock().unwrap().is_empty());
+    f.exit(init, 137);
+    assert_eq!(*f.host.oom_checks.lock().unwrap(), ["t1"]);
+    assert_eq!(
+        f.events.topics(),
+        [
+            "/tasks/create",
+            "/tasks/start",
+            "/tasks/exec-added",
+            "/tasks/exec-started",
+            "/tasks/exit",
+            "/tasks/oom",
+            "/tasks/exit"
+        ]
+    );
 }
 
 #[test]
@@ -1155,6 +1215,7 @@ fn deleting_processes_nobody_started_answers_their_waits() {
         )
         .unwrap();
     assert_eq!((deleted.exit_status, deleted.pid), (0, pid));
+    assert_eq!(f.host.runtime.calls().last().unwrap(), "delete t2 true");
     match f.events.events.lock().unwrap().last() {
         Some(crate::events::Event::Delete(d)) => {
             assert_eq!((d.container_id.as_str(), d.exit_status), ("t2", 0))
@@ -1178,6 +1239,7 @@ fn deleting_processes_nobody_started_answers_their_waits() {
         )
         .unwrap();
     assert_eq!(e2.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
+    assert_eq!(f.host.runtime.calls().last().unwrap(), "delete t1 false");
 }
 
 #[test]
@@ -1206,6 +1268,49 @@ fn a_failed_init_start_answers_its_waits() {
         )
         .unwrap();
     assert!(f.tm.is_empty());
+    assert_eq!(f.host.runtime.calls().last().unwrap(), "delete t1 true");
+}
+
+/// An init that exited while paused: runc reads a cgroup still frozen as paused and refuses a
+/// plain `runc delete`; Delete then forces it, and succeeds.
+#[test]
+fn a_refused_plain_runc_delete_is_forced() {
+    let f = fixture();
+    let pid = running(&f, "t1");
+    f.svc
+        .pause(
+            &ctx(),
+            PauseRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    f.exit(pid, 137);
+    *f.host.runtime.refuse_plain_delete.lock().unwrap() = Some(Error::internal(
+        "runc delete: cannot delete container t1 that is not stopped: paused",
+    ));
+    let deleted = f
+        .svc
+        .delete(
+            &ctx(),
+            DeleteRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(deleted.exit_status, 137);
+    assert!(
+        f.host
+            .runtime
+            .calls()
+            .ends_with(&["delete t1 false".to_string(), "delete t1 true".to_string()]),
+        "{:?}",
+        f.host.runtime.calls()
+    );
+    assert!(f.tm.is_empty());
+    assert_eq!(f.events.topics().last(), Some(&"/tasks/delete"));
 }
 
 #[test]
@@ -1638,4 +1743,368 @@ fn deleting_a_container_whose_exit_is_held_publishes_it_first() {
         ["/tasks/exit", "/tasks/delete"]
     );
     assert!(f.tm.is_empty());
+}
+
+/// Registers exec `exec_id` of `id` with a terminal or without.
+fn exec_with_terminal(f: &Fixture, id: &str, exec_id: &str, terminal: bool) {
+    f.svc
+        .exec(
+            &ctx(),
+            ExecProcessRequest {
+                id: id.into(),
+                exec_id: exec_id.into(),
+                terminal,
+                spec: MessageField::some(Any {
+                    type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
+                    value: br#"{"args":["sh"],"cwd":"/"}"#.to_vec(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+}
+
+fn delete_exec(f: &Fixture, id: &str, exec_id: &str) -> ttrpc::Result<DeleteResponse> {
+    f.svc.delete(
+        &ctx(),
+        DeleteRequest {
+            id: id.into(),
+            exec_id: exec_id.into(),
+            ..Default::default()
+        },
+    )
+}
+
+/// Issue 20 item 2: an exec whose runc connects to the console socket and then sends nothing
+/// (a real `Runc` with a stand-in binary, its timeout shortened) fails at that timeout, and
+/// meanwhile another exec's Start, an exec's Delete and Pause/Resume of the container go
+/// through: they used to queue behind it on the container's lifecycle lock.
+#[test]
+fn a_hung_exec_start_holds_up_nothing_else_of_its_container() {
+    use crate::reaper::Spawner;
+    use crate::runtime::Runc;
+    use std::time::Duration;
+    let f = fixture();
+    running(&f, "t1");
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("runc");
+    std::fs::write(&bin, format!("#!/bin/sh\n{FAKE_RUNC_EXEC}\n")).unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Generous: what follows must finish while the hung exec waits; only its end is awaited.
+    let timeout = Duration::from_secs(15);
+    let runc = Runc::new(
+        RuncConfig {
+            binary: bin.display().to_string(),
+            root: dir.path().join("root"),
+            ..RuncConfig::defaults("ns")
+        },
+        Spawner::direct(),
+        dir.path().join("s"),
+    )
+    .with_timeout(timeout);
+    *f.host.runtime.exec_via.lock().unwrap() = Some(Arc::new(runc));
+
+    // An exec that ran and ended, to be deleted meanwhile.
+    exec_with_terminal(&f, "t1", "done", false);
+    let done = f.start("t1", "done").unwrap().pid;
+    f.exit(done, 0);
+    exec_with_terminal(&f, "t1", "hung", true);
+    exec_with_terminal(&f, "t1", "other", false);
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tm = f.tm.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(tm.start("t1", "hung"));
+    });
+    let (conn, runc_pid) = connect_as_runc(dir.path());
+
+    // While its runc sits on the console socket:
+    delete_exec(&f, "t1", "done").unwrap();
+    let other = f.start("t1", "other").unwrap().pid;
+    let pause = |freeze: bool| {
+        let id = "t1".to_string();
+        if freeze {
+            f.svc
+                .pause(
+                    &ctx(),
+                    PauseRequest {
+                        id,
+                        ..Default::default()
+                    },
+                )
+                .map(drop)
+        } else {
+            f.svc
+                .resume(
+                    &ctx(),
+                    ResumeRequest {
+                        id,
+                        ..Default::default()
+                    },
+                )
+                .map(drop)
+        }
+    };
+    pause(true).unwrap();
+    pause(false).unwrap();
+    f.exit(other, 0);
+    delete_exec(&f, "t1", "other").unwrap();
+    // A second Start or a Delete of the hung exec is refused at once, not queued.
+    assert_eq!(code(f.start("t1", "hung")), Code::FAILED_PRECONDITION);
+    assert_eq!(
+        code(delete_exec(&f, "t1", "hung")),
+        Code::FAILED_PRECONDITION
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "all of the above finished only after the hung exec gave up ({timeout:?}): they \
+         queued behind it"
+    );
+
+    let e = rx
+        .recv_timeout(timeout + Duration::from_secs(120))
+        .expect("the hung exec never gave up")
+        .unwrap_err();
+    assert!(
+        e.message()
+            .contains("timed out waiting for runc to send the console"),
+        "{e}"
+    );
+    assert_eq!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(runc_pid), None),
+        Err(nix::Error::ESRCH),
+        "its runc was killed and reaped"
+    );
+    drop(conn);
+    // It failed to start: its Wait answers, and it can be deleted.
+    assert_eq!(
+        f.tm.wait_blocking("t1", "hung").unwrap().status,
+        UNKNOWN_EXIT_STATUS
+    );
+    delete_exec(&f, "t1", "hung").unwrap();
+    let topics = f.events.topics();
+    assert_eq!(
+        topics
+            .iter()
+            .filter(|t| **t == "/tasks/exec-started")
+            .count(),
+        2,
+        "done and other: {topics:?}"
+    );
+}
+
+/// Starts exec `exec_id` of `id` on a thread and holds it inside `runc exec` until the
+/// returned sender sends (or is dropped); returns once `runc exec` runs.
+fn start_held_in_runc_exec(
+    f: &Fixture,
+    id: &str,
+    exec_id: &str,
+) -> (
+    std::thread::JoinHandle<crate::error::Result<u32>>,
+    std::sync::mpsc::Sender<()>,
+) {
+    use std::sync::mpsc;
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    *f.host.runtime.on_exec.lock().unwrap() = Some(Box::new(move || {
+        let _ = entered_tx.send(());
+        let _ = release_rx.lock().unwrap().recv();
+    }));
+    let tm = f.tm.clone();
+    let (id, exec_id) = (id.to_string(), exec_id.to_string());
+    let start = std::thread::spawn(move || tm.start(&id, &exec_id));
+    entered_rx.recv().unwrap();
+    (start, release_tx)
+}
+
+/// The container's Delete never orphans a starting exec: it waits until the exec's Start
+/// has published its outcome (so TaskExecStarted precedes TaskDelete) before `runc delete`
+/// (which kills what the exec started), and an exec Start that comes after the init ended
+/// runs nothing.
+#[test]
+fn the_containers_delete_waits_for_an_exec_start_under_way() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let f = fixture();
+    let init = running(&f, "t1");
+    f.exec("t1", "e1").unwrap();
+    f.exec("t1", "late").unwrap();
+    let (start, release_tx) = start_held_in_runc_exec(&f, "t1", "e1");
+    // runc exec runs; the init dies meanwhile and the container's Delete comes.
+    f.exit(init, 137);
+    let tm = f.tm.clone();
+    let (deleted_tx, deleted_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = deleted_tx.send(tm.delete("t1", ""));
+    });
+    // An exec Start after the init ended runs nothing, and is not held up by the Delete.
+    assert_eq!(code(f.start("t1", "late")), Code::FAILED_PRECONDITION);
+    // Not a timing assertion: the Delete may only be slow to get here, never early.
+    assert!(
+        deleted_rx.recv_timeout(Duration::from_millis(200)).is_err(),
+        "the Delete went ahead of a starting exec"
+    );
+    assert!(
+        !f.host
+            .runtime
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("delete t1")),
+        "runc delete ran while runc exec did"
+    );
+    release_tx.send(()).unwrap();
+    let pid = start.join().unwrap().unwrap();
+    deleted_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the Delete never went on")
+        .unwrap();
+    let calls = f.host.runtime.calls();
+    let at = |c: &str| calls.iter().position(|x| x == c).unwrap();
+    assert!(at("exec t1 e1") < at("delete t1 false"), "{calls:?}");
+    let topics = f.events.topics();
+    let at = |t: &str| topics.iter().rposition(|x| *x == t).unwrap();
+    assert!(
+        at("/tasks/exec-started") < at("/tasks/delete"),
+        "{topics:?}"
+    );
+    assert_eq!(topics.last(), Some(&"/tasks/delete"), "{topics:?}");
+    assert!(f.tm.is_empty());
+    assert_eq!(
+        f.tm.watched_pids(),
+        0,
+        "pid {pid} of the exec is forgotten with its container"
+    );
+}
+
+/// A Kill of an exec whose Start is running `runc exec` waits for that Start and signals the
+/// process it made, as containerd's runc shim (its exec Kill waits for the lock its Start
+/// holds): refused with "not started", a probe's exec killed at its timeout would run on.
+#[test]
+fn killing_an_exec_being_started_signals_the_process_its_start_makes() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let f = fixture();
+    running(&f, "t1");
+    f.exec("t1", "e1").unwrap();
+    let (start, release_tx) = start_held_in_runc_exec(&f, "t1", "e1");
+    let tm = f.tm.clone();
+    let (killed_tx, killed_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = killed_tx.send(tm.kill("t1", "e1", 9, false));
+    });
+    // Not a timing assertion: the Kill may only be slow to get here, never early.
+    assert!(
+        killed_rx.recv_timeout(Duration::from_millis(200)).is_err(),
+        "the Kill answered while the exec's Start still ran"
+    );
+    release_tx.send(()).unwrap();
+    let pid = start.join().unwrap().unwrap();
+    killed_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the Kill never went on")
+        .unwrap();
+    assert_eq!(*f.host.signals.lock().unwrap(), [(pid as i32, 9)]);
+}
+
+/// An exec Start that unwinds (a panic inside it, caught per call) fails the exec: a Kill that
+/// waits for Starts to settle answers instead of waiting for ever, and the exec can be deleted.
+#[test]
+fn an_exec_start_that_panics_fails_its_exec() {
+    use std::time::Duration;
+    let f = fixture();
+    running(&f, "t1");
+    f.exec("t1", "e1").unwrap();
+    *f.host.runtime.on_exec.lock().unwrap() = Some(Box::new(|| panic!("inside runc exec")));
+    let tm = f.tm.clone();
+    assert!(
+        std::thread::spawn(move || tm.start("t1", "e1"))
+            .join()
+            .is_err()
+    );
+    let tm = f.tm.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(tm.kill("t1", "e1", 9, false));
+    });
+    let e = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the Kill waits for a Start that is gone")
+        .unwrap_err();
+    assert_eq!(e.kind(), crate::error::Kind::NotFound, "{e}");
+    assert_eq!(
+        f.tm.wait_blocking("t1", "e1").unwrap().status,
+        UNKNOWN_EXIT_STATUS
+    );
+    delete_exec(&f, "t1", "e1").unwrap();
+}
+
+/// An exec's Delete takes it out of the table under the lock its Start claims it under: a
+/// Start that looked the exec up before the Delete ran runs nothing (before, it could claim
+/// the exec between the Delete's check and its removal, and `runc exec` started a process
+/// nobody could reach any more).
+#[test]
+fn a_start_of_an_exec_its_delete_took_out_runs_nothing() {
+    let f = fixture();
+    running(&f, "t1");
+    f.exec("t1", "e1").unwrap();
+    let (c, p) = f.tm.process("t1", "e1").unwrap();
+    // The Delete's first half, then the Start that had looked the exec up.
+    c.remove_exec("e1", &p).unwrap();
+    let e = f.tm.start_process(&c, &p).unwrap_err();
+    assert_eq!(e.kind(), crate::error::Kind::NotFound, "{e}");
+    assert!(
+        !f.host.runtime.calls().iter().any(|c| c.starts_with("exec")),
+        "{:?}",
+        f.host.runtime.calls()
+    );
+    // And a Start that claimed first makes the Delete refuse.
+    f.exec("t1", "e2").unwrap();
+    let (c, p) = f.tm.process("t1", "e2").unwrap();
+    p.state().begin_start().unwrap();
+    assert_eq!(
+        c.remove_exec("e2", &p).unwrap_err().kind(),
+        crate::error::Kind::FailedPrecondition
+    );
+    assert_eq!(c.exec_ids(), ["e2"]);
+}
+
+/// A container whose cgroupsPath has systemd's `slice:prefix:name` form (a pod with a
+/// `.slice` parent) runs under runc's systemd cgroup driver, and its record says so for
+/// `delete`; one with a cgroupfs path does not.
+#[test]
+fn a_systemd_cgroups_path_runs_the_container_with_runc_s_systemd_driver() {
+    let f = fixture();
+    for (id, path, systemd) in [
+        (
+            "c1",
+            "kubepods-besteffort-pod1.slice:cri-containerd:c1",
+            true,
+        ),
+        ("c2", "/kubepods/besteffort/pod1/c2", false),
+    ] {
+        let spec = SPEC.replace(
+            r#""linux":{"#,
+            &format!(r#""linux":{{"cgroupsPath":"{path}","#),
+        );
+        let bundle = f.bundle(id, &spec);
+        f.svc
+            .create(
+                &ctx(),
+                CreateTaskRequest {
+                    id: id.into(),
+                    bundle: bundle.clone(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let config = f.host.configs.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(config.systemd_cgroup, systemd, "{id}");
+        let record: crate::task::TaskRecord = serde_json::from_slice(
+            &std::fs::read(Path::new(&bundle).join(crate::task::TASK_STATE_FILE)).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(record.runc.systemd_cgroup, systemd, "{id}");
+    }
 }
