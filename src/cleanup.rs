@@ -15,10 +15,11 @@ use crate::bundle::{
     ADDRESS_FILE, BOOTSTRAP_FILE, CONFIG_FILE, ROOTFS_DIR, SHIM_PID_FILE, SOCKET_DIR,
     SOCKET_DIR_LINK, TASK_STATE_FILE,
 };
-use crate::reaper::Spawner;
-use crate::runtime::{Runc, RuncConfig, Runtime};
+use crate::reclaim::{Member, reclaim};
+use crate::runtime::RuncConfig;
 use crate::socket::{Removal, own_socket_path, remove_if_stale};
 use crate::task::TaskRecord;
+use crate::timing::Budget;
 
 /// What `delete` found.
 #[derive(Debug, Default)]
@@ -32,22 +33,30 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
         return Cleaned::default();
     }
     let mut steps = crate::timing::Steps::new(|| format!("delete {id}"));
-    let pid = match crate::pod::sandbox::cleanup_from_bundle(bundle) {
+    let budget = Budget::new(DELETE_BUDGET);
+    // A hung daemon first: alive, it could still record and `runc create` a container after
+    // the clean-up below has listed the pod's, and that one would run on with nobody to reap it.
+    kill_stale_shim(bundle, &budget);
+    steps.step("stale daemon");
+    let pid = match crate::pod::sandbox::cleanup_from_bundle(namespace, id, bundle, &budget) {
         Some(pid) => pid,
         None => {
-            delete_task(namespace, id, bundle);
+            delete_task(namespace, id, bundle, &budget);
             0
         }
     };
     steps.step("sandbox or task");
-    kill_stale_shim(bundle);
-    steps.step("stale daemon");
     remove_stale_socket(bundle);
     steps.step("stale socket");
     Cleaned { pid }
 }
 
-fn delete_task(namespace: &str, id: &str, bundle: &Path) {
+/// containerd gives `delete` 5 s (`io.containerd.timeout.shim.cleanup`) and kills it then:
+/// every wait of it shares this budget, a little under that, so that one slow step (a shim
+/// slow to die, a stuck runc) leaves the later ones less time, not none.
+const DELETE_BUDGET: Duration = Duration::from_millis(4500);
+
+fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget) {
     let record: Option<TaskRecord> = std::fs::read(bundle.join(TASK_STATE_FILE))
         .ok()
         .and_then(|raw| serde_json::from_slice(&raw).ok());
@@ -57,18 +66,22 @@ fn delete_task(namespace: &str, id: &str, bundle: &Path) {
         .unwrap_or_else(|| RuncConfig::defaults(namespace));
     // Only tasks have runc state; a sandbox ID is simply not found by runc.
     if bundle.join(CONFIG_FILE).exists() || bundle.join(TASK_STATE_FILE).exists() {
-        let rt = Runc::new(runc, Spawner::direct(), std::env::temp_dir());
-        if let Err(e) = rt.delete(id, true)
-            && e.kind() != crate::error::Kind::NotFound
-        {
-            eprintln!("delete {id}: {e}");
+        let member = Member {
+            id: id.to_string(),
+            bundle: Some(bundle.to_path_buf()),
+            runc,
+            cgroups_path: cgroups_path_of(bundle),
+        };
+        for p in reclaim(&member, budget) {
+            eprintln!("delete {id}: {p}");
         }
-    }
-    // The idmapped layers' scratch mount too: a shim that died between making it and
-    // dropping it (after the overlay mount) left it, and the bundle could not be removed.
-    for dir in [ROOTFS_DIR, crate::bundle::IDMAPPED_SCRATCH] {
-        if let Err(e) = crate::mount::unmount(&bundle.join(dir)) {
-            eprintln!("delete {id}: {e}");
+    } else {
+        // The idmapped layers' scratch mount too: a shim that died between making it and
+        // dropping it (after the overlay mount) left it, and the bundle could not be removed.
+        for dir in [ROOTFS_DIR, crate::bundle::IDMAPPED_SCRATCH] {
+            if let Err(e) = crate::mount::unmount(&bundle.join(dir)) {
+                eprintln!("delete {id}: {e}");
+            }
         }
     }
     if let Some(net) = network
@@ -76,6 +89,12 @@ fn delete_task(namespace: &str, id: &str, bundle: &Path) {
     {
         eprintln!("delete {id}: {e}");
     }
+}
+
+/// `linux.cgroupsPath` of the bundle's spec.
+fn cgroups_path_of(bundle: &Path) -> Option<String> {
+    let raw = std::fs::read(bundle.join(CONFIG_FILE)).ok()?;
+    crate::oci::cgroups_path(&serde_json::from_slice(&raw).ok()?)
 }
 
 /// The directories our sockets may be in: the default one, and the one containerd 2.3 gave
@@ -119,9 +138,16 @@ fn remove_socket_of(address: &str, dirs: &[PathBuf]) -> Removal {
     removal
 }
 
-/// If the daemon recorded in `shim.pid` still runs (a hung shim), kill it; `delete` must leave
-/// nothing behind. The pid is trusted only while it still runs our own binary.
-fn kill_stale_shim(bundle: &Path) {
+/// How long `delete` waits for a daemon it killed, or one still dying, to be gone: a SIGKILLed
+/// process exits as soon as each of its threads runs, which a loaded machine may delay by
+/// seconds; until then its socket is live and must not be removed.
+const SHIM_EXIT_WAIT: Duration = Duration::from_secs(10);
+
+/// If the daemon recorded in `shim.pid` still runs (a hung shim), kill it; if it is dying (a
+/// killed shim whose main thread has exited while others still hold its socket), wait for it.
+/// `delete` must leave nothing behind: neither a live shim nor the socket of a dead one. The
+/// pid is trusted for a kill only while it still runs our own binary.
+fn kill_stale_shim(bundle: &Path, budget: &Budget) {
     let Ok(s) = std::fs::read_to_string(bundle.join(SHIM_PID_FILE)) else {
         return;
     };
@@ -131,23 +157,57 @@ fn kill_stale_shim(bundle: &Path) {
     if pid <= 1 || pid == std::process::id() as i32 {
         return;
     }
-    let me = std::env::current_exe().ok();
+    let me = std::env::current_exe().ok().map(|p| without_deleted(&p));
+    // The daemon's working directory is the bundle as the kernel resolved it; containerd may
+    // name it through a link (/var/run -> /run).
+    let bundle = std::fs::canonicalize(bundle).unwrap_or_else(|_| bundle.to_path_buf());
     let is_our_daemon = || {
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|p| without_deleted(&p));
         let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
-        exe.is_some() && exe == me && cwd.as_deref() == Some(bundle)
+        exe.is_some() && exe == me && cwd.as_deref() == Some(bundle.as_path())
     };
     if !is_our_daemon() {
+        // A zombie main thread has no exe or cwd to check; the other threads of a killed
+        // daemon may still be exiting, its socket still open: the socket removal that follows
+        // must see it refused, not live. (A recycled pid that is some other zombie costs a
+        // wait, never a signal.)
+        if main_thread_exited(pid) {
+            crate::util::wait_for_exit(pid, budget.bound(SHIM_EXIT_WAIT));
+        }
         return;
     }
     // The daemon removes its socket file on a clean exit; killed, it cannot.
     let socket = std::fs::read(format!("/proc/{pid}/cmdline"))
         .ok()
         .and_then(|raw| socket_of(&raw));
-    let gone = crate::util::kill_and_wait(pid, is_our_daemon, Duration::from_secs(1));
+    let gone = crate::util::kill_and_wait(pid, is_our_daemon, budget.bound(SHIM_EXIT_WAIT));
     if gone && let Some(address) = socket {
-        remove_socket_of(&address, &socket_dirs(bundle));
+        remove_socket_of(&address, &socket_dirs(&bundle));
     }
+}
+
+/// `exe` without the ` (deleted)` the kernel appends to the link of a binary replaced since
+/// the process started it (a shim upgraded under its running daemons is still that daemon).
+fn without_deleted(exe: &Path) -> PathBuf {
+    let s = exe.as_os_str().as_encoded_bytes();
+    match s.strip_suffix(b" (deleted)") {
+        // SAFETY: cut at an ASCII boundary of bytes that came from an OsStr.
+        Some(cut) => PathBuf::from(unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(cut) }),
+        None => exe.to_path_buf(),
+    }
+}
+
+/// Whether `pid`'s main thread is a zombie (state `Z` or `X` in /proc/<pid>/stat).
+fn main_thread_exited(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(") ")
+                .map(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X'))
+        })
+        .unwrap_or(false)
 }
 
 /// The `-socket` address of a daemon's command line.
@@ -166,6 +226,72 @@ mod tests {
     use super::*;
 
     const HASH: &str = "0ddfbd72d02b3551e75f3a0ed90b9965b533401be618f43a568bc522764e0ad0";
+
+    #[test]
+    fn a_replaced_binary_is_still_the_daemon_s() {
+        assert_eq!(
+            without_deleted(Path::new("/usr/bin/containerd-shim-rsandbox-v1 (deleted)")),
+            Path::new("/usr/bin/containerd-shim-rsandbox-v1")
+        );
+        assert_eq!(
+            without_deleted(Path::new("/usr/bin/x")),
+            Path::new("/usr/bin/x")
+        );
+    }
+
+    /// Not a test of its own: the stand-in daemon of the test below, which runs this binary
+    /// with `RSANDBOX_TEST_STAND_IN` set (then it sleeps until killed).
+    #[test]
+    fn stand_in_daemon() {
+        if std::env::var_os("RSANDBOX_TEST_STAND_IN").is_some() {
+            std::thread::sleep(Duration::from_secs(600));
+        }
+    }
+
+    /// A hung daemon is killed also when containerd names its bundle through a link: the
+    /// daemon's working directory reads as the resolved path.
+    #[test]
+    fn a_hung_daemon_is_killed_when_its_bundle_is_named_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "cleanup::tests::stand_in_daemon",
+                "--test-threads=1",
+            ])
+            .env("RSANDBOX_TEST_STAND_IN", "1")
+            .current_dir(&real)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        std::fs::write(link.join(SHIM_PID_FILE), pid.to_string()).unwrap();
+        // It runs the test binary in the bundle (the exec is done once its cwd reads so).
+        let me = std::env::current_exe().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::fs::read_link(format!("/proc/{pid}/exe")).ok().as_ref() != Some(&me)
+            || std::fs::read_link(format!("/proc/{pid}/cwd")).ok().as_ref()
+                != std::fs::canonicalize(&real).ok().as_ref()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the stand-in never ran"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        kill_stale_shim(&link, &Budget::new(Duration::from_secs(60)));
+        let status = child.try_wait().unwrap();
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert!(status.is_some(), "the hung daemon was left running");
+    }
 
     #[test]
     fn socket_of_reads_the_daemon_flag() {
@@ -236,7 +362,10 @@ mod tests {
         assert_eq!(remove_stale_socket(&bundle), Removal::InUse);
         assert!(sock.exists());
         drop(listener); // kill -9 of the shim
-        assert_eq!(remove_stale_socket(&bundle), Removal::Removed);
+        assert_eq!(
+            until_not_in_use(|| remove_stale_socket(&bundle)),
+            Removal::Removed
+        );
         assert!(!sock.exists());
         assert_eq!(remove_stale_socket(&bundle), Removal::Missing);
     }
@@ -247,9 +376,76 @@ mod tests {
         let (bundle, sock) = bundle_with_socket(tmp.path());
         drop(crate::socket::bind(&sock).unwrap());
         // No config.json and no state records: nothing to run runc for.
-        let res = delete_from_bundle("default", "t1", &bundle);
-        assert_eq!(res.pid, 0);
+        until_not_in_use(|| {
+            let res = delete_from_bundle("default", "t1", &bundle);
+            assert_eq!(res.pid, 0);
+            if sock.exists() {
+                Removal::InUse
+            } else {
+                Removal::Removed
+            }
+        });
         assert!(!sock.exists());
+    }
+
+    /// Calls `f` until it finds the socket not in use (60 s, a hang). A socket this test
+    /// closed may still be open for a moment in a process another test of this binary forked
+    /// meanwhile (a fork copies every descriptor until its exec; one test's child keeps them a
+    /// second): that is another holder, which `delete` rightly leaves alone while it lasts.
+    fn until_not_in_use(mut f: impl FnMut() -> Removal) -> Removal {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = f();
+            if r != Removal::InUse || std::time::Instant::now() >= deadline {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Issue 20: a SIGKILLed daemon's main thread is a zombie (no exe, no cwd in /proc) while
+    /// its other threads, not yet run on a loaded machine, still hold its socket. `delete` ran
+    /// then found the socket live and left it; nobody removed it after the threads were gone.
+    #[test]
+    fn delete_waits_for_a_killed_shim_whose_threads_are_still_exiting() {
+        use nix::unistd::ForkResult;
+        let tmp = tempfile::tempdir().unwrap();
+        let (bundle, sock) = bundle_with_socket(tmp.path());
+        let listener = crate::socket::bind(&sock).unwrap();
+        // SAFETY: the child only starts a thread and ends its own; it never returns into the
+        // test harness.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            ForkResult::Child => {
+                let _holder = std::thread::spawn(move || {
+                    let _socket = listener;
+                    std::thread::sleep(Duration::from_secs(1));
+                    // SAFETY: ends the whole child process.
+                    unsafe { libc::_exit(0) }
+                });
+                // SAFETY: exit(2) ends only this (the main) thread; the holder goes on.
+                unsafe { libc::syscall(libc::SYS_exit, 0) };
+                unreachable!("exit(2) returned");
+            }
+            ForkResult::Parent { child } => {
+                drop(listener);
+                std::fs::write(bundle.join(SHIM_PID_FILE), child.to_string()).unwrap();
+                let deadline = std::time::Instant::now() + Duration::from_secs(60);
+                while !main_thread_exited(child.as_raw()) {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "no zombie main thread"
+                    );
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                assert!(
+                    matches!(crate::socket::probe(&sock), crate::socket::Probe::Live),
+                    "the dying daemon still serves its socket"
+                );
+                delete_from_bundle("default", "t1", &bundle);
+                let _ = nix::sys::wait::waitpid(child, None);
+                assert!(!sock.exists(), "delete left the socket of a dying shim");
+            }
+        }
     }
 
     #[test]

@@ -92,7 +92,7 @@ fn default_runc(bundle: &Path, namespace: &str) -> RuncConfig {
         .ok()
         .and_then(|raw| protobuf::Message::parse_from_bytes(&raw).ok())
         .and_then(|any: protobuf::well_known_types::any::Any| {
-            runc_config_from_options(Some(&any), namespace)
+            runc_config_from_options(Some(&any), &RuncConfig::defaults(namespace), namespace)
                 .ok()
                 .flatten()
         })
@@ -165,6 +165,8 @@ pub fn serve(flags: &Flags) -> Result<()> {
                 sysctl_defaults: crate::pod::SysctlDefaults::detect(),
                 runc: default_runc(&bundle, &flags.namespace).binary,
                 spawner: Spawner::with_reaper(reaper.clone()),
+                selinux: crate::selinux::Selinux::detect(),
+                scope_stop_timeout: crate::systemd::scope::STOP_TIMEOUT,
             }),
             reaper: Some(reaper.clone()),
             network: Some(networker.clone()),

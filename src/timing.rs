@@ -86,3 +86,53 @@ mod tests {
         s.enabled = false; // no logger in tests
     }
 }
+
+/// One time budget shared by the steps of a bounded job (`delete`, which containerd kills after
+/// 5 s): each step waits at most its own bound or what is left, whichever is less, so a slow
+/// step costs the later ones time, never their run. Past the end each still gets
+/// [`Budget::FLOOR`]: a quick try is better than none while nobody has killed us yet.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    until: Instant,
+}
+
+impl Budget {
+    /// What a step still gets once the budget is spent.
+    pub const FLOOR: std::time::Duration = std::time::Duration::from_millis(100);
+
+    pub fn new(total: std::time::Duration) -> Self {
+        Budget {
+            until: Instant::now() + total,
+        }
+    }
+
+    /// How long a step whose own bound is `own` may wait now.
+    pub fn bound(&self, own: std::time::Duration) -> std::time::Duration {
+        own.min(self.until.saturating_duration_since(Instant::now()))
+            .max(Self::FLOOR.min(own))
+    }
+
+    /// [`Budget::bound`] as a deadline.
+    pub fn deadline(&self, own: std::time::Duration) -> Instant {
+        Instant::now() + self.bound(own)
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_step_gets_its_own_bound_or_what_is_left_and_the_floor_at_least() {
+        let b = Budget::new(Duration::from_secs(3600));
+        assert_eq!(b.bound(Duration::from_secs(2)), Duration::from_secs(2));
+        assert!(b.bound(Duration::from_secs(7200)) <= Duration::from_secs(3600));
+        let spent = Budget::new(Duration::ZERO);
+        assert_eq!(spent.bound(Duration::from_secs(2)), Budget::FLOOR);
+        assert_eq!(
+            spent.bound(Duration::from_millis(10)),
+            Duration::from_millis(10)
+        );
+    }
+}

@@ -88,46 +88,93 @@ pub fn go_arch() -> &'static str {
     }
 }
 
-/// SIGKILLs `pid` and waits until it is dead (a zombie counts), at most `timeout`; returns
-/// whether it died. Used to take down a process recorded in a file (a hung daemon, a pause
+/// `pidfd_open(pid, 0)`: a close-on-exec descriptor naming process `pid`. It names the
+/// process `pid` named at this moment: race-free only while that process cannot be reaped
+/// (our unreaped child, or one its parent holds unreaped), else to be checked after.
+pub fn pidfd_open(pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd (close-on-exec) or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel made `fd` ours.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// SIGKILL through `pidfd`: Err(ESRCH) once the process is reaped, never another process.
+pub fn pidfd_sigkill(pidfd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: pidfd_send_signal reads the fd, a signal number and a null siginfo pointer.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// SIGKILLs `pid` and waits until every thread of it has exited (a zombie counts), at most
+/// `timeout`; returns whether it did. Used to take down a process recorded in a file (a hung daemon, a pause
 /// process after a crash): a pidfd is opened first and `still_ours` checked after, so the
 /// signal reaches the process that passed the check even if the pid is recycled meanwhile,
 /// and its exit is waited for with `poll`, not by sleeping.
 pub fn kill_and_wait(pid: i32, still_ours: impl Fn() -> bool, timeout: Duration) -> bool {
-    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    use std::os::fd::AsFd;
     if pid <= 1 {
         return false;
     }
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is passed.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
+    let Ok(pidfd) = pidfd_open(pid) else {
         // No such process (or no pidfd support): nothing to kill that we could name safely.
         return std::fs::metadata(format!("/proc/{pid}")).is_err();
-    }
-    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    };
     if !still_ours() {
         return false;
     }
-    // SAFETY: pidfd_send_signal reads the fd, a signal number and a null siginfo pointer.
-    let sent = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd as i32,
-            libc::SIGKILL,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    if sent < 0 {
-        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    if let Err(e) = pidfd_sigkill(pidfd.as_fd()) {
+        return e.raw_os_error() == Some(libc::ESRCH);
     }
-    let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
-    let mut fds = [nix::poll::PollFd::new(
-        pidfd.as_fd(),
-        nix::poll::PollFlags::POLLIN,
-    )];
-    matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)), Ok(n) if n > 0)
+    exited_within(pidfd.as_fd(), timeout)
+}
+
+/// Waits, at most `timeout`, until every thread of `pid` has exited (the process may stay a
+/// zombie); true also when there is no such process. A process whose main thread has exited
+/// shows as a zombie in /proc while its other threads may still be exiting and holding its
+/// files (a killed daemon's listening socket): only this wait says they are gone.
+pub fn wait_for_exit(pid: i32, timeout: Duration) -> bool {
+    use std::os::fd::AsFd;
+    if pid <= 0 {
+        return false;
+    }
+    let Ok(pidfd) = pidfd_open(pid) else {
+        return std::fs::metadata(format!("/proc/{pid}")).is_err();
+    };
+    exited_within(pidfd.as_fd(), timeout)
+}
+
+/// A pidfd polls readable once its whole thread group has exited.
+fn exited_within(pidfd: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> bool {
+    let _blocked = crate::blocking::blocking();
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [nix::poll::PollFd::new(pidfd, nix::poll::PollFlags::POLLIN)];
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
+            Ok(n) if n > 0 => return true,
+            // A signal handled by this thread is not the process's exit: wait on.
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return false,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -171,6 +218,58 @@ mod tests {
         );
     }
 
+    /// A signal handled while waiting interrupts the poll; the wait goes on until the exit.
+    #[test]
+    fn a_signal_during_the_wait_is_not_an_exit() {
+        use std::os::fd::AsFd;
+        static HANDLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        extern "C" fn nothing(_: libc::c_int) {
+            HANDLED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        // A handler (no SA_RESTART: poll is never restarted anyway) so SIGUSR2 interrupts.
+        let action = nix::sys::signal::SigAction::new(
+            nix::sys::signal::SigHandler::Handler(nothing),
+            nix::sys::signal::SaFlags::empty(),
+            nix::sys::signal::SigSet::empty(),
+        );
+        // SAFETY: the handler does nothing, so it is async-signal-safe.
+        unsafe { nix::sys::signal::sigaction(nix::sys::signal::SIGUSR2, &action) }.unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pidfd = pidfd_open(child.id() as i32).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            // SAFETY: gettid has no arguments and cannot fail.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            exited_within(pidfd.as_fd(), Duration::from_secs(60))
+        });
+        let tid = rx.recv().unwrap();
+        // Signal the waiter once it sits in poll (its current syscall, from /proc).
+        let in_poll = || {
+            fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<libc::c_long>().ok())
+                .is_some_and(|nr| nr == libc::SYS_poll || nr == libc::SYS_ppoll)
+        };
+        while !in_poll() {
+            std::thread::yield_now();
+        }
+        // SAFETY: tgkill takes ids and a signal number; no memory is passed.
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGUSR2) };
+        // Once the handler ran, the waiter's poll has returned EINTR.
+        while HANDLED.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        child.kill().unwrap();
+        assert!(
+            waiter.join().unwrap(),
+            "an interrupted wait was taken for no exit"
+        );
+        child.wait().unwrap();
+    }
+
     #[test]
     fn kill_and_wait_takes_down_only_a_process_that_passes_the_check() {
         let mut child = std::process::Command::new("sleep")
@@ -183,9 +282,7 @@ mod tests {
             child.try_wait().unwrap().is_none(),
             "killed although not ours"
         );
-        let t = std::time::Instant::now();
-        assert!(kill_and_wait(pid, || true, Duration::from_secs(5)));
-        assert!(t.elapsed() < Duration::from_secs(2));
+        assert!(kill_and_wait(pid, || true, Duration::from_secs(60)));
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
     }

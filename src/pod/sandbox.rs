@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use protobuf::well_known_types::any::Any;
 
 use super::cgroup::PodCgroup;
-use super::pause::PauseConfig;
+use super::pause::{PauseConfig, PauseProcess};
 use super::spec::{
     CgroupParent, IpcMode, MemberNamespace, NetworkMode, NetworkPlan, PodSpec, SysctlDefaults,
 };
@@ -23,7 +23,9 @@ use crate::error::{Context, Error, Result};
 use crate::network::{NetworkProvider, NetworkRecord};
 use crate::oci::{self, NamespaceChoice, PodMount};
 use crate::reaper::{Exit, Reaper};
+use crate::reclaim::Member;
 use crate::sync::{Lock, Wait};
+use crate::systemd::scope::PodScope;
 use crate::task::{PodHooks, TaskManager};
 use crate::timing::Steps;
 use crate::util::write_file_atomic;
@@ -37,18 +39,32 @@ pub use crate::bundle::SANDBOX_STATE_FILE;
 pub trait PodHost: Send + Sync {
     fn write_files(&self, dir: &Path, spec: &PodSpec) -> Result<()>;
     fn remove_files(&self, dir: &Path) -> Result<()>;
-    fn mount_shm(&self, path: &Path) -> Result<()>;
+    /// Mounts the pod's /dev/shm tmpfs, labelled for `spec`'s containers where SELinux is on.
+    fn mount_shm(&self, path: &Path, spec: &PodSpec) -> Result<()>;
+    /// Labels the pod files in `dir` with the shared form of a container's SELinux mount
+    /// label (its spec's `linux.mountLabel`); a no-op where SELinux is off.
+    fn label_pod_files(&self, dir: &Path, mount_label: &str) -> Result<()>;
     fn unmount_shm(&self, path: &Path) -> Result<()>;
     /// Checks that `path` is a network namespace, without blocking (a client's `netns_path`).
     fn check_netns(&self, path: &Path) -> Result<()>;
-    fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32>;
+    fn spawn_pause(&self, cfg: &PauseConfig) -> Result<PauseProcess>;
     /// Moves `pid` into `cgroup` (the pause's: `<cgroup_parent>/<sandbox id>`, see
     /// [`super::cgroup`]), creating what is missing.
     fn join_cgroup(&self, cgroup: &Path, pid: i32) -> Result<PodCgroup>;
     fn remove_cgroup(&self, cg: &PodCgroup);
-    /// The host runs the unified (v2-only) cgroup hierarchy.
-    fn unified_cgroups(&self) -> bool;
-    fn kill(&self, pid: i32);
+    /// Puts `pid` in the systemd scope `scope` of the pod's slice (a `.slice`
+    /// cgroup_parent: systemd cgroup driver, see [`super::scope`]).
+    fn join_scope(
+        &self,
+        scope: &PodScope,
+        id: &str,
+        pid: i32,
+    ) -> std::result::Result<PodCgroup, super::scope::JoinFailed>;
+    /// Stops the systemd scope `cg` names, if it names one (one already gone is fine).
+    fn stop_scope(&self, cg: &PodCgroup) -> Result<()>;
+    /// SIGKILL to the pause, through its handle (never `kill(pid)`: once the reaper took it,
+    /// its pid may name another process).
+    fn kill(&self, pause: &PauseProcess);
     /// Statistics of the pod cgroup `pod` (absolute in the cgroup tree: `/kubepods/pod1`).
     fn metrics(&self, pod: &Path) -> Result<Any>;
     /// The cgroup of `pid` relative to its hierarchy (the one the pod cgroup is managed in).
@@ -82,6 +98,10 @@ pub struct SandboxRecord {
     /// The network the shim set up itself (no netns_path was given).
     #[serde(default)]
     pub network: Option<NetworkRecord>,
+    /// The pod's containers, each listed before its `runc create` and dropped after its
+    /// delete: after a crash, `delete` takes them down ([`crate::reclaim`]).
+    #[serde(default)]
+    pub members: Vec<Member>,
 }
 
 /// Sandbox lifecycle states.
@@ -101,6 +121,8 @@ pub struct Sandbox {
     pub netns: Option<PathBuf>,
     pub state: State,
     pub pid: i32,
+    /// The pause's handle (its pidfd), from StartSandbox on: the only way it is signalled.
+    pub pause: Option<Arc<PauseProcess>>,
     pub created_at: Option<SystemTime>,
     pub exit: Option<(u32, SystemTime)>,
     pub record: SandboxRecord,
@@ -230,7 +252,7 @@ impl SandboxManager {
             }
             NetworkPlan::Given | NetworkPlan::ShimOwned => {}
         }
-        let _op = self.op.locked();
+        let _op = crate::blocking::lock(&self.op);
         if let Some(s) = self.lock().as_ref() {
             return Err(if s.id == req.id {
                 Error::already_exists(format!("sandbox {} already exists", req.id))
@@ -261,7 +283,7 @@ impl SandboxManager {
             if let Some(shm) = &shm {
                 std::fs::create_dir_all(shm)
                     .with_context(|| format!("create {}", shm.display()))
-                    .and_then(|_| self.host.mount_shm(shm))
+                    .and_then(|_| self.host.mount_shm(shm, &req.spec))
                     .context("mount the pod's /dev/shm")?;
                 record.shm = Some(shm.clone());
                 steps.step("mount /dev/shm");
@@ -304,6 +326,7 @@ impl SandboxManager {
             netns,
             state: State::Created,
             pid: 0,
+            pause: None,
             created_at: None,
             exit: None,
             record,
@@ -341,7 +364,7 @@ impl SandboxManager {
 
     fn start_inner(&self, id: &str) -> Result<(u32, SystemTime, serde_json::Value)> {
         validate::id("sandbox id", id)?;
-        let _op = self.op.locked();
+        let _op = crate::blocking::lock(&self.op);
         let s = match self.lock().as_ref() {
             Some(s) if s.id == id => s.clone(),
             _ => return Err(Error::precondition(format!("sandbox {id} was not created"))),
@@ -351,16 +374,17 @@ impl SandboxManager {
                 "sandbox {id} was already started"
             )));
         }
-        // cgroup v2 without systemd's help: a pause process left in the shim's cgroup would sit
-        // beside the pod's cgroups; refuse plainly, before anything is started.
-        if let Some(CgroupParent::Systemd(p)) = s.spec.cgroup_parent_kind()
-            && self.host.unified_cgroups()
-        {
-            return Err(Error::invalid(format!(
-                "systemd cgroup parent {p:?}: rsandbox manages cgroupfs paths only on cgroup v2 \
-                 (use the cgroupfs cgroup driver: a cgroup_parent such as /kubepods/pod<uid>)"
-            )));
-        }
+        // A slice parent (systemd cgroup driver) is checked before anything is started, and
+        // the scope is written into the record before systemd is asked for it: `delete` after
+        // a shim killed meanwhile then still stops it.
+        let scope = match s.spec.cgroup_parent_kind() {
+            Some(CgroupParent::Systemd(p)) => {
+                let scope = super::scope::plan(id, &p)?;
+                self.record_scope(id, Some(&scope))?;
+                Some(scope)
+            }
+            _ => None,
+        };
         let cfg = PauseConfig::for_pod(
             id,
             &s.spec,
@@ -372,36 +396,72 @@ impl SandboxManager {
         // below is caught here, never lost (and never confused with a recycled pid).
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
         let mut steps = Steps::new(|| format!("start sandbox {id}"));
-        let pid = self.host.spawn_pause(&cfg)?;
-        steps.step("spawn pause");
-        let mut cgroup = PodCgroup::default();
-        match s.spec.cgroup_parent_kind() {
-            Some(CgroupParent::Fs(parent)) => {
-                match self
-                    .host
-                    .join_cgroup(&super::cgroup::pause_cgroup(&parent, id), pid)
-                {
-                    Ok(cg) => cgroup = cg,
-                    Err(e) => {
-                        self.host.kill(pid);
-                        return Err(e.context("put the pause process in the pod cgroup"));
-                    }
-                }
+        let pause = match self.host.spawn_pause(&cfg) {
+            Ok(pause) => Arc::new(pause),
+            Err(e) => {
+                self.forget_scope(id, scope.is_some());
+                return Err(e);
             }
-            Some(CgroupParent::Systemd(p)) => log::warn!(
-                "sandbox {id}: systemd cgroup parent {p:?} is not managed by rsandbox; the pause process stays in the shim's cgroup"
+        };
+        let pid = pause.pid();
+        steps.step("spawn pause");
+        // In the record before the scope or cgroup join (up to 30 s with a slow systemd): a
+        // shim killed meanwhile leaves a pause that `delete` finds and kills.
+        if let Err(e) = self.record_pause(id, pid) {
+            log::warn!("sandbox {id}: {e}");
+        }
+        let mut cgroup = PodCgroup::default();
+        // Whether a failure leaves a scope that may exist: the record keeps naming it then.
+        let joined = match (&scope, s.spec.cgroup_parent_kind()) {
+            (Some(scope), _) => Some(self.host.join_scope(scope, id, pid).map_err(|f| {
+                (
+                    f.error
+                        .context("put the pause process in a systemd scope of the pod slice"),
+                    f.scope_may_remain,
+                )
+            })),
+            (None, Some(CgroupParent::Fs(parent))) => Some(
+                self.host
+                    .join_cgroup(&super::cgroup::pause_cgroup(&parent, id), pid)
+                    .context("put the pause process in the pod cgroup")
+                    .map_err(|e| (e, false)),
             ),
+            _ => None,
+        };
+        match joined {
+            Some(Ok(cg)) => cgroup = cg,
+            Some(Err((e, scope_may_remain))) => {
+                self.host.kill(&pause);
+                if let Err(e) = self.record_pause(id, 0) {
+                    log::warn!("sandbox {id}: {e}");
+                }
+                // systemd did not answer the undo and may yet run the queued start (with a
+                // pid that, the pause being dead, may be recycled): ShutdownSandbox and
+                // `delete` stop the scope the record still names.
+                if scope_may_remain {
+                    log::warn!("sandbox {id}: the systemd scope may exist; kept in the record");
+                } else {
+                    self.forget_scope(id, scope.is_some());
+                }
+                return Err(e);
+            }
             None => {}
         }
+        steps.step(if scope.is_some() {
+            "systemd scope"
+        } else {
+            "pod cgroup"
+        });
         let now = SystemTime::now();
         let mut guard = self.lock();
         let Some(s) = guard.as_mut() else {
-            self.host.kill(pid);
+            self.host.kill(&pause);
             return Err(Error::precondition(format!(
                 "sandbox {id} went away while starting"
             )));
         };
         s.pid = pid;
+        s.pause = Some(pause);
         s.created_at = Some(now);
         s.state = State::Ready;
         s.record.cgroup = cgroup;
@@ -415,7 +475,7 @@ impl SandboxManager {
         if let Err(e) = save_record(&s.bundle, &s.record) {
             log::warn!("sandbox {id}: {e}");
         }
-        steps.step("pod cgroup and record");
+        steps.step("record");
         log::info!("sandbox {id}: pause process {pid} ready");
         // Built while the lifecycle lock is held: a concurrent StopSandbox cannot make its
         // /proc/<pid> paths name another process before it is returned.
@@ -424,6 +484,40 @@ impl SandboxManager {
         drop(guard);
         crate::waiters::wake(ended, ExitInfo::unknown());
         Ok((pid as u32, now, spec))
+    }
+
+    /// Writes `scope` into the stored record (the scope about to be asked for, or none).
+    fn record_scope(&self, id: &str, scope: Option<&PodScope>) -> Result<()> {
+        let mut guard = self.lock();
+        let Some(s) = guard.as_mut().filter(|s| s.id == id) else {
+            return Err(Error::precondition(format!(
+                "sandbox {id} went away while starting"
+            )));
+        };
+        s.record.cgroup.scope = scope.cloned();
+        save_record(&s.bundle, &s.record)
+    }
+
+    /// Records the pause process (its pid and start time, what `delete` checks before a kill);
+    /// pid 0: none (it was killed).
+    fn record_pause(&self, id: &str, pid: i32) -> Result<()> {
+        let mut guard = self.lock();
+        let Some(s) = guard.as_mut().filter(|s| s.id == id) else {
+            return Ok(());
+        };
+        s.record.pause_pid = pid;
+        s.record.pause_start_ticks = match pid {
+            0 => 0,
+            pid => crate::util::process_start_ticks(pid).unwrap_or(0),
+        };
+        save_record(&s.bundle, &s.record)
+    }
+
+    /// After a failed start: the scope was not made (or was undone), the record says so.
+    fn forget_scope(&self, id: &str, had: bool) {
+        if had && let Err(e) = self.record_scope(id, None) {
+            log::warn!("sandbox {id}: {e}");
+        }
     }
 
     // ---- Exits, Stop, Wait ----
@@ -478,7 +572,7 @@ impl SandboxManager {
     /// StopSandbox: kill every container's processes and the pause process, and wait until
     /// they are gone. Idempotent.
     pub fn stop(&self, id: &str) -> Result<()> {
-        let _op = self.op.locked();
+        let _op = crate::blocking::lock(&self.op);
         self.stop_locked(id)
     }
 
@@ -492,8 +586,11 @@ impl SandboxManager {
         steps.step("containers");
         let waiters = {
             let mut guard = self.lock();
-            if s.pid != 0 && guard.as_ref().is_some_and(|s| s.exit.is_none()) {
-                self.host.kill(s.pid);
+            if let Some(pause) = &s.pause
+                && guard.as_ref().is_some_and(|s| s.exit.is_none())
+            {
+                self.host.kill(pause);
+                let _blocked = crate::blocking::blocking();
                 guard = self.changed.wait_on_timeout_while(guard, STOP_WAIT, |s| {
                     s.as_ref().is_some_and(|s| s.exit.is_none())
                 });
@@ -513,6 +610,14 @@ impl SandboxManager {
         };
         self.wake(waiters);
         steps.step("pause process");
+        // The pause's scope, now empty: stopped rather than left for systemd to collect.
+        let cgroup = self.lock().as_ref().map(|s| s.record.cgroup.clone());
+        if let Some(cg) = cgroup.filter(|cg| cg.scope.is_some()) {
+            if let Err(e) = self.host.stop_scope(&cg) {
+                log::warn!("stop sandbox {id}: {e}");
+            }
+            steps.step("systemd scope");
+        }
         // The pod's network goes with its pause process (CRI does the same for its own netns
         // right after StopSandbox). Outside the data lock: CNI plugins are reaped meanwhile.
         // Bound first: a guard in the `if let` scrutinee would live through the body and block
@@ -572,7 +677,7 @@ impl SandboxManager {
     /// ShutdownSandbox: stop, remove the containers left, the pod files, /dev/shm, the pod
     /// cgroup; then let the shim exit.
     pub fn shutdown(&self, id: &str) -> Result<()> {
-        let _op = self.op.locked();
+        let _op = crate::blocking::lock(&self.op);
         if let Err(e) = self.get(id) {
             // containerd answers a failed CreateSandbox with ShutdownSandbox "to let the shim
             // exit" and then deletes the bundle: a shim that holds nothing must go, or it is
@@ -621,9 +726,13 @@ impl SandboxManager {
     /// [`super::sandbox_spec`]). Its cgroups path only when the pause is in the pod cgroup:
     /// otherwise it shares the shim's, which an NRI plugin must not take for the pod's.
     fn spec_of(&self, s: &Sandbox) -> serde_json::Value {
-        let cgroups_path = (!s.record.cgroup.dirs.is_empty())
-            .then(|| self.host.cgroup_path(s.pid))
-            .flatten();
+        let cgroups_path = match &s.record.cgroup.scope {
+            // The form the runc path's pause container has, as CRI wrote it.
+            Some(scope) => Some(super::scope::cgroups_path(scope, &s.id)),
+            None => (!s.record.cgroup.dirs.is_empty())
+                .then(|| self.host.cgroup_path(s.pid))
+                .flatten(),
+        };
         super::sandbox_spec::build(super::sandbox_spec::RunningPod {
             id: &s.id,
             spec: &s.spec,
@@ -674,6 +783,7 @@ impl SandboxManager {
             "podFiles": s.record.files_dir,
             "shm": s.record.shm,
             "cgroup": s.record.cgroup.dirs,
+            "systemdScope": s.record.cgroup.scope.as_ref().map(|sc| &sc.unit),
             "sysctls": s.spec.effective_sysctls(self.host.sysctl_defaults()),
             "pause": "the shim's pause program (no image) in an empty root, uid 65535, seccomp",
             "containers": self.tm.ids(),
@@ -768,6 +878,17 @@ impl PodHooks for SandboxManager {
         };
         let joined = join_pod_namespaces(&s, spec);
         let shares_ipc = shares_pod_ipc(&s, spec);
+        // containerd gives each container a mount label; the pod files it mounts get its
+        // shared form (no categories: other containers of the pod may have other ones).
+        if let Some(mount_label) = spec
+            .pointer("/linux/mountLabel")
+            .and_then(|l| l.as_str())
+            .filter(|l| !l.is_empty())
+        {
+            self.host
+                .label_pod_files(&s.record.files_dir, mount_label)
+                .context("label the pod files for the container")?;
+        }
         let mounted = oci::add_pod_mounts(spec, &pod_mounts(&s, shares_ipc))?;
         Ok(joined || mounted)
     }
@@ -782,6 +903,28 @@ impl PodHooks for SandboxManager {
     fn has_sandbox(&self) -> bool {
         self.lock().is_some()
     }
+
+    fn add_member(&self, member: Member) -> Result<()> {
+        let mut guard = self.lock();
+        let Some(s) = guard.as_mut() else {
+            return Ok(());
+        };
+        s.record.members.retain(|m| m.id != member.id);
+        s.record.members.push(member);
+        save_record(&s.bundle, &s.record)
+    }
+
+    fn remove_member(&self, id: &str) {
+        let mut guard = self.lock();
+        let Some(s) = guard.as_mut() else { return };
+        let before = s.record.members.len();
+        s.record.members.retain(|m| m.id != id);
+        if s.record.members.len() != before
+            && let Err(e) = save_record(&s.bundle, &s.record)
+        {
+            log::warn!("sandbox {}: {e}", s.id);
+        }
+    }
 }
 
 /// The real pod host.
@@ -794,21 +937,54 @@ pub struct LinuxPodHost {
     pub runc: String,
     /// Runs `runc --version` (through the daemon's reaper).
     pub spawner: crate::reaper::Spawner,
+    /// The node's SELinux ([`crate::selinux::Selinux::detect`], once when the daemon starts).
+    pub selinux: crate::selinux::Selinux,
+    /// How long stopping the pod's systemd scope may take: StopSandbox's bound, or the
+    /// shorter one of `delete` ([`crate::systemd::scope::DELETE_STOP_TIMEOUT`]).
+    pub scope_stop_timeout: std::time::Duration,
+}
+
+impl LinuxPodHost {
+    /// Labels the pod files in `dir` with `label` (SELinux on only).
+    fn label_files(&self, dir: &Path, label: &crate::selinux::Label) -> Result<()> {
+        let files = [
+            super::files::HOSTS,
+            super::files::RESOLV_CONF,
+            super::files::HOSTNAME,
+        ]
+        .map(|f| dir.join(f));
+        self.selinux
+            .relabel(&crate::selinux::RealXattrs, &files, label)
+            .context("label the pod files")
+    }
 }
 
 impl PodHost for LinuxPodHost {
     fn write_files(&self, dir: &Path, spec: &PodSpec) -> Result<()> {
-        super::files::PodFiles::write(dir, spec, &self.host_etc)
-            .map(drop)
-            .map_err(Error::from)
+        super::files::PodFiles::write(dir, spec, &self.host_etc).map_err(Error::from)?;
+        match self.selinux.pod_file_label(spec.selinux.as_ref()) {
+            Some(label) => self.label_files(dir, &label),
+            None => Ok(()),
+        }
+    }
+    fn label_pod_files(&self, dir: &Path, mount_label: &str) -> Result<()> {
+        match self.selinux.shared_label_of(mount_label) {
+            Some(label) => self.label_files(dir, &label),
+            None => Ok(()),
+        }
     }
     fn remove_files(&self, dir: &Path) -> Result<()> {
         super::files::PodFiles::remove(dir)?;
         let _ = std::fs::remove_dir(dir);
         Ok(())
     }
-    fn mount_shm(&self, path: &Path) -> Result<()> {
-        super::files::mount_shm(path, super::files::DEFAULT_SHM_SIZE).map_err(Error::from)
+    fn mount_shm(&self, path: &Path, spec: &PodSpec) -> Result<()> {
+        let context = self
+            .selinux
+            .pod_file_label(spec.selinux.as_ref())
+            .map(|l| crate::selinux::mount_option(&l));
+        super::files::mount_shm(path, super::files::DEFAULT_SHM_SIZE, context.as_deref())
+            .map_err(Error::from)
     }
     fn unmount_shm(&self, path: &Path) -> Result<()> {
         super::files::unmount_shm(path).map_err(Error::from)
@@ -816,32 +992,68 @@ impl PodHost for LinuxPodHost {
     fn check_netns(&self, path: &Path) -> Result<()> {
         crate::client_paths::open_netns(path).map(drop)
     }
-    fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32> {
-        super::pause::spawn(cfg)
+    fn spawn_pause(&self, cfg: &PauseConfig) -> Result<PauseProcess> {
+        match self.selinux.pause_labels(cfg.selinux_options.as_ref()) {
+            None => super::pause::spawn(cfg),
+            Some((process, program)) => {
+                let cfg = PauseConfig {
+                    labels: Some(super::pause::PauseLabels {
+                        process: process.to_string(),
+                        program: program.to_string(),
+                    }),
+                    ..cfg.clone()
+                };
+                super::pause::spawn(&cfg)
+            }
+        }
     }
     fn join_cgroup(&self, cgroup: &Path, pid: i32) -> Result<PodCgroup> {
         let mountinfo =
             std::fs::read_to_string("/proc/self/mountinfo").context("read mountinfo")?;
-        super::cgroup::join(
-            &super::cgroup::hierarchies(&mountinfo, self.unified),
-            self.unified,
-            cgroup,
-            pid,
-        )
-    }
-    fn unified_cgroups(&self) -> bool {
-        self.unified
+        let roots = super::cgroup::hierarchies(&mountinfo, self.unified);
+        let mut cg = super::cgroup::join(&roots, self.unified, cgroup, pid)?;
+        if !self.unified
+            && let Some(unified) = super::cgroup::hierarchies(&mountinfo, true).first()
+        {
+            super::cgroup::add_hybrid_counterparts(&mut cg, &roots, unified);
+        }
+        Ok(cg)
     }
     fn remove_cgroup(&self, cg: &PodCgroup) {
         for e in super::cgroup::remove(cg) {
             log::warn!("{e}");
         }
     }
-    fn kill(&self, pid: i32) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+    fn join_scope(
+        &self,
+        scope: &PodScope,
+        id: &str,
+        pid: i32,
+    ) -> std::result::Result<PodCgroup, super::scope::JoinFailed> {
+        let mountinfo =
+            std::fs::read_to_string("/proc/self/mountinfo").context("read mountinfo")?;
+        super::scope::join(
+            &crate::systemd::manager::Endpoints::default(),
+            &super::cgroup::hierarchies(&mountinfo, self.unified),
+            self.unified,
+            scope,
+            id,
+            pid,
+        )
+    }
+    fn stop_scope(&self, cg: &PodCgroup) -> Result<()> {
+        super::scope::stop(
+            &crate::systemd::manager::Endpoints::default(),
+            cg,
+            self.scope_stop_timeout,
+        )
+    }
+    fn kill(&self, pause: &PauseProcess) {
+        if let Err(e) = pause.kill()
+            && e.raw_os_error() != Some(libc::ESRCH)
+        {
+            log::warn!("kill the pause process {}: {e}", pause.pid());
+        }
     }
     fn metrics(&self, pod: &Path) -> Result<Any> {
         crate::cgroups::CgroupPaths::of_cgroup(pod, self.unified)?.metrics()
@@ -867,24 +1079,45 @@ impl PodHost for LinuxPodHost {
     }
 }
 
-/// `delete` for a sandbox bundle: kill the pause process if it still runs (and is still ours),
-/// unmount /dev/shm, remove the pod files and the pod cgroup. Everything is best effort.
-pub fn cleanup_from_bundle(bundle: &Path) -> Option<u32> {
+/// `delete` for a sandbox bundle: take down the pod's containers (a shim's death leaves them
+/// running, see [`crate::reclaim`]), kill the pause process if it still runs (and is still
+/// ours), unmount /dev/shm, remove the pod files and the pod cgroup. Everything is best effort.
+pub fn cleanup_from_bundle(
+    namespace: &str,
+    id: &str,
+    bundle: &Path,
+    budget: &crate::timing::Budget,
+) -> Option<u32> {
     let raw = std::fs::read(bundle.join(SANDBOX_STATE_FILE)).ok()?;
     let record: SandboxRecord = serde_json::from_slice(&raw).ok()?;
-    let host = LinuxPodHost {
+    // The record is a file in a bundle: it speaks for the sandbox containerd named, no other.
+    if record.id != id {
+        eprintln!(
+            "delete {id}: the bundle's sandbox record is of {:?}: not used",
+            record.id
+        );
+        return None;
+    }
+    let mut host = LinuxPodHost {
         host_etc: PathBuf::from("/etc"),
         unified: crate::cgroups::is_unified(Path::new("/sys/fs/cgroup")),
         // Unused: `delete` starts no pause process and makes no pod.
         sysctl_defaults: SysctlDefaults::default(),
         runc: "runc".into(),
         spawner: crate::reaper::Spawner::direct(),
+        selinux: crate::selinux::Selinux::disabled(),
+        scope_stop_timeout: crate::systemd::scope::DELETE_STOP_TIMEOUT,
     };
+    for member in members_of(namespace, &record) {
+        for p in crate::reclaim::reclaim(&member, budget) {
+            eprintln!("delete sandbox {}: {p}", record.id);
+        }
+    }
     if record.pause_pid > 0 {
         // Only while the pid still names the pause process we started.
         let ours =
             || crate::util::process_start_ticks(record.pause_pid) == Some(record.pause_start_ticks);
-        crate::util::kill_and_wait(record.pause_pid, ours, Duration::from_secs(1));
+        crate::util::kill_and_wait(record.pause_pid, ours, budget.bound(Duration::from_secs(1)));
     }
     if let Some(net) = &record.network
         && let Err(e) = crate::network::teardown(None, net)
@@ -895,7 +1128,96 @@ pub fn cleanup_from_bundle(bundle: &Path) -> Option<u32> {
         let _ = host.unmount_shm(shm);
     }
     let _ = host.remove_files(&record.files_dir);
+    // The dead shim's systemd scope (the pause is gone: it is empty), then our directories.
+    // Only the unit this pod's scope is named: a record is a file, not an authority to stop
+    // any unit of the node.
+    host.scope_stop_timeout = budget.bound(crate::systemd::scope::DELETE_STOP_TIMEOUT);
+    if let Some(scope) = &record.cgroup.scope
+        && scope.unit != crate::systemd::names::pod_scope_name(&record.id)
+    {
+        eprintln!(
+            "delete sandbox {}: the record names unit {:?}, not the pod's scope: not stopped",
+            record.id, scope.unit
+        );
+    } else if let Err(e) = host.stop_scope(&record.cgroup) {
+        eprintln!("delete sandbox {}: {e}", record.id);
+    }
     host.remove_cgroup(&record.cgroup);
     let _ = std::fs::remove_file(bundle.join(SANDBOX_STATE_FILE));
     Some(record.pause_pid as u32)
+}
+
+/// The pod's containers: those the record lists, and those runc's state puts in the pod in
+/// the runc roots the pod used (the default one of the namespace included), in case the record
+/// missed one.
+fn members_of(namespace: &str, record: &SandboxRecord) -> Vec<Member> {
+    let mut members = record.members.clone();
+    let mut runcs: Vec<crate::runtime::RuncConfig> =
+        members.iter().map(|m| m.runc.clone()).collect();
+    runcs.push(crate::runtime::RuncConfig::defaults(namespace));
+    let mut seen = std::collections::BTreeSet::new();
+    for runc in runcs {
+        if !seen.insert(runc.root.clone()) {
+            continue;
+        }
+        for (id, state) in crate::reclaim::members_in_root(&runc.root, &record.id) {
+            if !members.iter().any(|m| m.id == id) {
+                members.push(Member {
+                    id,
+                    bundle: state.bundle,
+                    runc: runc.clone(),
+                    cgroups_path: None,
+                });
+            }
+        }
+    }
+    members
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `delete` takes down the containers the record lists and those a runc root it knows
+    /// puts in the pod (listed once).
+    #[test]
+    fn members_come_from_the_record_and_the_runc_roots() {
+        let root = tempfile::tempdir().unwrap();
+        let state = |pod: &str| {
+            format!(
+                r#"{{"config":{{"labels":["io.kubernetes.cri.sandbox-id={pod}","bundle=/b"]}}}}"#
+            )
+        };
+        for (id, pod) in [("c1", "pod1"), ("c2", "pod1"), ("c3", "pod2")] {
+            std::fs::create_dir(root.path().join(id)).unwrap();
+            std::fs::write(root.path().join(id).join("state.json"), state(pod)).unwrap();
+        }
+        let runc = crate::runtime::RuncConfig {
+            root: root.path().to_path_buf(),
+            ..crate::runtime::RuncConfig::defaults("ns")
+        };
+        let listed = Member {
+            id: "c1".into(),
+            bundle: Some(PathBuf::from("/bundles/c1")),
+            runc: runc.clone(),
+            cgroups_path: Some("/k8s.io/c1".into()),
+        };
+        let record = SandboxRecord {
+            id: "pod1".into(),
+            members: vec![listed.clone()],
+            ..Default::default()
+        };
+        let members = members_of("rsandbox-unit-test-no-such-ns", &record);
+        assert_eq!(members.len(), 2, "{members:?}");
+        assert_eq!(members[0], listed);
+        assert_eq!(
+            members[1],
+            Member {
+                id: "c2".into(),
+                bundle: Some(PathBuf::from("/b")),
+                runc,
+                cgroups_path: None,
+            }
+        );
+    }
 }

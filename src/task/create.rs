@@ -14,6 +14,7 @@ use crate::error::{Context, Error, Result};
 use crate::events::Event;
 use crate::oci;
 use crate::reaper::Subscription;
+use crate::reclaim::Member;
 use crate::runtime::{ProcessIo, Runtime};
 use crate::stdio;
 use crate::sync::Lock;
@@ -115,7 +116,8 @@ impl TaskManager {
         let runc = req
             .runc
             .clone()
-            .unwrap_or_else(|| self.default_runc.clone());
+            .unwrap_or_else(|| self.default_runc.clone())
+            .for_container(&spec);
         if spec_changed {
             let data = serde_json::to_vec(&spec).map_err(|e| Error::internal(e.to_string()))?;
             write_file_atomic(&config_path, &data, 0o600).context("write config.json")?;
@@ -132,6 +134,19 @@ impl TaskManager {
         undo.push("remove the task record", move || {
             let _ = std::fs::remove_file(&record_path);
         });
+        if let Some(pod) = &pod {
+            pod.add_member(Member {
+                id: req.id.clone(),
+                bundle: Some(req.bundle.clone()),
+                runc: runc.clone(),
+                cgroups_path: oci::cgroups_path(&spec),
+            })
+            .context("record the pod's container")?;
+            let (pod, id) = (pod.clone(), req.id.clone());
+            undo.push("drop the pod's container record", move || {
+                pod.remove_member(&id)
+            });
+        }
         steps.step("write spec and record");
         let rootfs = req.bundle.join("rootfs");
         if !req.rootfs.is_empty() {
@@ -177,6 +192,7 @@ impl TaskManager {
             shares_pid_ns,
             network,
             op: Default::default(),
+            exec_starts_done: Default::default(),
             sigkilled: Default::default(),
         });
         {

@@ -16,13 +16,14 @@ use crate::error::Result;
 use crate::events::RecordingSink;
 use crate::network::FakeNetwork;
 use crate::pod::cgroup::PodCgroup;
-use crate::pod::pause::PauseConfig;
+use crate::pod::pause::{PauseConfig, PauseProcess};
 use crate::pod::sandbox::SandboxDeps;
 use crate::pod::sandbox::*;
 use crate::pod::spec::{PodSpec, SysctlDefaults};
 use crate::reaper::Exit;
 use crate::rpc::sandbox::SandboxService;
 use crate::runtime::RuncConfig;
+use crate::systemd::scope::PodScope;
 use crate::task::{PodHooks, TaskDeps, TaskManager};
 
 type SpawnHook = Box<dyn Fn(i32) + Send>;
@@ -33,12 +34,16 @@ struct FakePodHost {
     pause: Mutex<Option<PauseConfig>>,
     fail_pause: Mutex<bool>,
     sysctl_defaults: Mutex<SysctlDefaults>,
-    /// The host runs cgroup v2 only.
-    unified: Mutex<bool>,
     /// Runs in spawn_pause with the new pid, before it returns (a pause that dies at once).
     on_spawn: Mutex<Option<SpawnHook>>,
     /// The `runc --version` line of an old runc: check_userns_runtime refuses.
     old_runc: Mutex<Option<String>>,
+    /// join_scope fails with this (a systemd that cannot be reached).
+    fail_scope: Mutex<Option<String>>,
+    /// That failure's undo did not succeed either (a systemd too slow for both).
+    scope_may_remain: Mutex<bool>,
+    /// Runs in join_scope (what a shim killed while systemd is asked would leave).
+    on_join_scope: Mutex<Option<Box<dyn Fn() + Send>>>,
 }
 
 impl FakePodHost {
@@ -65,7 +70,14 @@ impl PodHost for FakePodHost {
         self.log("remove_files".into());
         Ok(())
     }
-    fn mount_shm(&self, path: &Path) -> Result<()> {
+    fn label_pod_files(&self, dir: &Path, mount_label: &str) -> Result<()> {
+        self.log(format!(
+            "label_pod_files {} {mount_label}",
+            dir.file_name().unwrap().to_string_lossy()
+        ));
+        Ok(())
+    }
+    fn mount_shm(&self, path: &Path, _spec: &PodSpec) -> Result<()> {
         self.log(format!(
             "mount_shm {}",
             path.file_name().unwrap().to_string_lossy()
@@ -87,7 +99,7 @@ impl PodHost for FakePodHost {
         }
         Ok(())
     }
-    fn spawn_pause(&self, cfg: &PauseConfig) -> Result<i32> {
+    fn spawn_pause(&self, cfg: &PauseConfig) -> Result<PauseProcess> {
         if *self.fail_pause.lock().unwrap() {
             return Err(crate::error::Error::internal(
                 "pause: set the hostname: Operation not permitted",
@@ -98,7 +110,7 @@ impl PodHost for FakePodHost {
         if let Some(f) = self.on_spawn.lock().unwrap().as_ref() {
             f(PAUSE_PID);
         }
-        Ok(PAUSE_PID)
+        Ok(PauseProcess::reaped(PAUSE_PID))
     }
     fn join_cgroup(&self, cgroup: &Path, pid: i32) -> Result<PodCgroup> {
         self.log(format!("join_cgroup {} {pid}", cgroup.display()));
@@ -106,16 +118,47 @@ impl PodHost for FakePodHost {
             dirs: vec![cgroup.to_path_buf()],
             created: vec![cgroup.to_path_buf()],
             pod: cgroup.parent().map(Path::to_path_buf),
+            scope: None,
         })
     }
-    fn unified_cgroups(&self) -> bool {
-        *self.unified.lock().unwrap()
+    fn join_scope(
+        &self,
+        scope: &PodScope,
+        id: &str,
+        pid: i32,
+    ) -> std::result::Result<PodCgroup, crate::pod::scope::JoinFailed> {
+        self.log(format!(
+            "join_scope {} {} {id} {pid}",
+            scope.unit, scope.slice
+        ));
+        if let Some(f) = self.on_join_scope.lock().unwrap().as_ref() {
+            f();
+        }
+        if let Some(msg) = self.fail_scope.lock().unwrap().as_ref() {
+            return Err(crate::pod::scope::JoinFailed {
+                error: crate::error::Error::precondition(msg.clone()),
+                scope_may_remain: *self.scope_may_remain.lock().unwrap(),
+            });
+        }
+        let leaf = crate::pod::scope::cgroup_of(scope).unwrap();
+        Ok(PodCgroup {
+            dirs: vec![leaf.clone()],
+            created: Vec::new(),
+            pod: leaf.parent().map(Path::to_path_buf),
+            scope: Some(scope.clone()),
+        })
+    }
+    fn stop_scope(&self, cg: &PodCgroup) -> Result<()> {
+        if let Some(scope) = &cg.scope {
+            self.log(format!("stop_scope {}", scope.unit));
+        }
+        Ok(())
     }
     fn remove_cgroup(&self, cg: &PodCgroup) {
         self.log(format!("remove_cgroup {}", cg.created.len()));
     }
-    fn kill(&self, pid: i32) {
-        self.log(format!("kill {pid}"));
+    fn kill(&self, pause: &PauseProcess) {
+        self.log(format!("kill {}", pause.pid()));
     }
     fn metrics(&self, pod: &Path) -> Result<Any> {
         self.log(format!("metrics {}", pod.display()));
@@ -237,6 +280,7 @@ impl crate::task::Host for NoHost {
         Ok(())
     }
     fn unwatch_oom(&self, _: &str) {}
+    fn check_oom_at_exit(&self, _: &str) {}
     fn signal(&self, _: i32, _: u32) -> Result<()> {
         Ok(())
     }
@@ -579,11 +623,178 @@ fn pod_metrics_come_from_the_pod_cgroup_and_need_one() {
     assert!(format!("{e:?}").contains("no pod cgroup"), "{e:?}");
 }
 
+/// `delete` acts on the sandbox containerd names only: a bundle whose record is of another
+/// sandbox (a copied or planted file) is not used to kill, unmount or stop anything.
 #[test]
-fn a_systemd_cgroup_parent_on_cgroup_v2_is_refused_at_start_before_the_pause() {
+fn delete_does_not_act_on_a_record_of_another_sandbox() {
     let f = fixture();
-    *f.host.unified.lock().unwrap() = true;
+    f.create("pod1", pod_config("web-0", true)).unwrap();
+    f.start("pod1").unwrap();
+    let bundle = f.dir.path().join("pod1");
+    let budget = crate::timing::Budget::new(std::time::Duration::from_secs(1));
+    assert_eq!(
+        cleanup_from_bundle("default", "pod2", &bundle, &budget),
+        None
+    );
+    assert!(bundle.join(SANDBOX_STATE_FILE).exists());
+}
+
+/// A slice parent (systemd cgroup driver): the pause goes into the scope
+/// `cri-containerd-<id>.scope` of that slice through systemd (v1 or v2 is the host's
+/// business, see `pod::scope`); the record names it before systemd is asked (for `delete`), the spec carries the runc path's
+/// `slice:prefix:name` cgroupsPath, the pod's statistics come from the expanded slice, and
+/// StopSandbox and ShutdownSandbox stop the scope after the pause is dead.
+#[test]
+fn a_slice_parent_puts_the_pause_in_a_systemd_scope_of_that_slice() {
+    let f = fixture();
     f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
+        .unwrap();
+    // The pause is in the record before systemd is asked for its scope (which may take
+    // 30 s): a shim killed meanwhile leaves a pause that `delete` finds.
+    let record_file = f.dir.path().join("pod1").join(SANDBOX_STATE_FILE);
+    let seen = Arc::new(Mutex::new(None));
+    let (r, s) = (record_file.clone(), seen.clone());
+    *f.host.on_join_scope.lock().unwrap() = Some(Box::new(move || {
+        let rec: SandboxRecord = serde_json::from_slice(&std::fs::read(&r).unwrap()).unwrap();
+        *s.lock().unwrap() = Some(rec.pause_pid);
+    }));
+    let start = f.start("pod1").unwrap();
+    assert_eq!(*seen.lock().unwrap(), Some(PAUSE_PID));
+    let calls = f.host.calls();
+    let spawn = calls.iter().position(|c| c == "spawn_pause").unwrap();
+    assert_eq!(
+        calls[spawn + 1],
+        format!(
+            "join_scope cri-containerd-pod1.scope kubepods-besteffort-pod1.slice pod1 {PAUSE_PID}"
+        ),
+        "{calls:?}"
+    );
+    assert!(
+        !calls.iter().any(|c| c.starts_with("join_cgroup")),
+        "{calls:?}"
+    );
+    let spec: serde_json::Value = serde_json::from_slice(&start.spec.value).unwrap();
+    assert_eq!(
+        spec["linux"]["cgroupsPath"],
+        "kubepods-besteffort-pod1.slice:cri-containerd:pod1"
+    );
+    let record: SandboxRecord = serde_json::from_slice(
+        &std::fs::read(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        record.cgroup.scope.as_ref().map(|s| s.unit.as_str()),
+        Some("cri-containerd-pod1.scope")
+    );
+    f.metrics("pod1").unwrap();
+    assert!(
+        f.host.calls().contains(
+            &"metrics /kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice"
+                .to_string()
+        ),
+        "{:?}",
+        f.host.calls()
+    );
+    // The pause has exited (its scope is empty): the scope is stopped all the same,
+    // not left to systemd's garbage collection.
+    f.sm.on_exit(Exit {
+        pid: PAUSE_PID,
+        status: 0,
+        at: SystemTime::now(),
+    });
+    let before = f.host.calls().len();
+    f.stop("pod1").unwrap();
+    assert_eq!(
+        f.host.calls()[before..],
+        ["stop_scope cri-containerd-pod1.scope".to_string()]
+    );
+    f.shutdown("pod1").unwrap();
+    assert!(
+        f.host
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("stop_scope"))
+            .count()
+            >= 2,
+        "{:?}",
+        f.host.calls()
+    );
+}
+
+/// No systemd (this machine): StartSandbox fails naming it, the pause is killed, and the
+/// record no longer names a scope; a later ShutdownSandbox cleans up as for any pod.
+#[test]
+fn a_slice_parent_without_systemd_fails_start_and_leaves_no_pause() {
+    let f = fixture();
+    *f.host.fail_scope.lock().unwrap() = Some(
+        "systemd is not reachable at /run/systemd/private: connect: No such file or directory"
+            .into(),
+    );
+    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
+        .unwrap();
+    let e = f.start("pod1").unwrap_err();
+    assert_eq!(
+        code(Err::<(), _>(e.clone())),
+        Code::FAILED_PRECONDITION,
+        "{e:?}"
+    );
+    let text = format!("{e:?}");
+    assert!(
+        text.contains("systemd is not reachable at /run/systemd/private"),
+        "{text}"
+    );
+    assert!(text.contains("systemd scope of the pod slice"), "{text}");
+    assert!(
+        f.host.calls().contains(&format!("kill {PAUSE_PID}")),
+        "{:?}",
+        f.host.calls()
+    );
+    let record: SandboxRecord = serde_json::from_slice(
+        &std::fs::read(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record.cgroup, PodCgroup::default());
+    assert_eq!(record.pause_pid, 0);
+    f.shutdown("pod1").unwrap();
+}
+
+/// A slow systemd: StartTransientUnit and the undo both time out. systemd may still run the
+/// queued start, so the record keeps naming the scope and ShutdownSandbox stops it.
+#[test]
+fn a_scope_whose_undo_failed_stays_in_the_record_and_shutdown_stops_it() {
+    let f = fixture();
+    *f.host.fail_scope.lock().unwrap() = Some(
+        "StartTransientUnit cri-containerd-pod1.scope: call: no answer before the deadline".into(),
+    );
+    *f.host.scope_may_remain.lock().unwrap() = true;
+    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
+        .unwrap();
+    f.start("pod1").unwrap_err();
+    assert!(f.host.calls().contains(&format!("kill {PAUSE_PID}")));
+    let record: SandboxRecord = serde_json::from_slice(
+        &std::fs::read(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        record.cgroup.scope.as_ref().map(|s| s.unit.as_str()),
+        Some("cri-containerd-pod1.scope")
+    );
+    f.shutdown("pod1").unwrap();
+    assert!(
+        f.host
+            .calls()
+            .contains(&"stop_scope cri-containerd-pod1.scope".to_string()),
+        "{:?}",
+        f.host.calls()
+    );
+}
+
+/// A parent in the `slice:prefix:name` form names a container's cgroup, not a pod's: refused
+/// before the pause.
+#[test]
+fn a_slice_prefix_name_parent_is_refused_before_the_pause() {
+    let f = fixture();
+    f.create("pod1", with_cgroup_parent("system.slice:rsandbox:abc"))
         .unwrap();
     let e = f.start("pod1").unwrap_err();
     assert_eq!(
@@ -591,19 +802,7 @@ fn a_systemd_cgroup_parent_on_cgroup_v2_is_refused_at_start_before_the_pause() {
         Code::INVALID_ARGUMENT,
         "{e:?}"
     );
-    assert!(format!("{e:?}").contains("cgroupfs"), "{e:?}");
-    assert!(
-        !f.host.calls().contains(&"spawn_pause".to_string()),
-        "{:?}",
-        f.host.calls()
-    );
-
-    // On v1 (hybrid) it stays a warning: the pause stays in the shim's cgroup.
-    let f = fixture();
-    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
-        .unwrap();
-    f.start("pod1").unwrap();
-    assert!(!f.host.calls().iter().any(|c| c.starts_with("join_cgroup")));
+    assert!(!f.host.calls().contains(&"spawn_pause".to_string()));
 }
 
 /// Without a pod cgroup the pause shares the shim's cgroup: the spec must not name that as
@@ -1218,6 +1417,8 @@ fn host_network_pod_keeps_the_host_network_and_uts() {
             pod_id: "pod1".into(),
             root_mountpoint: cfg.root_mountpoint.clone(),
             userns: None,
+            selinux_options: None,
+            labels: None,
         },
         "pause in the host netns and UTS, no default net.* sysctls written into the host's"
     );
@@ -1458,4 +1659,56 @@ fn a_user_namespaced_pod_is_refused_with_an_old_runc() {
     // A pod without a user namespace does not ask.
     f.create("pod2", pod_config("web-0", true)).unwrap();
     assert!(!f.host.calls()[1..].contains(&"check_userns_runtime".to_string()));
+}
+
+/// Issue 20 item 5: each container of the pod is in the sandbox record from before its `runc
+/// create` until its delete, so that `delete` after a crash of the shim finds it.
+#[test]
+fn the_record_lists_the_pods_containers_until_they_are_deleted() {
+    let f = fixture();
+    f.create("pod1", pod_config("a", false)).unwrap();
+    let record = || -> SandboxRecord {
+        let raw = std::fs::read(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE)).unwrap();
+        serde_json::from_slice(&raw).unwrap()
+    };
+    let member = |id: &str| crate::reclaim::Member {
+        id: id.into(),
+        bundle: Some(f.dir.path().join(id)),
+        runc: RuncConfig::defaults("k8s.io"),
+        cgroups_path: Some(format!("/k8s.io/{id}")),
+    };
+    f.sm.add_member(member("c1")).unwrap();
+    f.sm.add_member(member("c2")).unwrap();
+    f.sm.add_member(member("c1")).unwrap(); // a retried create is listed once
+    let ids: Vec<String> = record().members.into_iter().map(|m| m.id).collect();
+    assert_eq!(ids, ["c2", "c1"]);
+    assert_eq!(record().members[1], member("c1"));
+    f.sm.remove_member("c2");
+    f.sm.remove_member("unknown");
+    let ids: Vec<String> = record().members.into_iter().map(|m| m.id).collect();
+    assert_eq!(ids, ["c1"]);
+}
+
+/// Issue 20 item 7: a container whose spec carries an SELinux mount label (containerd's CRI
+/// sets `linux.mountLabel` where SELinux is on) has the pod files labelled for it before its
+/// `runc create`; one without a label leaves them alone.
+#[test]
+fn a_containers_mount_label_labels_the_pod_files() {
+    let f = fixture();
+    f.create("pod1", pod_config("a", false)).unwrap();
+    let label = "system_u:object_r:container_file_t:s0:c1,c2";
+    let mut spec = serde_json::json!({
+        "root": {"path": "rootfs"},
+        "linux": {"mountLabel": label}
+    });
+    f.sm.prepare_spec("c1", &mut spec).unwrap();
+    let mut plain = serde_json::json!({"root": {"path": "rootfs"}, "linux": {"mountLabel": ""}});
+    f.sm.prepare_spec("c2", &mut plain).unwrap();
+    let labelled: Vec<String> = f
+        .host
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with("label_pod_files"))
+        .collect();
+    assert_eq!(labelled, [format!("label_pod_files etc {label}")]);
 }
