@@ -53,6 +53,13 @@ macro_rules! ensure {
 pub const BUSYBOX: &str = "localhost/busybox:latest";
 /// Where containerd's shim code puts shim sockets (hard-coded).
 pub const SOCKET_DIR: &str = "/run/containerd/s";
+/// A deadline that only catches a hang (a call that never answers, a process that never
+/// stops). Tests never bound how long a step takes: the machine may be busy or shared;
+/// latency is the benchmark's (hack/bench.sh), or compared with the runc handler in the
+/// same test.
+pub const HANG: Duration = Duration::from_secs(30);
+/// The containerd namespaces the tests use (CRI's, `ctr`'s default, the handshake tests').
+pub const NAMESPACES: [&str; 3] = ["default", "k8s.io", "rsandbox-it"];
 
 pub fn prefix() -> PathBuf {
     PathBuf::from(std::env::var("RSANDBOX_PREFIX").unwrap_or_else(|_| "/opt/rsandbox".into()))
@@ -353,8 +360,37 @@ pub fn shim_procs_of(id: &str) -> Vec<Proc> {
     v
 }
 
-fn sockets() -> BTreeSet<String> {
-    list_dir(Path::new(SOCKET_DIR))
+/// The socket a shim (ours or containerd's runc shim) of the bench's containerd serves for
+/// `id` (a task, or a pod's group) in `ns`: `<SOCKET_DIR>/<sha256(address/ns/id)>`, as
+/// src/socket.rs and containerd name it. Another containerd on the machine (a Kubernetes test
+/// beside ours) names its shims' sockets after its own address: they are never ours.
+pub fn shim_socket(ns: &str, id: &str) -> PathBuf {
+    let input = address().join(ns).join(id);
+    let out = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .expect("piped stdin")
+                .write_all(input.as_os_str().as_encoded_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap_or_else(|e| panic!("sha256sum: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hex = text.split_whitespace().next().unwrap_or_default();
+    assert_eq!(hex.len(), 64, "sha256sum printed {text:?}");
+    Path::new(SOCKET_DIR).join(hex)
+}
+
+/// Shim sockets of `ids` (in any of [`NAMESPACES`]) that exist.
+fn sockets_of(ids: &[String]) -> Vec<PathBuf> {
+    ids.iter()
+        .flat_map(|id| NAMESPACES.iter().map(move |ns| shim_socket(ns, id)))
+        .filter(|p| fs::symlink_metadata(p).is_ok())
+        .collect()
 }
 
 fn list_dir(d: &Path) -> BTreeSet<String> {
@@ -426,11 +462,13 @@ pub fn shim_daemons_for(id: &str) -> Vec<Proc> {
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// A test's baseline, taken at its start; tests in one binary are serialised through it (the
-/// leftover checks count machine-wide objects).
+/// leftover checks count machine-wide objects). Everything counted is of the bench's
+/// containerd: shims started with its address, sockets named after it, its state directory,
+/// the bench's networks, objects named by the test's (unique) IDs; never what another
+/// containerd on the machine makes meanwhile.
 pub struct Guard {
     _serial: MutexGuard<'static, ()>,
     shims: usize,
-    sockets: BTreeSet<String>,
     netns: BTreeSet<String>,
     leases: BTreeSet<String>,
     cni_cache: BTreeSet<String>,
@@ -443,7 +481,6 @@ impl Guard {
         Guard {
             _serial: serial,
             shims: shim_procs().len(),
-            sockets: sockets(),
             netns: netns_files(),
             leases: ip_leases(),
             cni_cache: cni_cache_entries(),
@@ -473,7 +510,7 @@ impl Guard {
                 found.push(format!("mount: {l}"));
             }
         }
-        for ns in ["default", "k8s.io"] {
+        for ns in NAMESPACES {
             for id in ids {
                 let d = Path::new("/run/containerd/runc").join(ns).join(id);
                 if d.exists() {
@@ -490,10 +527,8 @@ impl Guard {
                 }
             }
         }
-        let now = sockets();
-        let extra: Vec<_> = now.difference(&self.sockets).collect();
-        if !extra.is_empty() {
-            found.push(format!("new sockets in {SOCKET_DIR}: {extra:?}"));
+        for s in sockets_of(ids) {
+            found.push(format!("shim socket {}", s.display()));
         }
         let now = netns_files();
         let extra: Vec<_> = now.difference(&self.netns).collect();

@@ -374,6 +374,11 @@ pub struct Pods {
     pub containers: Vec<String>,
 }
 
+/// The memory limit [`Pods::update_memory_and_cpu`] sets (bytes).
+pub const UPDATED_MEMORY: u64 = 96 << 20;
+/// The v2 `cpu.max` it gives (a quota of 50 ms per 100 ms).
+pub const UPDATED_CPU_MAX: &str = "50000 100000";
+
 impl Pods {
     pub async fn new(handler: &str) -> Pods {
         let (rt, _img) = cri_clients().await;
@@ -519,6 +524,58 @@ impl Pods {
             .map_err(|s| format!("ContainerStatus: {}", s.message()))?
             .into_inner();
         verbose_pid(r.info.get("info"))
+    }
+
+    /// ContainerStats of `cid`, which must show memory in use and CPU time spent (the shim's
+    /// Task.Stats, read from the container's cgroup, on either handler).
+    pub async fn container_stats_in_use(&mut self, cid: &str) -> Result<ContainerStats, String> {
+        let cs = self
+            .rt
+            .container_stats(ContainerStatsRequest {
+                container_id: cid.into(),
+            })
+            .await
+            .map_err(|s| format!("ContainerStats: {}", s.message()))?
+            .into_inner()
+            .stats
+            .ok_or("no container stats")?;
+        let ws = cs
+            .memory
+            .as_ref()
+            .and_then(|m| m.working_set_bytes.as_ref())
+            .map(|v| v.value)
+            .unwrap_or(0);
+        if ws == 0 {
+            return Err(format!("{cid}: memory working set {ws}: {cs:?}"));
+        }
+        let cpu = cs
+            .cpu
+            .as_ref()
+            .and_then(|c| c.usage_core_nano_seconds.as_ref())
+            .map_or(0, |v| v.value);
+        if cpu == 0 {
+            return Err(format!("{cid}: no cpu time: {cs:?}"));
+        }
+        Ok(cs)
+    }
+
+    /// UpdateContainerResources of `cid` to [`UPDATED_MEMORY`] and [`UPDATED_CPU_MAX`]; the
+    /// caller checks its cgroup.
+    pub async fn update_memory_and_cpu(&mut self, cid: &str) -> Result<(), String> {
+        self.rt
+            .update_container_resources(UpdateContainerResourcesRequest {
+                container_id: cid.into(),
+                linux: Some(LinuxContainerResources {
+                    memory_limit_in_bytes: UPDATED_MEMORY as i64,
+                    cpu_period: 100_000,
+                    cpu_quota: 50_000,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| format!("UpdateContainerResources: {}", s.message()))?;
+        Ok(())
     }
 
     /// Waits up to `limit` until the container has exited.

@@ -125,7 +125,7 @@ where
         ids.push(id.clone());
         let log = p.ids.first().map(|p| log_lines(p, 20)).unwrap_or_default();
         let below: Vec<PathBuf> = if parent {
-            poll(Duration::from_secs(15), || {
+            poll(HANG, || {
                 let left: Vec<PathBuf> = cgroup_dirs(&cgroup_parent)
                     .into_iter()
                     .filter(|d| !d.ends_with(cgroup_parent.trim_start_matches('/')))
@@ -197,6 +197,19 @@ async fn pod_cgroup_two_containers_stats_and_update() {
                 "pause {pause} in {:?}, want {parent}/{id}",
                 cgroup_of(pause)
             );
+            // containerd gives the runc path's pause container 2 CPU shares, which runc
+            // writes as cpu.shares 2 (v1) or cpu.weight 1 (v2); rsandbox's pause cgroup
+            // gets the same.
+            let (file, want) = if unified() {
+                (format!("{CG}{parent}/{id}/cpu.weight"), "1")
+            } else {
+                (format!("{CG}/cpu{parent}/{id}/cpu.shares"), "2")
+            };
+            let got = std::fs::read_to_string(&file);
+            ensure!(
+                got.as_deref().map(str::trim).ok() == Some(want),
+                "pause cgroup's {file}: {got:?}, want {want}"
+            );
             let c1 = p
                 .start(
                     &id,
@@ -230,29 +243,7 @@ async fn pod_cgroup_two_containers_stats_and_update() {
 
             // stats: containerd reads the container's metrics from the shim (Task.Stats), the pod's
             // from the pod cgroup itself
-            let cs =
-                p.rt.container_stats(ContainerStatsRequest {
-                    container_id: c1.clone(),
-                })
-                .await
-                .map_err(|s| format!("ContainerStats: {}", s.message()))?
-                .into_inner()
-                .stats
-                .ok_or("no container stats")?;
-            let ws = cs
-                .memory
-                .as_ref()
-                .and_then(|m| m.working_set_bytes.as_ref())
-                .map(|v| v.value)
-                .unwrap_or(0);
-            ensure!(ws > 0, "c1 memory working set {ws}: {cs:?}");
-            ensure!(
-                cs.cpu
-                    .as_ref()
-                    .and_then(|c| c.usage_core_nano_seconds.as_ref())
-                    .is_some_and(|v| v.value > 0),
-                "c1 cpu: {cs:?}"
-            );
+            p.container_stats_in_use(&c1).await?;
             let ps =
                 p.rt.pod_sandbox_stats(PodSandboxStatsRequest {
                     pod_sandbox_id: id.clone(),
@@ -277,26 +268,18 @@ async fn pod_cgroup_two_containers_stats_and_update() {
             );
 
             // UpdateContainerResources: a new memory limit and a CPU quota reach the cgroup
-            p.rt.update_container_resources(UpdateContainerResourcesRequest {
-                container_id: c1.clone(),
-                linux: Some(LinuxContainerResources {
-                    memory_limit_in_bytes: 96 << 20,
-                    cpu_period: 100_000,
-                    cpu_quota: 50_000,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await
-            .map_err(|s| format!("UpdateContainerResources: {}", s.message()))?;
+            p.update_memory_and_cpu(&c1).await?;
             ensure!(
-                memory_limit(&c1_dir)? == 96 << 20,
+                memory_limit(&c1_dir)? == pods::UPDATED_MEMORY,
                 "c1 limit after update {:?}",
                 memory_limit(&c1_dir)
             );
             if unified() {
                 let max = read(&c1_dir.join("cpu.max"))?;
-                ensure!(max == "50000 100000", "c1 cpu.max after update {max:?}");
+                ensure!(
+                    max == pods::UPDATED_CPU_MAX,
+                    "c1 cpu.max after update {max:?}"
+                );
             }
             Ok(())
         },
@@ -358,27 +341,44 @@ async fn no_cgroup_parent_pod_stats_fail_alike() {
     .await;
 }
 
-/// A systemd-style cgroup_parent on cgroup v2: rsandbox refuses the pod plainly.
+/// A `.slice` cgroup_parent (the kubelet's systemd cgroup driver) on a host where systemd
+/// is not running (this machine, the plain guest): RunPodSandbox fails at StartSandbox with
+/// an error naming systemd's socket, and nothing is left: no pause process, no shim, no
+/// cgroup of the slice or the scope in any hierarchy. Where systemd runs, the systemd guest's
+/// `systemd.rs` proves the pod instead.
 #[tokio::test]
-async fn systemd_cgroup_parent_on_v2_is_a_clear_error() {
-    if !unified() {
-        eprintln!("cgroup v1 host: rsandbox keeps the pause in its own cgroup there (README)");
+async fn a_slice_parent_without_systemd_is_a_clear_error_and_leaks_nothing() {
+    if Path::new("/run/systemd/private").exists() {
+        eprintln!("systemd runs here: integration/tests/systemd.rs covers slice parents");
         return;
     }
     let g = Guard::new();
     let id = unique_id("cgslice");
+    // Underscores: a dash in a slice name is a level of the slice tree.
+    let slice_part = id.replace('-', "_");
     let dir = scratch_dir(&id);
     let mut cfg = pods::pod_config(&id, &dir);
-    cfg.linux.as_mut().unwrap().cgroup_parent = "kubepods-besteffort-podx.slice".into();
+    cfg.linux.as_mut().unwrap().cgroup_parent = format!("{slice_part}.slice");
+    let pauses = || -> std::collections::BTreeSet<i32> {
+        all_shim_procs()
+            .into_iter()
+            .filter(|p| p.is_pause())
+            .map(|p| p.pid)
+            .collect()
+    };
+    let before = pauses();
     let mut p = Pods::new(HANDLER).await;
     let r = p.run(cfg).await;
     let errs = p.cleanup().await;
     assert!(
-        matches!(&r, Err(e) if e.contains("systemd cgroup parent") && e.contains("cgroupfs")),
+        matches!(&r, Err(e) if e.contains("systemd is not reachable at /run/systemd/private")
+            && e.contains("systemd scope of the pod slice")),
         "{r:?}"
     );
     assert!(errs.is_empty(), "{errs:?}");
-    g.assert_clean(&[id]);
+    let new: Vec<i32> = pauses().difference(&before).copied().collect();
+    assert!(new.is_empty(), "pause processes left: {new:?}");
+    g.assert_clean(&[id, slice_part]);
 }
 
 /// Pause, resume, pause again and SIGKILL the paused task (ctr, both runtimes): the freezer

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use containerd_client::types::v1::Status;
 use rsandbox_integration::cri::*;
-use rsandbox_integration::pods::{container_config, pod_config};
+use rsandbox_integration::pods::{Pod, container_config, pod_config};
 use rsandbox_integration::pty::PtyChild;
 use rsandbox_integration::tasks::{Fifos, StdioPaths, TaskApi};
 use rsandbox_integration::*;
@@ -51,7 +51,7 @@ fn run_detached(runtime: &str, id: &str, flags: &[&str], cmd: &[&str]) -> R {
     args.extend_from_slice(cmd);
     let o = ctr(NS, &args);
     ensure!(o.ok(), "ctr run -d: {o:?}");
-    wait_status(id, "RUNNING", Duration::from_secs(10)).map(drop)
+    wait_status(id, "RUNNING", HANG).map(drop)
 }
 
 /// Status column of `ctr task ls` for `id` ("" when absent).
@@ -116,7 +116,7 @@ fn real_time_signals_reach_the_init_the_execs_and_all() {
             let init = "trap 'echo init37' 37; trap 'echo init64' 64; echo ready; \
                         while true; do sleep 0.1; done";
             run_detached(runtime, id, &["--log-uri", &uri], &["sh", "-c", init])?;
-            wait_for_text(&log, "ready", Duration::from_secs(10))?;
+            wait_for_text(&log, "ready", HANG)?;
             // The exec writes into the init's stdout, the log file.
             let exec = "trap 'echo exec37 > /proc/1/fd/1' 37; echo exec-ready > /proc/1/fd/1; \
                         while true; do sleep 0.1; done";
@@ -131,14 +131,14 @@ fn real_time_signals_reach_the_init_the_execs_and_all() {
                 "-c",
                 exec,
             ])?;
-            wait_for_text(&log, "exec-ready", Duration::from_secs(10))?;
+            wait_for_text(&log, "exec-ready", HANG)?;
 
             ctr_ok(&["task", "kill", "-s", "37", id])?;
-            wait_for_text(&log, "init37", Duration::from_secs(5))?;
+            wait_for_text(&log, "init37", HANG)?;
             ctr_ok(&["task", "kill", "-s", "37", "--exec-id", "e1", id])?;
-            wait_for_text(&log, "exec37", Duration::from_secs(5))?;
+            wait_for_text(&log, "exec37", HANG)?;
             ctr_ok(&["task", "kill", "-a", "-s", "64", id])?;
-            wait_for_text(&log, "init64", Duration::from_secs(5))?;
+            wait_for_text(&log, "init64", HANG)?;
             let o = ctr(NS, &["task", "kill", "-s", "65", id]);
             ensure!(!o.ok(), "signal 65 (above SIGRTMAX) was accepted: {o:?}");
             ensure!(
@@ -153,24 +153,25 @@ fn real_time_signals_reach_the_init_the_execs_and_all() {
 
 // --- item 2: SIGKILL of a paused task -------------------------------------------------------
 
-/// `ctr task pause; ctr task kill -s KILL [-a]`: STOPPED within 5 s (on cgroup v1 the
-/// freezer holds the SIGKILL until the cgroup thaws, as runc does after it), then deletable.
+/// `ctr task pause; ctr task kill -s KILL [-a]`: STOPPED (on cgroup v1 the freezer holds the
+/// SIGKILL until the cgroup thaws, as runc does after it; before that fix it never stopped),
+/// then deletable.
 #[test]
-fn sigkill_of_a_paused_task_stops_it_within_5s() {
+fn sigkill_of_a_paused_task_stops_it() {
     for (runtime, tag) in runtimes() {
         for all in [false, true] {
             let name = if all { "pkill-all" } else { "pkill" };
             with_task(name, runtime, tag, |id| {
                 run_detached(runtime, id, &[], &["sleep", "300"])?;
                 ctr_ok(&["task", "pause", id])?;
-                wait_status(id, "PAUSED", Duration::from_secs(10))?;
+                wait_status(id, "PAUSED", HANG)?;
                 let mut kill = vec!["task", "kill", "-s", "KILL"];
                 if all {
                     kill.push("-a");
                 }
                 kill.push(id);
                 ctr_ok(&kill)?;
-                let took = wait_status(id, "STOPPED", Duration::from_secs(5))?;
+                let took = wait_status(id, "STOPPED", HANG)?;
                 eprintln!("[{runtime}] SIGKILL (all={all}) of a paused task: STOPPED in {took:?}");
                 ctr_ok(&["task", "rm", id])
             });
@@ -198,10 +199,14 @@ async fn stop_pod_sandbox_of_a_paused_container() {
             let stop = rt.stop_pod_sandbox(StopPodSandboxRequest {
                 pod_sandbox_id: pod.clone(),
             });
-            match tokio::time::timeout(Duration::from_secs(10), stop).await {
+            match tokio::time::timeout(HANG, stop).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(s)) => return Err(format!("StopPodSandbox: {}", s.message())),
-                Err(_) => return Err("StopPodSandbox of a paused container: over 10 s".into()),
+                Err(_) => {
+                    return Err(format!(
+                        "StopPodSandbox of a paused container: no answer in {HANG:?}"
+                    ));
+                }
             }
             eprintln!(
                 "[{handler}] StopPodSandbox with a paused container: {:?}",
@@ -244,16 +249,16 @@ async fn stop_pod_sandbox_of_a_paused_container() {
 
 // --- item 3: a failed runc exec with a terminal ---------------------------------------------
 
-/// `ctr task pause t; ctr task exec -t --exec-id x t true` fails within 5 s with the refusal
-/// (runc: "cannot exec in a paused container"; the runc shim refuses at Exec: "cannot exec in
-/// a paused state"), and the task is fine afterwards.
+/// `ctr task pause t; ctr task exec -t --exec-id x t true` fails with the refusal (runc:
+/// "cannot exec in a paused container"; the runc shim refuses at Exec: "cannot exec in a
+/// paused state"), not after runc's 120 s timeout, and the task is fine afterwards.
 #[test]
-fn exec_tty_into_a_paused_task_fails_within_5s() {
+fn exec_tty_into_a_paused_task_fails_and_the_task_lives_on() {
     for (runtime, tag) in runtimes() {
         with_task("pexec", runtime, tag, |id| {
             run_detached(runtime, id, &[], &["sleep", "300"])?;
             ctr_ok(&["task", "pause", id])?;
-            wait_status(id, "PAUSED", Duration::from_secs(10))?;
+            wait_status(id, "PAUSED", HANG)?;
             let t = Instant::now();
             let mut p = PtyChild::spawn(
                 NS,
@@ -261,11 +266,11 @@ fn exec_tty_into_a_paused_task_fails_within_5s() {
                 24,
                 80,
             );
-            let code = p.wait(Duration::from_secs(5));
+            let code = p.wait(HANG);
             let took = t.elapsed();
             let text = p.text();
             eprintln!("[{runtime}] exec -t into a paused task: {code:?} in {took:?}: {text:?}");
-            ensure!(code.is_some(), "still running after 5 s: {text:?}");
+            ensure!(code.is_some(), "still running after {HANG:?}: {text:?}");
             ensure!(
                 code != Some(0),
                 "exec into a paused task succeeded: {text:?}"
@@ -275,7 +280,7 @@ fn exec_tty_into_a_paused_task_fails_within_5s() {
                 "the error does not say why: {text:?}"
             );
             ctr_ok(&["task", "resume", id])?;
-            wait_status(id, "RUNNING", Duration::from_secs(10))?;
+            wait_status(id, "RUNNING", HANG)?;
             ctr_ok(&["task", "exec", "--exec-id", "y", id, "true"])
         });
     }
@@ -285,7 +290,7 @@ fn exec_tty_into_a_paused_task_fails_within_5s() {
 
 /// `exec -t ... yes` whose client keeps its stdout fifo open and never reads (a killed `ctr`
 /// whose fifo someone still holds): SIGKILL to the exec and the init, and the task is
-/// STOPPED within 10 s (the exit is visible within 2 s of the reaping) and deletable.
+/// STOPPED (it used to stay RUNNING while the output was stuck) and deletable.
 #[tokio::test]
 async fn a_terminal_client_that_never_reads_does_not_hold_the_exit() {
     for (runtime, tag) in runtimes() {
@@ -331,7 +336,7 @@ async fn stuck_client(runtime: &str, id: &str, dir: &Path) -> R {
     api.kill(id, "y", 9).await?;
     api.kill(id, "", 9).await?;
     let t = Instant::now();
-    let limit = Duration::from_secs(10);
+    let limit = HANG;
     loop {
         let init = api.get(id, "").await?;
         let exec = api.get(id, "y").await?;
@@ -444,13 +449,12 @@ fn exit_handler_failures() -> usize {
         .count()
 }
 
-/// 200 StopContainer calls on containers that exit on SIGTERM: CRI's exit handler never fails
-/// and no call comes near its back-off (its Kill(SIGKILL, all) after the TaskExit found a
-/// stopped container and runc kill --all failed on it: "failed to handle container TaskExit
-/// event", a retry after a back-off, calls of 1.3-2 s). On an idle machine no call takes over
-/// 200 ms (max 100-140 ms here); this 2-core machine is shared with other benches, so up to
-/// 2% of the calls may (measured: 0-4 of 200 at a load average of 8, up to 450 ms), none 1 s.
-/// The same probe on the `runc` handler (no failure, none 1 s; its own calls reach 240 ms).
+/// 200 StopContainer calls on containers that exit on SIGTERM: every call succeeds and CRI's
+/// exit handler never fails (its Kill(SIGKILL, all) after the TaskExit found a stopped
+/// container and runc kill --all failed on it: "failed to handle container TaskExit event"
+/// in containerd's log, then a retry after a back-off, calls of 1.3-2 s). The same probe on
+/// the `runc` handler. How long the calls take is printed for both handlers, not asserted
+/// (the machine may be busy or shared): hack/bench.sh measures StopContainer per handler.
 /// Containers with a pid namespace of their own.
 #[tokio::test]
 async fn stop_container_of_a_container_that_exits_on_sigterm() {
@@ -473,10 +477,7 @@ async fn stop_containers(pid: NamespaceMode) {
         "-c",
         "trap 'exit 0' TERM; echo ready; sleep 3600 & wait",
     ];
-    const LIMIT: Duration = Duration::from_millis(200);
-    const BACK_OFF: Duration = Duration::from_secs(1);
-    // How many calls may exceed LIMIT (a loaded machine), per handler.
-    for (handler, tolerated) in [(HANDLER, CALLS / 50), (RUNC_HANDLER, CALLS)] {
+    for handler in [HANDLER, RUNC_HANDLER] {
         let g = Guard::new();
         let tag = if pid == NamespaceMode::Pod {
             "shared"
@@ -500,11 +501,7 @@ async fn stop_containers(pid: NamespaceMode) {
                     cid = start_container(&mut rt, &pod, &cfg, &format!("c{i}"), &cmd).await?;
                 }
                 made.push(cid.clone());
-                wait_for_text(
-                    &dir.join(format!("c{i}.log")),
-                    "ready",
-                    Duration::from_secs(10),
-                )?;
+                wait_for_text(&dir.join(format!("c{i}.log")), "ready", HANG)?;
                 let t = Instant::now();
                 rt.stop_container(StopContainerRequest {
                     container_id: cid.clone(),
@@ -536,25 +533,16 @@ async fn stop_containers(pid: NamespaceMode) {
         }
         let mut sorted = times.clone();
         sorted.sort();
-        let slow: Vec<_> = times
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| **t > LIMIT)
-            .collect();
         let failures = exit_handler_failures() - failures_before;
         eprintln!(
-            "[{handler}, {pid:?} pid namespace] {} StopContainer calls: p50 {:?}, p99 {:?}, max {:?}, over {LIMIT:?}: \
-             {slow:?}; exit handler failures: {failures}",
+            "[{handler}, {pid:?} pid namespace] {} StopContainer calls: p50 {:?}, p99 {:?}, \
+             max {:?}; exit handler failures: {failures}",
             times.len(),
             sorted.get(sorted.len() / 2),
             sorted.get(sorted.len() * 99 / 100),
             sorted.last()
         );
         let res = res.and_then(|()| {
-            ensure!(
-                slow.len() <= tolerated && slow.iter().all(|(_, t)| **t < BACK_OFF),
-                "StopContainer over {LIMIT:?}: {slow:?}"
-            );
             ensure!(
                 failures == 0,
                 "{failures} 'failed to handle container TaskExit event' in containerd's log"
@@ -566,4 +554,198 @@ async fn stop_containers(pid: NamespaceMode) {
         g.assert_clean(&made);
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+// --- issue 20 item 2: one exec never holds up the container ---------------------------------
+
+/// How many ExecSyncs run at once, and how many rounds are measured.
+const PARALLEL: usize = 5;
+const ROUNDS: usize = 5;
+
+/// A container that burns the 0.1 CPU it is given, in periods of 0.5 s: the burner spends the
+/// quota at the start of each period, so a `runc exec` into it (whose `runc init` joins the
+/// cgroup) mostly waits for the next period. Execs that run at once wait for the same period;
+/// a shim that runs them one at a time makes each wait for its own.
+fn burner_config() -> ContainerConfig {
+    let mut c = container_config("burner", &["sh", "-c", "while :; do :; done"]);
+    c.linux.as_mut().unwrap().resources = Some(LinuxContainerResources {
+        cpu_period: 500_000,
+        cpu_quota: 50_000,
+        ..Default::default()
+    });
+    c
+}
+
+/// ExecSync `true` into `cid` (60 s CRI timeout: the test is about order, not speed).
+async fn exec_true(mut rt: Runtime, cid: String) -> R {
+    let r = rt
+        .exec_sync(ExecSyncRequest {
+            container_id: cid,
+            cmd: vec!["true".into()],
+            timeout: 60,
+        })
+        .await
+        .map_err(|s| format!("ExecSync: {}", s.message()))?
+        .into_inner();
+    ensure!(r.exit_code == 0, "ExecSync true: exit {}", r.exit_code);
+    Ok(())
+}
+
+/// Median wall times of [`PARALLEL`] ExecSyncs one after the other and at once.
+#[derive(Clone, Copy, Debug)]
+struct ExecTimes {
+    seq: Duration,
+    par: Duration,
+}
+
+impl ExecTimes {
+    fn ratio(&self) -> f64 {
+        self.par.as_secs_f64() / self.seq.as_secs_f64()
+    }
+}
+
+/// Whether rsandbox queued its parallel execs where the runc handler, measured in the same
+/// test, did not: worse on both counts (see the test below for why one is not enough).
+fn queues(rs: ExecTimes, runc: ExecTimes) -> bool {
+    rs.ratio() > runc.ratio() + 0.15 && rs.par.as_secs_f64() > runc.par.as_secs_f64() * 1.3
+}
+
+#[test]
+fn queueing_is_worse_than_runc_on_both_counts() {
+    let t = |seq_ms, par_ms| ExecTimes {
+        seq: Duration::from_millis(seq_ms),
+        par: Duration::from_millis(par_ms),
+    };
+    // CI: a higher ratio only because rsandbox's sequential execs were the faster
+    assert!(!queues(t(1079, 516), t(1753, 491)));
+    // the same parallel time, the same ratio
+    assert!(!queues(t(1200, 500), t(1200, 500)));
+    // one exec at a time: parallel about as long as sequential
+    assert!(queues(t(1400, 1100), t(1500, 500)));
+}
+
+/// One round: wall time of [`PARALLEL`] ExecSyncs one after the other, then of as many at once.
+async fn sequential_then_parallel(rt: &Runtime, cid: &str) -> Result<(Duration, Duration), String> {
+    let t = Instant::now();
+    for _ in 0..PARALLEL {
+        exec_true(rt.clone(), cid.into()).await?;
+    }
+    let seq = t.elapsed();
+    let t = Instant::now();
+    let running: Vec<_> = (0..PARALLEL)
+        .map(|_| tokio::spawn(exec_true(rt.clone(), cid.into())))
+        .collect();
+    for r in running {
+        r.await.map_err(|e| format!("join: {e}"))??;
+    }
+    Ok((seq, t.elapsed()))
+}
+
+/// The median of `v`.
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Five parallel ExecSyncs into a container limited to 0.1 CPU that burns it take about as
+/// long as the slowest, not the sum. No absolute time is asserted: both handlers are measured
+/// in the same test (their rounds taken in turn), and rsandbox is said to queue only when it
+/// is worse than the runc handler on both counts: its parallel time against its own
+/// sequential time (more than 0.15 above runc's ratio) and its parallel time against runc's
+/// parallel time (more than 1.3×). One
+/// count alone is noise on a busy machine: in CI rsandbox measured a ratio of 0.48 against
+/// runc's 0.28 with the same parallel time (516 ms against 491 ms; its sequential execs were
+/// the faster). Non-queued execs all wait for the same CFS period (0.5 s), queued ones each
+/// for their own. With the lifecycle lock put back across each `runc exec` (an experiment,
+/// runc 1.1, idle bench) rsandbox measured 0.78 and 1.52 s against runc's 0.25 and 0.52 s;
+/// without it, 0.26 and 0.52 s against 0.27 and 0.54 s.
+#[tokio::test]
+async fn parallel_execs_into_a_throttled_container_do_not_queue() {
+    let g = Guard::new();
+    let dir = scratch_dir(&unique_id("pexec"));
+    let mut failures = Vec::new();
+    // Both pods first, then the rounds taken in turn, so that a change of the machine's load
+    // falls on both handlers alike.
+    let mut pods = Vec::new();
+    for handler in [HANDLER, RUNC_HANDLER] {
+        let name = unique_id(&format!("pexec-{handler}"));
+        let mut pod = match Pod::run(handler, pod_config(&name, &dir)).await {
+            Ok(p) => p,
+            Err(e) => {
+                failures.push(e);
+                continue;
+            }
+        };
+        let started = async {
+            let cid = pod.start(burner_config()).await?;
+            exec_true(pod.rt.clone(), cid.clone()).await?; // warm-up
+            Ok::<_, String>(cid)
+        }
+        .await;
+        match started {
+            Ok(cid) => pods.push((handler, pod, cid)),
+            Err(e) => {
+                failures.push(format!("[{handler}] {e}"));
+                pods.push((handler, pod, String::new()));
+            }
+        }
+    }
+    let mut rounds: Vec<(Vec<Duration>, Vec<Duration>)> = vec![Default::default(); pods.len()];
+    if failures.is_empty() {
+        'rounds: for _ in 0..ROUNDS {
+            for (i, (handler, pod, cid)) in pods.iter().enumerate() {
+                match sequential_then_parallel(&pod.rt, cid).await {
+                    Ok((seq, par)) => {
+                        rounds[i].0.push(seq);
+                        rounds[i].1.push(par);
+                    }
+                    Err(e) => {
+                        failures.push(format!(
+                            "[{handler}] {e}\n--- containerd log ---\n{}",
+                            log_lines(&pod.id, 20)
+                        ));
+                        break 'rounds;
+                    }
+                }
+            }
+        }
+    }
+    let mut all_ids = Vec::new();
+    for (handler, pod, _) in &mut pods {
+        if let Err(e) = pod.remove().await {
+            failures.push(format!("[{handler}] remove: {e}"));
+        }
+        all_ids.extend(pod.ids());
+    }
+    let mut measured = Vec::new();
+    for ((handler, _, _), (seq, par)) in pods.iter().zip(rounds) {
+        eprintln!("  [{handler}] rounds: one after the other {seq:?}, at once {par:?}");
+        if seq.len() == ROUNDS {
+            let m = ExecTimes {
+                seq: median(seq),
+                par: median(par),
+            };
+            eprintln!(
+                "[{handler}] {PARALLEL} ExecSync into a 0.1-CPU burner: one after the other \
+                 {:?}, at once {:?} (ratio {:.2})",
+                m.seq,
+                m.par,
+                m.ratio()
+            );
+            measured.push(m);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    let (rs, runc) = (measured[0], measured[1]);
+    assert!(
+        !queues(rs, runc),
+        "{PARALLEL} parallel execs on rsandbox take {:.2} of {PARALLEL} sequential ones ({:?}), \
+         on runc {:.2} ({:?}): rsandbox queues them",
+        rs.ratio(),
+        rs.par,
+        runc.ratio(),
+        runc.par
+    );
+    g.assert_clean(&all_ids);
+    let _ = std::fs::remove_dir_all(&dir);
 }

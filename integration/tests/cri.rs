@@ -410,13 +410,13 @@ async fn exec_logs_and_exit_codes() {
                 ),
             )
             .await?;
-        let s = p.wait_exited(&c, Duration::from_secs(20)).await?;
+        let s = p.wait_exited(&c, HANG).await?;
         ensure!(s.exit_code == 7, "exit code {} ({s:?})", s.exit_code);
         ensure!(s.reason == "Error", "reason {:?}", s.reason);
         let ok = p
             .start(&id, &cfg, container_config("quiet", &["true"]))
             .await?;
-        let s = p.wait_exited(&ok, Duration::from_secs(20)).await?;
+        let s = p.wait_exited(&ok, HANG).await?;
         ensure!(s.exit_code == 0 && s.reason == "Completed", "{s:?}");
 
         let mut log = String::new();
@@ -483,7 +483,7 @@ async fn oom_killed_container() {
             ..Default::default()
         });
         let c = p.start(&id, &cfg, cc).await?;
-        let s = p.wait_exited(&c, Duration::from_secs(20)).await?;
+        let s = p.wait_exited(&c, HANG).await?;
         ensure!(s.exit_code == 137 && s.reason == "OOMKilled", "{s:?}");
         Ok(())
     })

@@ -43,7 +43,7 @@ fn task_pid(id: &str) -> Option<i32> {
 #[track_caller]
 fn wait_status(id: &str, want: &str) {
     let mut last = String::new();
-    let ok = poll(Duration::from_secs(10), || {
+    let ok = poll(HANG, || {
         last = task_status(id);
         (last == want).then_some(())
     });
@@ -127,7 +127,7 @@ fn stdin_reaches_the_container() {
 fn md5_of(data: &[u8]) -> String {
     let mut c = Command::new("md5sum");
     c.stdin(Stdio::piped());
-    let o = run_timeout(c, Some(data), Duration::from_secs(10));
+    let o = run_timeout(c, Some(data), HANG);
     o.stdout.split_whitespace().next().unwrap().to_string()
 }
 
@@ -150,10 +150,10 @@ fn tty_and_resize() {
         30,
         100,
     );
-    p.expect("/dev/pts/0", Duration::from_secs(20));
+    p.expect("/dev/pts/0", HANG);
     std::thread::sleep(Duration::from_millis(300));
     p.write("\r");
-    p.expect("30 100", Duration::from_secs(10));
+    p.expect("30 100", HANG);
     // Resize our terminal, tell ctr (it resizes the container's console on SIGWINCH).
     set_winsize(&p.master, 42, 77);
     nix::sys::signal::kill(
@@ -163,8 +163,8 @@ fn tty_and_resize() {
     .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     p.write("\r");
-    p.expect("bye", Duration::from_secs(10));
-    let code = p.wait(Duration::from_secs(20));
+    p.expect("bye", HANG);
+    let code = p.wait(HANG);
     let text = p.text();
     ctr_force_remove(NS, std::slice::from_ref(&id));
     assert_eq!(code, Some(0), "ctr run -t: {text:?}");
@@ -238,11 +238,11 @@ fn exec_plain_and_tty() {
         25,
         90,
     );
-    p.expect("/dev/pts/", Duration::from_secs(20));
+    p.expect("/dev/pts/", HANG);
     std::thread::sleep(Duration::from_millis(300));
     p.write("\r");
-    p.expect("25 90", Duration::from_secs(10));
-    let code = p.wait(Duration::from_secs(20));
+    p.expect("25 90", HANG);
+    let code = p.wait(HANG);
     let text = p.text();
     assert!(text.contains("/dev/pts/"), "exec -t: {text:?}");
     assert_eq!(code, Some(7), "exec -t: {text:?}");
@@ -274,7 +274,7 @@ fn kill_with_signals() {
     );
     exec.stdout(Stdio::piped()).stderr(Stdio::piped());
     let exec = exec.spawn().unwrap();
-    let ok = poll(Duration::from_secs(10), || {
+    let ok = poll(HANG, || {
         ctr(NS, &["task", "ps", &id])
             .stdout
             .lines()
@@ -288,7 +288,7 @@ fn kill_with_signals() {
         &["task", "kill", "-s", "SIGTERM", "--exec-id", "s1", &id],
     )
     .expect_ok("kill exec");
-    let eo = wait_child(exec, Duration::from_secs(10));
+    let eo = wait_child(exec, HANG);
     assert_eq!(
         eo.as_ref().and_then(|o| o.code),
         Some(143),
@@ -298,7 +298,7 @@ fn kill_with_signals() {
 
     // pid 1 without a handler: SIGKILL → 137, task STOPPED.
     ctr(NS, &["task", "kill", "-s", "SIGKILL", &id]).expect_ok("kill");
-    let o = wait_child(child, Duration::from_secs(10));
+    let o = wait_child(child, HANG);
     assert_eq!(o.as_ref().and_then(|o| o.code), Some(137), "ctr run: {o:?}");
 
     // pid 1 with a handler: SIGTERM is delivered.
@@ -442,7 +442,7 @@ fn oom_kill_exit_137_and_event() {
         ),
     );
     let mut seen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + HANG;
     while let Ok(l) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
         let oom = l.contains("/tasks/oom") && l.contains(&id);
         seen.push(l);
@@ -482,9 +482,7 @@ fn twenty_in_parallel() {
     let mut statuses = Vec::new();
     if failed.is_empty() {
         for id in &ids {
-            let ok = poll(Duration::from_secs(10), || {
-                (task_status(id) == "RUNNING").then_some(())
-            });
+            let ok = poll(HANG, || (task_status(id) == "RUNNING").then_some(()));
             statuses.push((id.clone(), ok.is_some()));
         }
     }
@@ -605,4 +603,71 @@ fn rootfs_that_is_not_a_directory_fails_cleanly() {
         );
         g.assert_clean(std::slice::from_ref(&id));
     }
+}
+
+/// `ctr run --no-pivot` reaches runc (`runc create --no-pivot`, for a node whose root is the
+/// initramfs) on both runtimes, and its absence leaves pivot_root on: read back from runc's
+/// own record of the container (`config.no_pivot_root` of its state.json). ctr sends runc's
+/// options to the runc shim and the v1 Linux `CreateOptions` to any other runtime. Where `/`
+/// is the initramfs (the QEMU guest booted without `switch_root`: `RSANDBOX_GUEST_NO_SWITCH_ROOT=1
+/// RSANDBOX_GUEST_EXE=<this test binary> hack/guest.sh no_pivot`), only `--no-pivot` can run:
+/// without it `ctr run` must fail on both runtimes alike (runc's pivot_root).
+#[test]
+fn no_pivot_reaches_runc_on_both_runtimes() {
+    let g = Guard::new();
+    let initramfs = root_is_initramfs();
+    eprintln!("/ is the initramfs: {initramfs}");
+    let mut ids = Vec::new();
+    for runtime in [RUNTIME, "io.containerd.runc.v2"] {
+        for no_pivot in [true, false] {
+            let id = unique_id(if no_pivot { "nopivot" } else { "pivot" });
+            ids.push(id.clone());
+            let _cleanup = CtrObjects {
+                ns: NS,
+                ids: vec![id.clone()],
+            };
+            let mut args = vec!["run", "-d", "--runtime", runtime];
+            if no_pivot {
+                args.push("--no-pivot");
+            }
+            args.extend([BUSYBOX, id.as_str(), "sleep", "300"]);
+            let o = ctr(NS, &args);
+            if initramfs && !no_pivot {
+                ctr_force_remove(NS, std::slice::from_ref(&id));
+                assert!(
+                    !o.ok(),
+                    "{runtime}: pivot_root worked on the initramfs: {o:?}"
+                );
+                assert!(o.stderr.contains("pivot"), "{runtime}: {o:?}");
+                continue;
+            }
+            o.expect_ok("ctr run -d sleep");
+            wait_status(&id, "RUNNING");
+            let state = format!("/run/containerd/runc/{NS}/{id}/state.json");
+            let read = std::fs::read_to_string(&state);
+            ctr_force_remove(NS, std::slice::from_ref(&id));
+            let state: serde_json::Value =
+                serde_json::from_str(&read.unwrap_or_else(|e| panic!("{state}: {e}"))).unwrap();
+            assert_eq!(
+                state
+                    .pointer("/config/no_pivot_root")
+                    .and_then(|v| v.as_bool()),
+                Some(no_pivot),
+                "{runtime}, --no-pivot {no_pivot}: runc's config {}",
+                state["config"]
+            );
+        }
+    }
+    g.assert_clean(&ids);
+}
+
+/// Whether this process's `/` is the initramfs (`rootfs`, which pivot_root cannot leave).
+fn root_is_initramfs() -> bool {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo
+        .lines()
+        .rfind(|l| l.split_whitespace().nth(4) == Some("/"))
+        .and_then(|l| l.split_once(" - "))
+        .and_then(|(_, post)| post.split_whitespace().next())
+        == Some("rootfs")
 }

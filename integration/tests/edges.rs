@@ -206,10 +206,9 @@ async fn wait_of_an_exec_that_failed_to_start_answers_255() {
             api.exec(&id, "bad", &process, &StdioPaths::default(), false)
                 .await?;
             ensure!(api.start(&id, "bad").await.is_err(), "the exec started");
-            let status =
-                tokio::time::timeout(std::time::Duration::from_secs(10), api.wait(&id, "bad"))
-                    .await
-                    .map_err(|_| "Wait did not return within 10 s".to_string())??;
+            let status = tokio::time::timeout(HANG, api.wait(&id, "bad"))
+                .await
+                .map_err(|_| format!("Wait did not return within {HANG:?}"))??;
             api.delete_exec(&id, "bad").await?;
             Ok(status)
         }

@@ -13,7 +13,6 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use containerd_client::services::v1::PluginInfoRequest;
 use containerd_client::services::v1::introspection_client::IntrospectionClient;
@@ -243,7 +242,7 @@ impl Started {
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
             );
-            poll(Duration::from_secs(5), || (!alive(pid)).then_some(()));
+            poll(HANG, || (!alive(pid)).then_some(()));
         }
         shim(
             &[
@@ -407,6 +406,8 @@ fn start_speaks_the_legacy_protocol() {
         .unwrap_or_else(|| panic!("reply {reply:?}"));
     let path = PathBuf::from(addr.strip_prefix("unix://").unwrap());
     assert_eq!(path.parent(), Some(Path::new(SOCKET_DIR)));
+    // The leak guard finds the sockets of our containerd's shims by this name.
+    assert_eq!(path, shim_socket(ns, &id));
     assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
     assert_eq!(
         std::fs::read(bundle.join("rsandbox-options.pb")).unwrap(),
@@ -459,7 +460,7 @@ impl Drop for TestCgroup {
     fn drop(&mut self) {
         for d in &self.0 {
             // Empty once the shim and its pause process are gone.
-            poll(Duration::from_secs(10), || std::fs::remove_dir(d).ok());
+            poll(HANG, || std::fs::remove_dir(d).ok());
         }
     }
 }
@@ -568,8 +569,10 @@ fn killed_task_shim_leaves_no_socket() {
     assert_eq!(daemons.len(), 1, "{daemons:?}");
     let socket = socket_of(&daemons[0]);
     assert!(socket.exists());
+    // The leak guard finds the sockets of our containerd's shims by this name.
+    assert_eq!(socket, shim_socket("default", &id));
     kill9(daemons[0].pid);
-    let gone = poll(Duration::from_secs(15), || (!socket.exists()).then_some(()));
+    let gone = poll(HANG, || (!socket.exists()).then_some(()));
     drop(objs);
     assert!(
         gone.is_some(),
@@ -586,7 +589,7 @@ impl NetNs {
     fn new(name: &str) -> NetNs {
         let mut c = Command::new("ip");
         c.args(["netns", "add", name]);
-        run_timeout(c, None, Duration::from_secs(10)).expect_ok("ip netns add");
+        run_timeout(c, None, HANG).expect_ok("ip netns add");
         NetNs(name.into())
     }
 }
@@ -613,12 +616,9 @@ async fn killed_pod_shim_leaves_no_socket() {
         };
         let socket = socket_of(shim);
         kill9(shim.pid);
-        poll(Duration::from_secs(15), || (!socket.exists()).then_some(()))
+        poll(HANG, || (!socket.exists()).then_some(()))
             .ok_or(format!("{socket:?} left after kill -9"))?;
-        poll(Duration::from_secs(5), || {
-            (!alive(pause as i32)).then_some(())
-        })
-        .ok_or(format!(
+        poll(HANG, || (!alive(pause as i32)).then_some(())).ok_or(format!(
             "pause process {pause} left after kill -9 of its shim"
         ))?;
         Ok(())

@@ -316,9 +316,9 @@ async fn a_netns_path_that_is_no_netns_is_refused_at_once() {
             sandboxer: "shim".into(),
             ..Default::default()
         }));
-        match tokio::time::timeout(Duration::from_secs(10), create).await {
+        match tokio::time::timeout(HANG, create).await {
             Err(_) => failures.push(format!(
-                "{}: Create did not answer within 10 s",
+                "{}: Create did not answer within {HANG:?}",
                 path.display()
             )),
             Ok(Ok(_)) => failures.push(format!("{}: Create succeeded", path.display())),

@@ -15,7 +15,6 @@
 //! one at a time (`--test-threads=1`, the bench lock), so no other shim starts meanwhile.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use rsandbox_integration::controller::*;
 use rsandbox_integration::*;
@@ -65,7 +64,7 @@ fn eth0_of(pid: u32) -> Option<String> {
         "show",
         "eth0",
     ]);
-    inet_of(&run_timeout(cmd, None, Duration::from_secs(10)).stdout)
+    inet_of(&run_timeout(cmd, None, HANG).stdout)
 }
 
 /// The first IPv4 address in `ip -4 -o addr` output, without its prefix length.
@@ -243,7 +242,7 @@ fn standalone_tasks_with_shim_networking_reach_each_other() {
     let ip =
         inet_of(&ip_out.stdout).unwrap_or_else(|| panic!("no eth0 address in {a}: {ip_out:?}"));
     assert!(ip.starts_with("10.90."), "{ip}");
-    let reply = poll(Duration::from_secs(10), || {
+    let reply = poll(HANG, || {
         let o = ctr(
             NS,
             &[
@@ -264,9 +263,7 @@ fn standalone_tasks_with_shim_networking_reach_each_other() {
         ctr(NS, &["task", "kill", "-s", "SIGKILL", id]);
     }
     for id in [&a, &b] {
-        poll(Duration::from_secs(10), || {
-            ctr(NS, &["task", "rm", id]).ok().then_some(())
-        });
+        poll(HANG, || ctr(NS, &["task", "rm", id]).ok().then_some(()));
         ctr(NS, &["container", "rm", id]);
     }
     g.assert_clean(&[a, b]);
@@ -324,7 +321,7 @@ impl Drop for EmptyDir {
 fn links_of(pid: u32) -> Vec<String> {
     let mut cmd = std::process::Command::new("nsenter");
     cmd.args(["-t", &pid.to_string(), "-n", "ip", "-o", "link", "show"]);
-    run_timeout(cmd, None, Duration::from_secs(10))
+    run_timeout(cmd, None, HANG)
         .stdout
         .lines()
         .filter_map(|l| l.split(": ").nth(1))

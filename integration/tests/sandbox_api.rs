@@ -20,7 +20,7 @@ impl NetNs {
                 c
             },
             None,
-            Duration::from_secs(10),
+            HANG,
         );
         assert!(o.ok(), "ip netns add {name}: {o:?}");
         NetNs(name.into())
@@ -84,7 +84,7 @@ async fn controller_lifecycle_with_a_netns() {
 fn pgrep_f(pattern: &str) -> Vec<u32> {
     let mut cmd = std::process::Command::new("pgrep");
     cmd.args(["-f", pattern]);
-    run_timeout(cmd, None, Duration::from_secs(10))
+    run_timeout(cmd, None, HANG)
         .stdout
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
@@ -299,9 +299,7 @@ async fn the_last_events_of_a_shutdown_sandbox_reach_containerd() {
     .await;
     let errs = stop_and_shutdown(&mut c, &id).await;
     // The daemon is gone once its shim process is.
-    let gone = poll(Duration::from_secs(10), || {
-        shim_daemons_for(&id).is_empty().then_some(())
-    });
+    let gone = poll(HANG, || shim_daemons_for(&id).is_empty().then_some(()));
     std::thread::sleep(Duration::from_millis(500));
     let seen = events.stop();
     ctr_force_remove("default", std::slice::from_ref(&member));

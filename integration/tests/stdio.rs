@@ -105,7 +105,7 @@ async fn exec_request_terminal_wins_over_the_spec() {
             let t = Instant::now();
             api.start(id, "big").await?;
             let status = wait_within(api, id, "big", Duration::from_secs(60)).await?;
-            let (out, eof) = reader.finish(Duration::from_secs(10));
+            let (out, eof) = reader.finish(HANG);
             eprintln!(
                 "1 MiB through the exec's pty: {:?}, {} bytes, exit {status}",
                 t.elapsed(),
@@ -148,7 +148,7 @@ async fn detach_reattach_close(
 ) -> Result<Ended, String> {
     write_and_detach(&fifos.stdin, b"one\n").map_err(|e| format!("first write: {e}"))?;
     ensure!(
-        reader.wait_for("one", 1, Duration::from_secs(10)),
+        reader.wait_for("one", 1, HANG),
         "the first line never came back: {:?}",
         String::from_utf8_lossy(&reader.so_far())
     );
@@ -163,8 +163,8 @@ async fn detach_reattach_close(
     write_and_detach(&fifos.stdin, b"two\n")
         .map_err(|e| format!("second write (reattach): {e}"))?;
     api.close_stdin(id, exec_id).await?;
-    let status = wait_within(api, id, exec_id, Duration::from_secs(20)).await?;
-    let (out, eof) = reader.finish(Duration::from_secs(10));
+    let status = wait_within(api, id, exec_id, HANG).await?;
+    let (out, eof) = reader.finish(HANG);
     ensure!(eof, "no EOF on the stdout fifo after the exit");
     Ok(Ended {
         out: String::from_utf8_lossy(&out).into_owned(),

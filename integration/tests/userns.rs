@@ -8,7 +8,8 @@
 //!   own `runc` handler, and both agree: `id` in the container is 0:0, `/proc/self/uid_map` and
 //!   `gid_map` show the mapping, a file the container's root creates in a hostPath volume is
 //!   owned by the mapped host id on the node, the pod files are root's inside, /dev/shm is
-//!   writable; on `rsandbox` the pause holds the user namespace with that mapping.
+//!   writable; on `rsandbox` the pause holds the user namespace with that mapping, its IPC and
+//!   UTS namespaces belong to it and its mount namespace to the node's (issue 20).
 //! * runc < 1.2: RunPodSandbox on `rsandbox` fails and names the runc version found, and leaves
 //!   nothing behind.
 
@@ -162,8 +163,53 @@ async fn probe(p: &mut Pod, cid: &str, volume: &Path) -> R {
             map_fields(&uid_map) == want,
             "{h}: the pause's uid_map: {uid_map:?}"
         );
+        // Issue 20: its IPC and UTS namespaces are the pod's user namespace's (the containers
+        // join them), its mount namespace is the node's: no process of the pod can enter it.
+        let pid = pause[0].pid;
+        let user = ns_ino(&format!("/proc/{pid}/ns/user"))?;
+        for kind in ["ipc", "uts"] {
+            let owner = owner_of(&format!("/proc/{pid}/ns/{kind}"))?;
+            ensure!(
+                owner == user,
+                "{h}: the pause's {kind} namespace is not the pod's"
+            );
+        }
+        let node = ns_ino("/proc/self/ns/user")?;
+        let owner = owner_of(&format!("/proc/{pid}/ns/mnt"))?;
+        ensure!(
+            owner == node && owner != user,
+            "{h}: the pause's mount namespace belongs to user namespace {owner}, not the node's \
+             ({node}; the pod's: {user})"
+        );
     }
     Ok(())
+}
+
+/// The inode of the namespace at `path`.
+fn ns_ino(path: &str) -> Result<u64, String> {
+    std::fs::metadata(path)
+        .map(|m| m.ino())
+        .map_err(|e| format!("stat {path}: {e}"))
+}
+
+/// The inode of the user namespace that owns the namespace at `path` (NS_GET_USERNS).
+fn owner_of(path: &str) -> Result<u64, String> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let f = std::fs::File::open(path).map_err(|e| format!("open {path}: {e}"))?;
+    // SAFETY: NS_GET_USERNS returns a new descriptor (or -1), which we own.
+    let fd = unsafe { libc::ioctl(f.as_raw_fd(), libc::NS_GET_USERNS) };
+    if fd < 0 {
+        return Err(format!(
+            "NS_GET_USERNS {path}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: as above.
+    let owner = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    owner
+        .metadata()
+        .map(|m| m.ino())
+        .map_err(|e| format!("stat the owner of {path}: {e}"))
 }
 
 async fn run_userns_pod(handler: &str, dir: &Path) -> (R, Vec<String>) {
