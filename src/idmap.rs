@@ -128,17 +128,7 @@ pub fn userns_fd(uids: &[Mapping], gids: &[Mapping]) -> Result<OwnedFd> {
             .with_context(|| format!("open {path}"))
     })();
     let _ = crate::util::pidfd_sigkill(pidfd.as_fd());
-    // SAFETY: waitid on our own pidfd: never another process.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        // ECHILD when the shim's reaper took it first: fine.
-        libc::waitid(
-            libc::P_PIDFD,
-            pidfd.as_raw_fd() as libc::id_t,
-            &mut info,
-            libc::WEXITED,
-        );
-    }
+    crate::util::reap_pidfd(pidfd.as_fd(), false);
     r.context("make a user namespace for an idmapped mount")
 }
 

@@ -163,17 +163,45 @@ pub fn wait_for_exit(pid: i32, timeout: Duration) -> bool {
 /// A pidfd polls readable once its whole thread group has exited.
 fn exited_within(pidfd: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> bool {
     let _blocked = crate::blocking::blocking();
-    let deadline = std::time::Instant::now() + timeout;
+    poll_readable(pidfd, std::time::Instant::now() + timeout).unwrap_or(false)
+}
+
+/// Waits until `fd` polls readable (or hung up): `Ok(true)`, or `Ok(false)` once `deadline`
+/// has passed. A signal handler that ran on this thread (EINTR: poll is never restarted) is
+/// not an answer: the wait goes on.
+pub fn poll_readable(
+    fd: std::os::fd::BorrowedFd<'_>,
+    deadline: std::time::Instant,
+) -> nix::Result<bool> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
-        let mut fds = [nix::poll::PollFd::new(pidfd, nix::poll::PollFlags::POLLIN)];
-        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
-            Ok(n) if n > 0 => return true,
-            // A signal handled by this thread is not the process's exit: wait on.
-            Err(nix::errno::Errno::EINTR) => continue,
-            _ => return false,
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(0) if std::time::Instant::now() >= deadline => return Ok(false),
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => return Ok(true),
+            Err(e) => return Err(e),
         }
+    }
+}
+
+/// Reaps our child that `pidfd` names (`waitid(P_PIDFD)`: never another process that got its
+/// pid since), waiting for its exit unless `nohang`. ECHILD (the shim's reaper took it first)
+/// and EINTR are fine: the caller only wants no zombie of its own making.
+pub fn reap_pidfd(pidfd: std::os::fd::BorrowedFd<'_>, nohang: bool) {
+    use std::os::fd::AsRawFd;
+    let flags = libc::WEXITED | if nohang { libc::WNOHANG } else { 0 };
+    // SAFETY: waitid writes one siginfo_t, which we own.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(
+            libc::P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            &mut info,
+            flags,
+        );
     }
 }
 

@@ -202,11 +202,7 @@ mod tests {
         // Nothing written into the (stand-in) hierarchy: systemd moved the process.
         assert!(!root.path().join("kubepods.slice").exists());
         stop(&fake.endpoints(), &cg, crate::systemd::scope::STOP_TIMEOUT).unwrap();
-        let members: Vec<_> = fake
-            .finish()
-            .iter()
-            .map(|c| c.member.clone().unwrap())
-            .collect();
+        let members = fake.finish_members();
         assert_eq!(
             members,
             ["StartTransientUnit", "StopUnit", "ResetFailedUnit"]

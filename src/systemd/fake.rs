@@ -59,6 +59,14 @@ impl FakeSystemd {
         }
         self.calls.try_iter().collect()
     }
+
+    /// [`Self::finish`], as the member (method name) of each call.
+    pub fn finish_members(self) -> Vec<String> {
+        self.finish()
+            .iter()
+            .map(|c| c.member.clone().unwrap())
+            .collect()
+    }
 }
 
 fn serve_one(mut s: UnixStream, script: &mut Script, tx: &mpsc::Sender<Message>) {

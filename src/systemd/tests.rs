@@ -254,11 +254,7 @@ fn an_existing_unit_is_reset_and_the_start_retried_once() {
         }),
     );
     scope::start(&fake.endpoints(), &pod_scope(), "sb1", 1, true).unwrap();
-    let members: Vec<_> = fake
-        .finish()
-        .iter()
-        .map(|c| c.member.clone().unwrap())
-        .collect();
+    let members = fake.finish_members();
     assert_eq!(
         members,
         [
@@ -290,11 +286,7 @@ fn a_unit_that_exists_still_after_the_reset_is_not_stopped() {
     assert!(!e.unit_may_remain);
     // The fake serves a second connection: an undo would have made it; this one ends it.
     let _ = Conn::connect(&fake.path, soon());
-    let members: Vec<_> = fake
-        .finish()
-        .iter()
-        .map(|c| c.member.clone().unwrap())
-        .collect();
+    let members = fake.finish_members();
     assert_eq!(
         members,
         [
@@ -322,11 +314,7 @@ fn a_failed_start_stops_and_resets_the_unit() {
     let e = scope::start(&fake.endpoints(), &pod_scope(), "sb1", 1, true).unwrap_err();
     assert!(e.to_string().contains("result \"failed\""), "{e}");
     assert!(!e.unit_may_remain, "the undo succeeded");
-    let members: Vec<_> = fake
-        .finish()
-        .iter()
-        .map(|c| c.member.clone().unwrap())
-        .collect();
+    let members = fake.finish_members();
     assert_eq!(
         members,
         ["StartTransientUnit", "StopUnit", "ResetFailedUnit"]
@@ -349,20 +337,8 @@ fn a_failed_start_whose_undo_fails_says_the_unit_may_remain() {
     );
     let e = scope::start(&fake.endpoints(), &pod_scope(), "sb1", 1, true).unwrap_err();
     assert!(e.unit_may_remain, "{e}");
-    let members: Vec<_> = fake
-        .finish()
-        .iter()
-        .map(|c| c.member.clone().unwrap())
-        .collect();
+    let members = fake.finish_members();
     assert_eq!(members, ["StartTransientUnit"]);
-}
-
-/// The members of the calls a fake received, in order.
-fn members(fake: FakeSystemd) -> Vec<String> {
-    fake.finish()
-        .iter()
-        .map(|c| c.member.clone().unwrap())
-        .collect()
 }
 
 /// A start systemd refuses with an error reply made nothing: no undo, nothing to keep.
@@ -384,7 +360,7 @@ fn a_refused_start_is_not_undone() {
     assert!(!e.unit_may_remain);
     // An undo would have made the second connection; this one ends the fake.
     let _ = Conn::connect(&fake.path, soon());
-    assert_eq!(members(fake), ["StartTransientUnit"]);
+    assert_eq!(fake.finish_members(), ["StartTransientUnit"]);
 }
 
 /// When the reset of an existing unit fails, that unit is not known to be ours: neither a
@@ -407,7 +383,10 @@ fn an_existing_unit_whose_reset_fails_is_left_alone() {
     assert_eq!(e.error.remote_name(), Some(UNIT_EXISTS), "{e}");
     assert!(!e.unit_may_remain);
     let _ = Conn::connect(&fake.path, soon());
-    assert_eq!(members(fake), ["StartTransientUnit", "ResetFailedUnit"]);
+    assert_eq!(
+        fake.finish_members(),
+        ["StartTransientUnit", "ResetFailedUnit"]
+    );
 }
 
 /// A start that got no answer may still be carried out after the undo (systemd may read it
@@ -438,7 +417,7 @@ fn an_unanswered_start_is_undone_and_may_remain() {
     );
     assert!(e.unit_may_remain, "{e}");
     assert_eq!(
-        members(fake),
+        fake.finish_members(),
         ["StartTransientUnit", "StopUnit", "ResetFailedUnit"]
     );
 }

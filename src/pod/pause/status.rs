@@ -179,25 +179,15 @@ pub(super) fn read_status(rx: OwnedFd, cfg: &PauseConfig, pause: &mut Option<i32
 
 /// Reads until `buf` is full or the pipe ends (the count read), within `deadline`.
 fn read_full(f: &mut File, buf: &mut [u8], deadline: Instant) -> Result<usize> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let mut got = 0;
     while got < buf.len() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let mut fds = [PollFd::new(
-            std::os::fd::AsFd::as_fd(&*f),
-            PollFlags::POLLIN,
-        )];
-        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
-        match poll(&mut fds, PollTimeout::from(ms)) {
-            Ok(0) => {
+        match crate::util::poll_readable(std::os::fd::AsFd::as_fd(&*f), deadline) {
+            Ok(true) => {}
+            Ok(false) => {
                 return Err(Error::internal(
                     "pause: no status from the child within 10s",
                 ));
             }
-            Ok(_) => {}
-            // A signal handler of the shim (SIGCHLD) ran on this thread: poll is never
-            // restarted.
-            Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(Error::from(e).context("pause: wait for the child")),
         }
         match f

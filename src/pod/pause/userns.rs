@@ -68,28 +68,15 @@ pub(super) fn kernel_map_text(maps: &[IdMapping]) -> Vec<u8> {
 /// and gid maps, lets it go on. A child that fails first closes `sock` (its report is on the
 /// status pipe, which tells the error).
 pub(super) fn userns_handshake(pid: i32, u: &UserNamespace, sock: &mut File) -> Result<()> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let mut fds = [PollFd::new(
-        std::os::fd::AsFd::as_fd(&*sock),
-        PollFlags::POLLIN,
-    )];
     let deadline = Instant::now() + STATUS_TIMEOUT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
-        match poll(&mut fds, PollTimeout::from(ms)) {
-            Ok(0) => {
-                return Err(Error::internal(
-                    "pause: the child did not make its user namespace within 10s",
-                ));
-            }
-            Ok(_) => break,
-            // A signal handler of the shim ran on this thread: poll is never restarted.
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => {
-                return Err(Error::from(e).context("pause: wait for the child's user namespace"));
-            }
+    match crate::util::poll_readable(std::os::fd::AsFd::as_fd(&*sock), deadline) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(Error::internal(
+                "pause: the child did not make its user namespace within 10s",
+            ));
         }
+        Err(e) => return Err(Error::from(e).context("pause: wait for the child's user namespace")),
     }
     let mut b = [0u8; 1];
     if sock.read(&mut b).context("pause: read the sync socket")? == 0 {
@@ -118,29 +105,10 @@ pub(super) fn userns_handshake(pid: i32, u: &UserNamespace, sock: &mut File) -> 
 /// this returns, and reaps it unless the shim's reaper did first (ECHILD). By pidfd: never
 /// another process that got the pid since.
 pub(super) fn reap_intermediate(pidfd: &OwnedFd) {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let mut fds = [PollFd::new(
+    // Its own exit raises SIGCHLD, whose handler may run on this thread (EINTR: waited on).
+    let _ = crate::util::poll_readable(
         std::os::fd::AsFd::as_fd(pidfd),
-        PollFlags::POLLIN,
-    )];
-    let deadline = Instant::now() + STATUS_TIMEOUT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
-        // Its own exit raises SIGCHLD, whose handler may run on this thread (EINTR).
-        match poll(&mut fds, PollTimeout::from(ms)) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            _ => break,
-        }
-    }
-    // SAFETY: waitid writes one siginfo_t; WNOHANG never blocks.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        libc::waitid(
-            libc::P_PIDFD,
-            pidfd.as_raw_fd() as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG,
-        );
-    }
+        Instant::now() + STATUS_TIMEOUT,
+    );
+    crate::util::reap_pidfd(std::os::fd::AsFd::as_fd(pidfd), true);
 }
