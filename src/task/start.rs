@@ -19,7 +19,7 @@ use super::{Container, TaskManager};
 use crate::error::{Context, Error, Result};
 use crate::events::Event;
 use crate::sync::Lock;
-use crate::task::process::Process;
+use crate::task::process::{Phase, Process};
 use crate::timing::Steps;
 
 impl TaskManager {
@@ -67,7 +67,7 @@ impl TaskManager {
     /// which is what makes [`super::ExecTable::starting`]'s invariant hold (and an exec cannot
     /// begin to hold back the exit of an init that ended, see `exits.rs`).
     pub(super) fn begin_exec_start<'a>(
-        &self,
+        &'a self,
         c: &'a Container,
         p: &'a Process,
     ) -> Result<ExecStarting<'a>> {
@@ -95,7 +95,7 @@ impl TaskManager {
             .begin_start()
             .map_err(|e| e.context(p.event_id()))?;
         execs.starting += 1;
-        Ok(ExecStarting(c, p))
+        Ok(ExecStarting { tm: self, c, p })
     }
 
     /// Publishes the outcome of a Start; a failure is terminal for the process.
@@ -139,17 +139,32 @@ impl TaskManager {
 }
 
 /// An exec Start under way, counted in its container's exec table until dropped.
-pub(super) struct ExecStarting<'a>(&'a Container, &'a Process);
+pub(super) struct ExecStarting<'a> {
+    tm: &'a TaskManager,
+    c: &'a Container,
+    p: &'a Process,
+}
 
 impl Drop for ExecStarting<'_> {
     fn drop(&mut self) {
         // A Start that unwound (a panic, caught per call) never published its outcome: it
-        // failed, so that a Kill or Delete waiting for it goes on (before the notification).
-        let wakeup = self.1.state().start_failed();
-        wakeup.wake();
-        let mut execs = self.0.execs.locked();
+        // failed, as `finish_start` fails one, so that a Kill or Delete waiting for it goes
+        // on (before the notification) and the init's exit it held back goes out.
+        let unwound = {
+            let mut st = self.p.state();
+            let unwound = st.phase() == Phase::Starting;
+            let wakeup = st.start_failed();
+            drop(st);
+            wakeup.wake();
+            unwound
+        };
+        let mut execs = self.c.execs.locked();
         execs.starting -= 1;
         drop(execs);
-        self.0.exec_starts_done.notify_all();
+        self.c.exec_starts_done.notify_all();
+        if unwound {
+            self.p.release_io();
+            self.tm.publish_ready(self.p);
+        }
     }
 }

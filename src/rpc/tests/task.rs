@@ -2014,9 +2014,24 @@ fn killing_an_exec_being_started_signals_the_process_its_start_makes() {
 fn an_exec_start_that_panics_fails_its_exec() {
     use std::time::Duration;
     let f = fixture();
-    running(&f, "t1");
+    let init = running(&f, "t1");
     f.exec("t1", "e1").unwrap();
-    *f.host.runtime.on_exec.lock().unwrap() = Some(Box::new(|| panic!("inside runc exec")));
+    let init_wait = park_wait(&f, "t1", "");
+    // The init ends while the exec is being started (its exit is held for the exec's
+    // TaskExecStarted), then the start unwinds.
+    *f.host.runtime.on_exec.lock().unwrap() = Some(Box::new({
+        let tm = Arc::downgrade(&f.tm);
+        move || {
+            if let Some(tm) = tm.upgrade() {
+                tm.on_exit(Exit {
+                    pid: init as i32,
+                    status: 3,
+                    at: SystemTime::now(),
+                });
+            }
+            panic!("inside runc exec")
+        }
+    }));
     let tm = f.tm.clone();
     assert!(
         std::thread::spawn(move || tm.start("t1", "e1"))
@@ -2037,6 +2052,15 @@ fn an_exec_start_that_panics_fails_its_exec() {
         f.tm.wait_blocking("t1", "e1").unwrap().status,
         UNKNOWN_EXIT_STATUS
     );
+    // The exit the exec held back went out when its start failed.
+    assert_eq!(
+        init_wait
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the init's Wait is answered")
+            .status,
+        3
+    );
+    assert_eq!(f.events.topics().last(), Some(&"/tasks/exit"));
     delete_exec(&f, "t1", "e1").unwrap();
 }
 
