@@ -439,12 +439,18 @@ fn become_pause(p: &Prepared, status_fd: i32, in_empty_root: bool) -> ! {
             )
         };
         exec();
-        if label_fd >= 0 {
-            // The policy refused the pod's domain (EACCES for the transition or the entry
-            // point, EPERM when no_new_privs forbids it without nnp_transition), or anything
-            // else: an empty write clears the exec label, and the exec is tried as without one.
-            libc::write(label_fd, c"".as_ptr().cast(), 0);
+        let refused = *libc::__errno_location();
+        // The policy refused the pod's domain (EACCES for the transition or the entry point,
+        // EPERM when no_new_privs forbids it without nnp_transition): an empty write clears
+        // the exec label, and the exec is tried as without one. Any other failure (ENOMEM,
+        // say) is the exec's own, and is not a reason to run outside the pod's domain.
+        if label_fd >= 0
+            && (refused == libc::EACCES || refused == libc::EPERM)
+            && libc::write(label_fd, c"".as_ptr().cast(), 0) == 0
+        {
             exec();
+        } else {
+            *libc::__errno_location() = refused;
         }
         fail(status_fd, Step::Exec, 0);
     }
