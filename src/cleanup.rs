@@ -85,7 +85,7 @@ fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget) {
         }
     }
     if let Some(net) = network
-        && let Err(e) = crate::network::teardown(None, &net)
+        && let Err(e) = crate::network::teardown_within(&net, budget)
     {
         eprintln!("delete {id}: {e}");
     }

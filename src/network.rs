@@ -263,6 +263,16 @@ pub fn teardown(provider: Option<&Arc<dyn NetworkProvider>>, record: &NetworkRec
     }
 }
 
+/// [`teardown`] without a provider (the `delete` action), each plugin given at most what is
+/// left of `budget`: containerd kills `delete` at 5 s, and a plugin that hangs for its own
+/// timeout (60 s by default) would take every later step of it along.
+pub fn teardown_within(record: &NetworkRecord, budget: &crate::timing::Budget) -> Result<()> {
+    let own = std::time::Duration::from_secs(record.timeout_seconds.max(1));
+    let mut bounded = record.clone();
+    bounded.timeout_seconds = budget.bound(own).as_secs().max(1);
+    teardown(None, &bounded)
+}
+
 /// Tears down `record` with `exec` (the `delete` action uses a direct spawner).
 pub fn teardown_with(record: &NetworkRecord, exec: Arc<dyn PluginExec>) -> Result<()> {
     if record.loopback_only {
@@ -455,6 +465,39 @@ mod tests {
             ips: vec![],
             loopback_only: false,
         }
+    }
+
+    /// `delete`'s CNI DEL gets what is left of its budget, not the plugin timeout the record
+    /// names: a plugin that hangs is killed in time for the rest of `delete` to run.
+    #[test]
+    fn teardown_within_a_budget_kills_a_hanging_plugin_at_the_budget() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (conf, bin) = (dir.path().join("conf"), dir.path().join("bin"));
+        std::fs::create_dir_all(&conf).unwrap();
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(
+            conf.join("10-hang.conf"),
+            r#"{"cniVersion":"1.0.0","name":"hangnet","type":"hang"}"#,
+        )
+        .unwrap();
+        let plugin = bin.join("hang");
+        std::fs::write(&plugin, "#!/bin/sh\nexec sleep 300\n").unwrap();
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let rec = NetworkRecord {
+            netns: dir.path().join("netns"),
+            conf_dir: conf,
+            bin_dirs: vec![bin],
+            cache_dir: dir.path().join("cache"),
+            timeout_seconds: 600,
+            ..record()
+        };
+        let budget = crate::timing::Budget::new(std::time::Duration::from_secs(1));
+        let t = std::time::Instant::now();
+        let e = teardown_within(&rec, &budget).unwrap_err();
+        // The record's 600 s would be 10 minutes; only a hang takes a minute.
+        assert!(t.elapsed() < std::time::Duration::from_secs(60), "{e}");
+        assert!(format!("{e:#}").contains("CNI DEL"), "{e:#}");
     }
 
     #[test]

@@ -1119,11 +1119,6 @@ pub fn cleanup_from_bundle(
             || crate::util::process_start_ticks(record.pause_pid) == Some(record.pause_start_ticks);
         crate::util::kill_and_wait(record.pause_pid, ours, budget.bound(Duration::from_secs(1)));
     }
-    if let Some(net) = &record.network
-        && let Err(e) = crate::network::teardown(None, net)
-    {
-        eprintln!("delete sandbox {}: {e}", record.id);
-    }
     if let Some(shm) = &record.shm {
         let _ = host.unmount_shm(shm);
     }
@@ -1143,6 +1138,12 @@ pub fn cleanup_from_bundle(
         eprintln!("delete sandbox {}: {e}", record.id);
     }
     host.remove_cgroup(&record.cgroup);
+    // The network last: its plugins are the one step that can take all of what is left.
+    if let Some(net) = &record.network
+        && let Err(e) = crate::network::teardown_within(net, budget)
+    {
+        eprintln!("delete sandbox {}: {e}", record.id);
+    }
     let _ = std::fs::remove_file(bundle.join(SANDBOX_STATE_FILE));
     Some(record.pause_pid as u32)
 }
