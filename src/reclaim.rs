@@ -111,14 +111,20 @@ pub fn members_in_root(root: &Path, pod: &str) -> Vec<(String, RuncState)> {
     found
 }
 
-/// The directories of cgroupfs path `cgroups_path` (`/k8s.io/<id>`, `<parent>/<id>`) under
-/// each hierarchy in `roots`. A systemd path (`slice:prefix:name`) or one with `..` gives none.
-pub fn cgroup_dirs_of(cgroups_path: &str, roots: &[PathBuf]) -> Vec<PathBuf> {
+/// The directories of container `id`'s cgroupfs path `cgroups_path` (`/k8s.io/<id>`,
+/// `<parent>/<id>`: what containerd gives a container ends in its ID) under each hierarchy in
+/// `roots`. A systemd path (`slice:prefix:name`), one with `..`, or one that does not end in
+/// the container's ID gives none: every process in these directories is killed, and a spec's
+/// path naming a cgroup of others (`/system.slice`) must not take them along.
+pub fn cgroup_dirs_of(cgroups_path: &str, id: &str, roots: &[PathBuf]) -> Vec<PathBuf> {
     if cgroups_path.contains(':') {
         return Vec::new();
     }
     let rel = Path::new(cgroups_path.trim_start_matches('/'));
-    if rel.as_os_str().is_empty() || !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+    if rel.as_os_str().is_empty()
+        || !rel.components().all(|c| matches!(c, Component::Normal(_)))
+        || rel.file_name() != Some(std::ffi::OsStr::new(id))
+    {
         return Vec::new();
     }
     roots.iter().map(|r| r.join(rel)).collect()
@@ -150,7 +156,7 @@ pub fn reclaim(member: &Member, budget: &Budget) -> Vec<String> {
     if dirs.is_empty()
         && let Some(path) = &member.cgroups_path
     {
-        dirs = cgroup_dirs_of(path, &hierarchy_roots());
+        dirs = cgroup_dirs_of(path, id, &hierarchy_roots());
     }
     let rt = Runc::new(member.runc.clone(), Spawner::direct(), std::env::temp_dir())
         .with_timeout(budget.bound(RUNC_DELETE_TIMEOUT));
@@ -369,15 +375,19 @@ mod tests {
             PathBuf::from("/sys/fs/cgroup/pids"),
         ];
         assert_eq!(
-            cgroup_dirs_of("/k8s.io/c1", &roots),
+            cgroup_dirs_of("/k8s.io/c1", "c1", &roots),
             vec![
                 PathBuf::from("/sys/fs/cgroup/memory/k8s.io/c1"),
                 PathBuf::from("/sys/fs/cgroup/pids/k8s.io/c1")
             ]
         );
-        assert!(cgroup_dirs_of("/k8s.io/../../etc", &roots).is_empty());
-        assert!(cgroup_dirs_of("kubepods.slice:cri-containerd:c1", &roots).is_empty());
-        assert!(cgroup_dirs_of("/", &roots).is_empty());
+        assert!(cgroup_dirs_of("/k8s.io/../../etc", "etc", &roots).is_empty());
+        assert!(cgroup_dirs_of("kubepods.slice:cri-containerd:c1", "c1", &roots).is_empty());
+        assert!(cgroup_dirs_of("/", "c1", &roots).is_empty());
+        // Not the container's own cgroup: its processes are not the container's to kill.
+        assert!(cgroup_dirs_of("/system.slice", "c1", &roots).is_empty());
+        assert!(cgroup_dirs_of("/k8s.io/c1/..", "c1", &roots).is_empty());
+        assert!(cgroup_dirs_of("/k8s.io", "c1", &roots).is_empty());
         // What runc's state names is used only strictly below a hierarchy's root.
         assert!(below_a_root(
             Path::new("/sys/fs/cgroup/memory/k8s.io/c1"),
