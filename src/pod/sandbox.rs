@@ -126,6 +126,9 @@ pub struct Sandbox {
     pub created_at: Option<SystemTime>,
     pub exit: Option<(u32, SystemTime)>,
     pub record: SandboxRecord,
+    /// The record's systemd scope is known to be gone (stopped by StopSandbox): Shutdown
+    /// need not ask systemd again.
+    pub scope_stopped: bool,
 }
 
 /// The Sandbox service's state.
@@ -330,6 +333,7 @@ impl SandboxManager {
             created_at: None,
             exit: None,
             record,
+            scope_stopped: false,
         });
         Ok(())
     }
@@ -611,10 +615,20 @@ impl SandboxManager {
         self.wake(waiters);
         steps.step("pause process");
         // The pause's scope, now empty: stopped rather than left for systemd to collect.
-        let cgroup = self.lock().as_ref().map(|s| s.record.cgroup.clone());
+        let cgroup = self
+            .lock()
+            .as_ref()
+            .filter(|s| !s.scope_stopped)
+            .map(|s| s.record.cgroup.clone());
         if let Some(cg) = cgroup.filter(|cg| cg.scope.is_some()) {
-            if let Err(e) = self.host.stop_scope(&cg) {
-                log::warn!("stop sandbox {id}: {e}");
+            match self.host.stop_scope(&cg) {
+                Ok(()) => {
+                    if let Some(s) = self.lock().as_mut() {
+                        s.scope_stopped = true;
+                    }
+                }
+                // ShutdownSandbox tries again, and fails if systemd still does not answer.
+                Err(e) => log::warn!("stop sandbox {id}: {e}"),
             }
             steps.step("systemd scope");
         }
@@ -707,6 +721,20 @@ impl SandboxManager {
             }
         }
         steps.step("delete containers");
+        // A scope StopSandbox could not stop (systemd did not answer): tried again, and while
+        // it may remain, Shutdown fails and keeps the record, so that containerd's retry (the
+        // kubelet retries RemovePodSandbox) comes back here rather than the unit being forgotten.
+        let left = self
+            .lock()
+            .as_ref()
+            .filter(|s| s.record.cgroup.scope.is_some() && !s.scope_stopped)
+            .map(|s| s.record.cgroup.clone());
+        if let Some(cg) = left {
+            self.host
+                .stop_scope(&cg)
+                .context("shutdown sandbox: stop the pod's systemd scope")?;
+            steps.step("systemd scope");
+        }
         let s = self.lock().take();
         if let Some(s) = s {
             self.undo(&s.record);

@@ -44,6 +44,8 @@ struct FakePodHost {
     scope_may_remain: Mutex<bool>,
     /// Runs in join_scope (what a shim killed while systemd is asked would leave).
     on_join_scope: Mutex<Option<Box<dyn Fn() + Send>>>,
+    /// stop_scope fails (a systemd that does not answer) while set.
+    fail_stop_scope: Mutex<bool>,
 }
 
 impl FakePodHost {
@@ -151,6 +153,11 @@ impl PodHost for FakePodHost {
     fn stop_scope(&self, cg: &PodCgroup) -> Result<()> {
         if let Some(scope) = &cg.scope {
             self.log(format!("stop_scope {}", scope.unit));
+        }
+        if *self.fail_stop_scope.lock().unwrap() {
+            return Err(crate::error::Error::internal(
+                "StopUnit: no answer before the deadline",
+            ));
         }
         Ok(())
     }
@@ -708,14 +715,15 @@ fn a_slice_parent_puts_the_pause_in_a_systemd_scope_of_that_slice() {
         f.host.calls()[before..],
         ["stop_scope cri-containerd-pod1.scope".to_string()]
     );
+    // Stopped: ShutdownSandbox does not ask systemd again.
     f.shutdown("pod1").unwrap();
-    assert!(
+    assert_eq!(
         f.host
             .calls()
             .iter()
             .filter(|c| c.starts_with("stop_scope"))
-            .count()
-            >= 2,
+            .count(),
+        1,
         "{:?}",
         f.host.calls()
     );
@@ -787,6 +795,45 @@ fn a_scope_whose_undo_failed_stays_in_the_record_and_shutdown_stops_it() {
         "{:?}",
         f.host.calls()
     );
+}
+
+/// A scope that StopSandbox could not stop (systemd did not answer) is not forgotten:
+/// ShutdownSandbox tries again and, while systemd still does not answer, fails and keeps the
+/// record for containerd's retry, which succeeds once systemd answers. A scope StopSandbox
+/// stopped is not asked for again.
+#[test]
+fn a_scope_stop_systemd_did_not_answer_fails_shutdown_until_it_does() {
+    let f = fixture();
+    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
+        .unwrap();
+    f.start("pod1").unwrap();
+    *f.host.fail_stop_scope.lock().unwrap() = true;
+    f.stop("pod1").unwrap();
+    let e = f.shutdown("pod1").unwrap_err();
+    assert!(
+        format!("{e:?}").contains("stop the pod's systemd scope"),
+        "{e:?}"
+    );
+    assert!(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
+    *f.host.fail_stop_scope.lock().unwrap() = false;
+    f.shutdown("pod1").unwrap();
+    assert!(!f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
+    let stops = |f: &Fixture| {
+        f.host
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("stop_scope"))
+            .count()
+    };
+    assert_eq!(stops(&f), 4, "{:?}", f.host.calls());
+
+    let f = fixture();
+    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
+        .unwrap();
+    f.start("pod1").unwrap();
+    f.stop("pod1").unwrap();
+    f.shutdown("pod1").unwrap();
+    assert_eq!(stops(&f), 1, "{:?}", f.host.calls());
 }
 
 /// A parent in the `slice:prefix:name` form names a container's cgroup, not a pod's: refused
