@@ -582,7 +582,9 @@ const LIVE_HANG: Duration = Duration::from_secs(180);
 /// transient scope of system.slice through each way in (the private socket, then the system
 /// bus alone) is in that scope's cgroup; after the stop the process is gone and so is the
 /// scope's cgroup. Prints how long start and stop took (the median of a few rounds), once
-/// PID 1 is idle.
+/// PID 1 is idle. A stop systemd answers neither us nor `systemctl` is systemd's stall (seen
+/// in the TCG guest on a loaded host): that round is not counted, and the other way must then
+/// go through whole; a stop that `systemctl` gets through and we do not fails the test.
 #[test]
 #[ignore = "needs root and systemd as PID 1"]
 fn live_systemd_scope_start_and_stop() {
@@ -603,6 +605,7 @@ fn live_systemd_scope_start_and_stop() {
             },
         ),
     ];
+    let mut stalled = 0;
     for (way, endpoints) in ways {
         wait_for_idle_pid1();
         let (mut starts, mut stops) = (Vec::new(), Vec::new());
@@ -625,7 +628,7 @@ fn live_systemd_scope_start_and_stop() {
             starts.push(t.elapsed());
             let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
             let t = Instant::now();
-            let mut stopped = scope::stop_within(&endpoints, &scope.unit, LIVE_HANG);
+            let stopped = scope::stop_within(&endpoints, &scope.unit, LIVE_HANG);
             stops.push(t.elapsed());
             if let Err(e) = &stopped {
                 // What PID 1 was doing meanwhile (StopUnit has gone unanswered for minutes,
@@ -641,11 +644,34 @@ fn live_systemd_scope_start_and_stop() {
                 }
             }
             if stopped.as_ref().is_err_and(|e| e.unanswered()) {
-                // Unanswered is not refused: as ShutdownSandbox does after a StopSandbox whose
-                // stop got no answer, ask again on a new connection. A client that sent what
-                // systemd cannot take fails here too; a PID 1 that was only busy answers now.
-                stopped = scope::stop_within(&endpoints, &scope.unit, LIVE_HANG);
-                eprintln!("{way} round {round}: asked again: {stopped:?}");
+                // The control: the same stop through systemd's own client. Seen twice in the
+                // guest on a loaded host: StopUnit unanswered for all of 180 s, and asked again
+                // on a new connection (which systemd accepted and authenticated) for another
+                // 180 s, PID 1 idle. If systemctl gets its stop through where we did not, the
+                // client is at fault and the test fails; if systemd answers neither, this
+                // round measured systemd's stall, not the client: it is not counted.
+                let t = Instant::now();
+                let ctl = std::process::Command::new("timeout")
+                    .args(["120", "systemctl", "stop", &scope.unit])
+                    .status();
+                let answered = ctl.as_ref().is_ok_and(|s| s.success());
+                eprintln!(
+                    "{way} round {round}: systemctl stop {}: {ctl:?} after {:?}",
+                    scope.unit,
+                    t.elapsed()
+                );
+                if !answered {
+                    eprintln!(
+                        "{way} round {round}: systemd answered neither client: not counted, \
+                         no more rounds this way"
+                    );
+                    stops.pop();
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    started.unwrap();
+                    stalled += 1;
+                    break;
+                }
             }
             let _ = child.kill();
             let status = child.wait().unwrap();
@@ -665,11 +691,23 @@ fn live_systemd_scope_start_and_stop() {
         }
         starts.sort();
         stops.sort();
+        // Every round through this way that systemd answered passed (a stall in the first
+        // leaves none: then the other way must go through whole, see below).
+        if stops.is_empty() {
+            eprintln!("live systemd via {way}: no round answered");
+            continue;
+        }
         eprintln!(
-            "live systemd via {way}: StartTransientUnit + job {:?} (median of 5, max {:?}), StopUnit + job {:?} (max {:?})",
-            starts[2], starts[4], stops[2], stops[4]
+            "live systemd via {way}: StartTransientUnit + job {:?} (median of {}, max {:?}), StopUnit + job {:?} (max {:?})",
+            starts[starts.len() / 2],
+            stops.len(),
+            starts.last().unwrap(),
+            stops[stops.len() / 2],
+            stops.last().unwrap()
         );
     }
+    // Not both ways lost to a stall: the client is proven on at least one of them whole.
+    assert!(stalled < 2, "systemd stalled on both ways");
 }
 
 /// A full listen backlog (the peer is slow to accept): the connect is tried again until the
