@@ -124,15 +124,23 @@ pub struct Manager {
 }
 
 impl Manager {
-    /// Connects through the private socket, else through the system bus.
+    /// Connects through the system bus, else through systemd's private socket: runc's order
+    /// (go-systemd's `NewWithContext`: the system bus, the private socket for root when the
+    /// bus fails). The private socket alone lost replies in the systemd guest on a loaded host
+    /// (StopUnit carried out, its reply and signals never received, on a new connection too;
+    /// the system bus answered every call meanwhile): it is the way in where there is no bus.
+    /// A bus that does not answer gets half the time left, so the private socket still gets
+    /// the rest.
     pub fn connect(endpoints: &Endpoints, deadline: Instant) -> SResult<Manager> {
-        let private = match Conn::connect(&endpoints.private, deadline) {
-            Ok(conn) => return Ok(Manager::direct(conn)),
+        let now = Instant::now();
+        let bus_deadline = now + deadline.saturating_duration_since(now) / 2;
+        let bus = match Manager::through_bus(&endpoints.system_bus, bus_deadline) {
+            Ok(m) => return Ok(m),
             Err(e) => e,
         };
-        match Manager::through_bus(&endpoints.system_bus, deadline) {
-            Ok(m) => Ok(m),
-            Err(bus) => Err(SystemdError::Unreachable {
+        match Conn::connect(&endpoints.private, deadline) {
+            Ok(conn) => Ok(Manager::direct(conn)),
+            Err(private) => Err(SystemdError::Unreachable {
                 private: endpoints.private.clone(),
                 private_error: private.to_string(),
                 bus: endpoints.system_bus.clone(),
