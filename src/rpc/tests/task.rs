@@ -1117,6 +1117,21 @@ fn park_wait(f: &Fixture, id: &str, exec_id: &str) -> std::sync::mpsc::Receiver<
     rx
 }
 
+/// The reaper's report of `pid`'s exit with `status`, for a runtime hook to deliver (a weak
+/// reference: the hook lives in the fixture's runtime, which the task manager owns).
+fn exit_later(f: &Fixture, pid: u32, status: i32) -> impl Fn() + Send + 'static {
+    let tm = Arc::downgrade(&f.tm);
+    move || {
+        if let Some(tm) = tm.upgrade() {
+            tm.on_exit(Exit {
+                pid: pid as i32,
+                status,
+                at: SystemTime::now(),
+            });
+        }
+    }
+}
+
 fn running(f: &Fixture, id: &str) -> u32 {
     let pid = f.create(id).unwrap().pid;
     f.start(id, "").unwrap();
@@ -1192,18 +1207,7 @@ fn deleting_processes_nobody_started_answers_their_waits() {
     // --force` kills: its exit (137) is not the Delete's answer.
     let pid = f.create("t2").unwrap().pid;
     let init_wait = park_wait(&f, "t2", "");
-    *f.host.runtime.on_delete.lock().unwrap() = Some(Box::new({
-        let tm = Arc::downgrade(&f.tm);
-        move || {
-            if let Some(tm) = tm.upgrade() {
-                tm.on_exit(Exit {
-                    pid: pid as i32,
-                    status: 137,
-                    at: SystemTime::now(),
-                });
-            }
-        }
-    }));
+    *f.host.runtime.on_delete.lock().unwrap() = Some(Box::new(exit_later(&f, pid, 137)));
     let deleted = f
         .svc
         .delete(
@@ -2020,15 +2024,9 @@ fn an_exec_start_that_panics_fails_its_exec() {
     // The init ends while the exec is being started (its exit is held for the exec's
     // TaskExecStarted), then the start unwinds.
     *f.host.runtime.on_exec.lock().unwrap() = Some(Box::new({
-        let tm = Arc::downgrade(&f.tm);
+        let exit = exit_later(&f, init, 3);
         move || {
-            if let Some(tm) = tm.upgrade() {
-                tm.on_exit(Exit {
-                    pid: init as i32,
-                    status: 3,
-                    at: SystemTime::now(),
-                });
-            }
+            exit();
             panic!("inside runc exec")
         }
     }));
