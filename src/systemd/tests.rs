@@ -636,7 +636,7 @@ fn live_systemd_scope_start_and_stop() {
             if let Err(e) = &stopped {
                 // What PID 1 was doing meanwhile (StopUnit has gone unanswered for minutes,
                 // with nothing else from systemd either, in the guest on a loaded host: PID 1
-                // runnable, its CPU time growing).
+                // in State R, yet its CPU time small: not busy).
                 eprintln!(
                     "{way} round {round}: {e}; PID 1 CPU ticks {:?}",
                     pid1_cpu_ticks()
@@ -712,11 +712,12 @@ fn live_systemd_scope_start_and_stop() {
             continue;
         }
         eprintln!(
-            "live systemd via {way}: StartTransientUnit + job {:?} (median of {}, max {:?}), StopUnit + job {:?} (max {:?})",
+            "live systemd via {way}: StartTransientUnit + job {:?} (median of {}, max {:?}), StopUnit + job {:?} (median of {}, max {:?})",
             starts[starts.len() / 2],
-            stops.len(),
+            starts.len(),
             starts.last().unwrap(),
             stops[stops.len() / 2],
+            stops.len(),
             stops.last().unwrap()
         );
     }
