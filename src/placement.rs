@@ -72,15 +72,27 @@ pub fn check(pid: i32, joined: &BTreeMap<String, PathBuf>) -> Result<()> {
     }
 }
 
-/// Whether `pid` exists and is not a zombie.
+/// Whether `pid` exists and is not exiting: a task that has begun to exit (`PF_EXITING`,
+/// set before the kernel moves it to the root cgroups in `cgroup_exit`) or is a zombie shows
+/// cgroups it no longer runs in. Read after `/proc/<pid>/cgroup`: the flag is never cleared.
 fn is_running(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
-        })
+        .and_then(|s| stat_says_running(&s))
         .unwrap_or(false)
+}
+
+/// `PF_EXITING` of the kernel's task flags (`include/linux/sched.h`).
+const PF_EXITING: u64 = 0x4;
+
+/// From the text of `/proc/<pid>/stat`: not a zombie (or dead), not exiting.
+fn stat_says_running(stat: &str) -> Option<bool> {
+    // pid (comm) state ppid pgrp session tty_nr tpgid flags ...; comm may hold anything.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?;
+    let flags: u64 = fields.get(6)?.parse().ok()?;
+    Some(!matches!(*state, "Z" | "X" | "x") && flags & PF_EXITING == 0)
 }
 
 /// The first hierarchy of `joined` where `cgroup` (the text of `/proc/<pid>/cgroup`) puts the
@@ -286,6 +298,20 @@ mod tests {
             misplaced(7, &j, &format!("8:hugetlb:{SLICE}\n"), MOUNTINFO),
             None
         );
+    }
+
+    /// Exiting tasks (the kernel has moved them, or is moving them, to the root cgroups)
+    /// and zombies do not count; `comm` may contain `)` and spaces.
+    #[test]
+    fn exiting_and_dead_processes_are_not_running() {
+        let stat = |state: &str, flags: u64| {
+            format!("42 (a) b) c) {state} 1 42 42 0 -1 {flags} 300 0 0 0 1 2 3 4 20 0 1 0 5")
+        };
+        assert_eq!(stat_says_running(&stat("S", 0x400100)), Some(true));
+        assert_eq!(stat_says_running(&stat("R", 0x400104)), Some(false));
+        assert_eq!(stat_says_running(&stat("Z", 0x40804c)), Some(false));
+        assert_eq!(stat_says_running(&stat("X", 0)), Some(false));
+        assert_eq!(stat_says_running("42 (a"), None);
     }
 
     #[test]
