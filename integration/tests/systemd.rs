@@ -1544,7 +1544,8 @@ async fn pod_after_restart(a: &mut Across, journal: &str, in_service: &[u32]) ->
         }
         Ok(GO_ZERO_TIME_UNIX_NANO) => eprintln!(
             "{handler}: ListPodSandbox createdAt after the restart is Go's zero time \
-             ({GO_ZERO_TIME_UNIX_NANO}), as containerd 2.1.9 gives it (see below)"
+             ({GO_ZERO_TIME_UNIX_NANO}), as containerd 2.1.9 gives it for a shim-sandboxer pod \
+             (its restart.go keeps only the state of the controller's answer)"
         ),
         Ok(t) => fail(format!(
             "ListPodSandbox createdAt after the restart is {t} ({} before), no longer Go's zero \
