@@ -22,6 +22,8 @@
 #   clean [--all]     remove node NAME (or every node) whatever state it is in: a killed
 #                     launcher, a stale pid file, cgroups left by a crash
 #   leftovers         what node NAME left on the host (exit 1 if anything)
+#   check             whether this host can run a node (cgroup v1 hybrid, the bench set up,
+#                     the tools); says why not and exits 1 if it cannot
 #   run-tests [FILTER...]
 #                     build the systemd integration tests and the shim's unit tests, boot the
 #                     node, run them in it (hack/node/tests.sh: integration/tests/systemd.rs
@@ -83,19 +85,50 @@ node_env() {
 	done
 }
 
-# host_checks: what the node needs from this machine
-host_checks() {
-	local h
-	[[ -f "$SETUP_DONE" && -x "$BIN/containerd" ]] || die "the bench is not set up: hack/setup.sh first"
-	[[ -x "$NODE_SHIM_SRC" ]] || die "no shim at $NODE_SHIM_SRC: hack/build.sh (or RSANDBOX_NODE_SHIM)"
-	[[ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]] ||
-		die "/sys/fs/cgroup is cgroup v2 only: this node is the cgroup v1 (hybrid) one; hack/guest.sh --systemd is the v2 node"
+# host_unfit: why this machine cannot run a node (nothing when it can)
+host_unfit() {
+	local h c
+	[[ -f "$SETUP_DONE" && -x "$BIN/containerd" ]] || {
+		echo "the bench is not set up: hack/setup.sh first"
+		return
+	}
+	[[ -x "$NODE_SHIM_SRC" ]] || {
+		echo "no shim at $NODE_SHIM_SRC: hack/build.sh (or RSANDBOX_NODE_SHIM)"
+		return
+	}
+	[[ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]] || {
+		echo "/sys/fs/cgroup is cgroup v2 only: this node is the cgroup v1 (hybrid) one; hack/guest.sh --systemd is the v2 node"
+		return
+	}
 	h=$(node_hierarchies)
-	grep -q ' name=systemd$' <<<"$h" || die "no name=systemd hierarchy under /sys/fs/cgroup: not a cgroup v1 hybrid host"
-	grep -q '^cgroup2 ' <<<"$h" || die "no cgroup2 (unified) hierarchy under /sys/fs/cgroup"
-	for c in script unshare nsenter setsid; do
-		command -v "$c" >/dev/null || die "$c missing (util-linux, bsdutils)"
+	grep -q ' name=systemd$' <<<"$h" || {
+		echo "no name=systemd hierarchy under /sys/fs/cgroup: not a cgroup v1 hybrid host"
+		return
+	}
+	grep -q '^cgroup2 ' <<<"$h" || {
+		echo "no cgroup2 (unified) hierarchy under /sys/fs/cgroup"
+		return
+	}
+	for c in script unshare nsenter setsid setpriv; do
+		command -v "$c" >/dev/null || {
+			echo "$c missing (util-linux, bsdutils)"
+			return
+		}
 	done
+}
+
+host_checks() {
+	local why
+	why=$(host_unfit)
+	[[ -z "$why" ]] || die "cannot run a systemd node here: $why"
+}
+
+cmd_check() {
+	local why
+	why=$(host_unfit)
+	[[ -z "$why" ]] && return 0
+	echo "$why"
+	return 1
 }
 
 cmd_boot() {
@@ -116,7 +149,13 @@ cmd_boot() {
 	# The launcher: script(1) gives the node a pty as /dev/console and keeps its output in
 	# console.log; it and unshare's waiting parent stay in the node's outer cgroup, the node's
 	# PID 1 moves into NAME/node before it makes the cgroup namespace (hack/node/enter.sh).
+	# Descriptors above 2 are closed first: the node must not hold a caller's lock or pipe (a
+	# `flock LOCK hack/node.sh boot` would stay locked for as long as the node runs).
 	(
+		for fd in /proc/"$BASHPID"/fd/*; do
+			fd=${fd##*/}
+			((fd > 2)) && eval "exec $fd>&-"
+		done
 		node_cgroup_join ""
 		exec setsid script -qfec "exec unshare --pid --fork --mount --uts --ipc --net --propagation private /bin/bash $NODE_REPO/hack/node/enter.sh $NODE_STATE" \
 			"$NODE_STATE/console.log" </dev/null >/dev/null 2>&1
@@ -409,7 +448,7 @@ NODE_RUNC_BIN=$(runc_path_for "$RSANDBOX_RUNC")
 cmd=${1:-}
 shift || true
 case "$cmd" in
-boot | stop | leftovers | run-tests)
+boot | stop | leftovers | run-tests | check)
 	need_root
 	"cmd_${cmd//-/_}" "$@"
 	;;

@@ -108,6 +108,8 @@ fi
 section "systemd node (cgroup v1): hack/node.sh run-tests"
 if [[ "${RSANDBOX_NODE:-1}" = 0 ]]; then
 	log "SKIPPED: RSANDBOX_NODE=0"
+elif ! why=$(hack/node.sh check); then
+	log "SKIPPED: $why"
 elif [[ -f integration/Cargo.toml ]]; then
 	# the node runs the shim hack/build.sh installed above (copied at its boot)
 	hack/node.sh -n test run-tests || failed+=("systemd node (cgroup v1)")
