@@ -108,6 +108,7 @@ done
 # would stay the old one through the overlay.
 for d in $NODE_LIVE_DIRS; do
 	[[ -d "$d" ]] || continue
+	mkdir -p "$R$d" # a directory below /tmp or /run is gone under their tmpfs
 	mount --bind "$d" "$R$d"
 	mount -o remount,bind,ro "$R$d"
 done
