@@ -19,8 +19,9 @@
 #   status            the node's PID 1, namespaces, systemd state, units, containerd
 #   stop              SIGRTMIN+3 to its PID 1 (systemd halts), wait, remove its cgroups;
 #                     then check that nothing of it is left on the host (exit 1 if anything is)
-#   clean [--all]     remove node NAME (or every node) whatever state it is in: a killed
-#                     launcher, a stale pid file, cgroups left by a crash
+#   clean [--all]     remove node NAME whatever state it is in (a killed launcher, a stale
+#                     pid file, cgroups left by a crash); --all: every node whose PID 1 is
+#                     gone (running nodes, maybe another user's, are left alone)
 #   leftovers         what node NAME left on the host (exit 1 if anything)
 #   check             whether this host can run a node (cgroup v1 hybrid, the bench set up,
 #                     the tools); says why not and exits 1 if it cannot
@@ -375,7 +376,7 @@ cmd_clean() {
 	node_forget
 }
 
-cmd_clean_all() { # every node: a state directory or a cgroup of one
+cmd_clean_all() { # every stale node (a state directory or a cgroup, no live PID 1); running ones stay
 	local names n d rc=0
 	names=$({
 		for d in "$NODE_STATE_BASE"/*/ /sys/fs/cgroup/*/rsandbox-node-*/; do
@@ -386,7 +387,15 @@ cmd_clean_all() { # every node: a state directory or a cgroup of one
 		done
 	} | sort -u)
 	for n in $names; do
-		(node_set "$n" && cmd_clean) || rc=1
+		# shellcheck disable=SC2030,SC2031 # node_set's variables are the subshell's
+		(
+			node_set "$n"
+			if pid=$(node_pid); then
+				log "node $n runs (host pid $pid): left alone (hack/node.sh -n $n stop)"
+			else
+				cmd_clean
+			fi
+		) || rc=1
 	done
 	return "$rc"
 }
