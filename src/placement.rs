@@ -133,7 +133,14 @@ pub fn misplaced(
             log::debug!("pid {pid}: the {key:?} hierarchy is not mounted here");
             continue;
         };
-        let actual = mount.mountpoint.join(rel.trim_start_matches('/'));
+        // A hierarchy mounted from below its root (a container without its own cgroup
+        // namespace) shows the mount's root in /proc/<pid>/cgroup; a process outside that
+        // root is outside every directory under the mount point.
+        let root = mount_root(mountinfo, &mount.mountpoint);
+        let actual = match Path::new(rel).strip_prefix(&root) {
+            Ok(below) => mount.mountpoint.join(below),
+            Err(_) => PathBuf::from(rel),
+        };
         if normalized(&actual) != normalized(expected) {
             return Some(Misplaced {
                 pid,
@@ -148,6 +155,21 @@ pub fn misplaced(
         }
     }
     None
+}
+
+/// The root (4th field of `/proc/self/mountinfo`) of the cgroup mount at `mountpoint`: `/`
+/// unless the hierarchy is mounted from one of its cgroups.
+fn mount_root(mountinfo: &str, mountpoint: &Path) -> PathBuf {
+    mountinfo
+        .lines()
+        .find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let f: Vec<&str> = left.split(' ').collect();
+            let root = f.get(3)?;
+            (right.starts_with("cgroup") && f.get(4).map(Path::new) == Some(mountpoint))
+                .then(|| PathBuf::from(root))
+        })
+        .unwrap_or_else(|| PathBuf::from("/"))
 }
 
 /// `p` without a trailing `/` (the root cgroup reads as `/`).
@@ -283,6 +305,30 @@ mod tests {
         let m = misplaced(7, &j, &format!("0::{SLICE}\n"), mountinfo).unwrap();
         assert_eq!(m.hierarchy, "unified");
         assert_eq!(m.actual, PathBuf::from(format!("/sys/fs/cgroup{SLICE}")));
+    }
+
+    /// A hierarchy mounted from one of its cgroups (a container sharing the host's cgroup
+    /// namespace): /proc shows the full path, the mount starts at its root.
+    #[test]
+    fn a_mount_of_a_sub_cgroup_is_resolved_through_its_root() {
+        let mountinfo = "\
+35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+";
+        let j: BTreeMap<String, PathBuf> = [(
+            "memory".to_string(),
+            PathBuf::from(format!("/sys/fs/cgroup/memory{SCOPE}")),
+        )]
+        .into();
+        let inside = format!("4:memory:/docker/abc{SCOPE}\n");
+        assert_eq!(misplaced(7, &j, &inside, mountinfo), None);
+        let m = misplaced(7, &j, &format!("4:memory:/docker/abc{SLICE}\n"), mountinfo).unwrap();
+        assert_eq!(
+            m.actual,
+            PathBuf::from(format!("/sys/fs/cgroup/memory{SLICE}"))
+        );
+        // outside the mounted cgroup altogether
+        let m = misplaced(7, &j, &format!("4:memory:{SCOPE}\n"), mountinfo).unwrap();
+        assert_eq!(m.actual, PathBuf::from(SCOPE));
     }
 
     /// What cannot be compared (no such line, no such mount) is skipped, not failed.
