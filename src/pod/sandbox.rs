@@ -1061,7 +1061,7 @@ impl PodHost for LinuxPodHost {
         let mountinfo =
             std::fs::read_to_string("/proc/self/mountinfo").context("read mountinfo")?;
         super::scope::join(
-            &crate::systemd::manager::Endpoints::default(),
+            &crate::systemd::manager::Endpoints::of_node(),
             &super::cgroup::hierarchies(&mountinfo, self.unified),
             self.unified,
             scope,
@@ -1071,7 +1071,7 @@ impl PodHost for LinuxPodHost {
     }
     fn stop_scope(&self, cg: &PodCgroup) -> Result<()> {
         super::scope::stop(
-            &crate::systemd::manager::Endpoints::default(),
+            &crate::systemd::manager::Endpoints::of_node(),
             cg,
             self.scope_stop_timeout,
         )

@@ -6,16 +6,20 @@
 //!   bus daemon, no `Hello`, and systemd sends every manager signal to each of its direct
 //!   connections unconditionally (`bus_foreach_bus` in systemd's `src/core/dbus.c`), so no
 //!   `Subscribe` either. This is what `systemctl` uses as root.
-//! * the system bus `/run/dbus/system_bus_socket`, where systemd is
-//!   `org.freedesktop.systemd1`: `Hello` first, a match rule for `JobRemoved`, systemd's
-//!   unique name (`GetNameOwner`: only signals from it count, any local user may send us
-//!   one), and `Subscribe` (systemd only emits job signals on the bus while someone
-//!   subscribed).
+//! * the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set, as libdbus and go-systemd read it,
+//!   else `/run/dbus/system_bus_socket`), where systemd is `org.freedesktop.systemd1`:
+//!   `Hello` first, match rules for `JobRemoved` and for the bus daemon's `NameOwnerChanged`
+//!   of systemd's name, systemd's unique name (`GetNameOwner`: only signals and replies from
+//!   it count, any local user may send us one), and `Subscribe` (systemd only emits job
+//!   signals on the bus while someone subscribed). `systemctl daemon-reexec` (a systemd
+//!   package upgrade) takes systemd off the bus and back under a new unique name, keeping its
+//!   jobs and its subscribers; `NameOwnerChanged` tells us the new name, so a job's end sent
+//!   after the re-exec is still taken (go-systemd takes any sender's `JobRemoved`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
-use super::conn::{Conn, DbusError};
+use super::conn::{BUS_DRIVER, Conn, DbusError};
 use super::wire::{Kind, Message, Value};
 
 pub const PRIVATE_SOCKET: &str = "/run/systemd/private";
@@ -42,14 +46,46 @@ pub const UNIT_EXISTS: &str = "org.freedesktop.systemd1.UnitExists";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoints {
     pub private: PathBuf,
-    pub system_bus: PathBuf,
+    /// The system bus's sockets, tried in order, or why the configured address names none
+    /// the shim can use.
+    pub system_bus: Result<Vec<PathBuf>, String>,
 }
 
 impl Default for Endpoints {
+    /// The compiled-in places, whatever the environment says.
     fn default() -> Self {
         Endpoints {
             private: PRIVATE_SOCKET.into(),
-            system_bus: SYSTEM_BUS_SOCKET.into(),
+            system_bus: Ok(vec![SYSTEM_BUS_SOCKET.into()]),
+        }
+    }
+}
+
+impl Endpoints {
+    /// The node's: the system bus at `DBUS_SYSTEM_BUS_ADDRESS` when it is set (libdbus's
+    /// syntax, `unix:path=` entries only, see [`super::address`]), else the default socket.
+    pub fn of_node() -> Endpoints {
+        let system_bus = match std::env::var(super::address::SYSTEM_BUS_ENV) {
+            Ok(address) => Endpoints::bus_at(&address),
+            Err(_) => Ok(vec![SYSTEM_BUS_SOCKET.into()]),
+        };
+        Endpoints {
+            system_bus,
+            ..Endpoints::default()
+        }
+    }
+
+    /// The system bus's sockets from a D-Bus `address`.
+    pub fn bus_at(address: &str) -> Result<Vec<PathBuf>, String> {
+        super::address::unix_paths(address)
+            .map_err(|e| format!("{}={address:?}: {e}", super::address::SYSTEM_BUS_ENV))
+    }
+
+    /// The private socket only, the system bus at `bus` (tests).
+    pub fn with_bus(private: PathBuf, bus: PathBuf) -> Endpoints {
+        Endpoints {
+            private,
+            system_bus: Ok(vec![bus]),
         }
     }
 }
@@ -57,15 +93,15 @@ impl Default for Endpoints {
 /// Why a manager call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SystemdError {
-    /// Neither way in works: the private socket and its error, then the system bus's.
+    /// Neither way in works: the private socket and its error, then the system bus's (which
+    /// names the socket, or why the configured bus address cannot be used).
     #[error(
-        "systemd is not reachable at {}: {private_error} (nor through the system bus at {}: {bus_error})",
-        .private.display(), .bus.display()
+        "systemd is not reachable at {}: {private_error} (nor through the system bus: {bus_error})",
+        .private.display()
     )]
     Unreachable {
         private: PathBuf,
         private_error: String,
-        bus: PathBuf,
         bus_error: String,
     },
     /// A call failed: the step (`StartTransientUnit cri-containerd-x.scope`) and why. With
@@ -115,12 +151,10 @@ fn is_job_removed(m: &Message) -> bool {
 /// A connection to systemd's manager.
 pub struct Manager {
     conn: Conn,
-    /// On the system bus messages must name systemd; on the private socket there is nobody
-    /// else to name.
+    /// On the system bus messages must name systemd (the connection then follows its unique
+    /// name, see [`Conn::follow_service`]); on the private socket there is nobody else to
+    /// name.
     destination: Option<&'static str>,
-    /// On the system bus, systemd's unique name: any local user can send us a unicast
-    /// `JobRemoved`, only one from this sender is systemd's. None on the private socket.
-    sender: Option<String>,
 }
 
 impl Manager {
@@ -134,17 +168,29 @@ impl Manager {
     pub fn connect(endpoints: &Endpoints, deadline: Instant) -> SResult<Manager> {
         let now = Instant::now();
         let bus_deadline = now + deadline.saturating_duration_since(now) / 2;
-        let bus = match Manager::through_bus(&endpoints.system_bus, bus_deadline) {
-            Ok(m) => return Ok(m),
-            Err(e) => e,
+        let bus_error = match &endpoints.system_bus {
+            Ok(paths) => {
+                // Each socket of the address in turn, as libdbus tries them.
+                let mut errors = Vec::new();
+                for path in paths {
+                    match Manager::through_bus(path, bus_deadline) {
+                        Ok(m) => return Ok(m),
+                        Err(e) => errors.push(format!("{}: {e}", path.display())),
+                    }
+                }
+                errors.join("; ")
+            }
+            Err(unusable) => {
+                log::warn!("the system bus: {unusable}");
+                unusable.clone()
+            }
         };
         match Conn::connect(&endpoints.private, deadline) {
             Ok(conn) => Ok(Manager::direct(conn)),
             Err(private) => Err(SystemdError::Unreachable {
                 private: endpoints.private.clone(),
                 private_error: private.to_string(),
-                bus: endpoints.system_bus.clone(),
-                bus_error: bus.to_string(),
+                bus_error,
             }),
         }
     }
@@ -154,18 +200,17 @@ impl Manager {
         Manager {
             conn,
             destination: None,
-            sender: None,
         }
     }
 
-    fn through_bus(path: &Path, deadline: Instant) -> Result<Manager, DbusError> {
+    fn through_bus(path: &std::path::Path, deadline: Instant) -> Result<Manager, DbusError> {
         let mut conn = Conn::connect(path, deadline)?;
         conn.keep_signals(is_job_removed);
         let bus = |member: &str, args: &[Value]| {
             Message::call(
-                Some("org.freedesktop.DBus"),
+                Some(BUS_DRIVER),
                 "/org/freedesktop/DBus",
-                "org.freedesktop.DBus",
+                BUS_DRIVER,
                 member,
                 args,
             )
@@ -173,6 +218,11 @@ impl Manager {
         conn.call(bus("Hello", &[]), deadline, "Hello")?;
         let rule = format!(
             "type='signal',sender='{SERVICE}',path='{PATH}',interface='{MANAGER}',member='JobRemoved'"
+        );
+        conn.call(bus("AddMatch", &[Value::Str(rule)]), deadline, "AddMatch")?;
+        // Before GetNameOwner: a change of owner after its answer is not missed.
+        let rule = format!(
+            "type='signal',sender='{BUS_DRIVER}',path='/org/freedesktop/DBus',interface='{BUS_DRIVER}',member='NameOwnerChanged',arg0='{SERVICE}'"
         );
         conn.call(bus("AddMatch", &[Value::Str(rule)]), deadline, "AddMatch")?;
         let owner = conn.call(
@@ -190,11 +240,10 @@ impl Manager {
                     owner.signature
                 )))
             })?;
-        conn.keep_signals_from(sender.clone());
+        conn.follow_service(SERVICE, sender);
         let mut m = Manager {
             conn,
             destination: Some(SERVICE),
-            sender: Some(sender),
         };
         m.conn
             .call(m.message("Subscribe", &[]), deadline, "Subscribe")?;
@@ -250,12 +299,11 @@ impl Manager {
     }
 
     /// Waits for `JobRemoved(u id, o job, s unit, s result)` of `job`; returns its result.
+    /// On the bus only systemd's signals are kept (its unique name, followed through a
+    /// re-exec: see [`Conn::follow_service`]).
     fn wait_job(&mut self, job: &str, deadline: Instant) -> Result<String, DbusError> {
         loop {
             let m = self.conn.next_signal(deadline, "JobRemoved")?;
-            if self.sender.is_some() && m.sender != self.sender {
-                continue;
-            }
             let Ok(body) = m.body() else { continue };
             if let [_, Value::ObjectPath(path), _, Value::Str(result)] = body.as_slice()
                 && path == job
