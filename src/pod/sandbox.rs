@@ -129,6 +129,10 @@ pub struct Sandbox {
     /// The record's systemd scope is known to be gone (stopped by StopSandbox): Shutdown
     /// need not ask systemd again.
     pub scope_stopped: bool,
+    /// StartSandbox's StartTransientUnit got no answer: systemd may still run it, with the
+    /// pause's pid. The pause was kept alive for it (that pid then names the pause), and
+    /// StopSandbox stops the scope before it kills the pause.
+    pub scope_unconfirmed: bool,
 }
 
 /// The Sandbox service's state.
@@ -334,6 +338,7 @@ impl SandboxManager {
             exit: None,
             record,
             scope_stopped: false,
+            scope_unconfirmed: false,
         });
         Ok(())
     }
@@ -400,14 +405,23 @@ impl SandboxManager {
         // below is caught here, never lost (and never confused with a recycled pid).
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
         let mut steps = Steps::new(|| format!("start sandbox {id}"));
+        // The pause's pid goes to systemd (StartTransientUnit's PIDs) or into cgroup.procs by
+        // number, as runc names its unreaped `runc init`: it is held unreaped from the fork
+        // until it has been checked where it landed, so that it names the pause or its zombie
+        // all along, never a process that got it after a reap (issue 27 item 2). Nothing is
+        // reaped from the fork until that hold is taken.
+        let reaps = self.reaper.as_ref().map(|r| r.hold_reaps());
         let pause = match self.host.spawn_pause(&cfg) {
             Ok(pause) => Arc::new(pause),
             Err(e) => {
+                drop(reaps);
                 self.forget_scope(id, scope.is_some());
                 return Err(e);
             }
         };
         let pid = pause.pid();
+        let held = self.reaper.as_ref().map(|r| r.hold_pid(pid));
+        drop(reaps);
         steps.step("spawn pause");
         // In the record before the scope or cgroup join (up to 30 s with a slow systemd): a
         // shim killed meanwhile leaves a pause that `delete` finds and kills.
@@ -432,16 +446,64 @@ impl SandboxManager {
             ),
             _ => None,
         };
+        // Checked through its pidfd while its pid is still held: alive, the pid named the
+        // pause itself, and the scope or cgroup holds it. Dead (OOM, a kill from outside),
+        // only its zombie was named: the pod has no pause, the scope or cgroup is undone.
+        let joined = match joined {
+            Some(Ok(cg)) if pause.has_exited() => {
+                let undone = match &cg.scope {
+                    Some(_) => self.host.stop_scope(&cg).map_err(|e| {
+                        log::warn!("sandbox {id}: {e}");
+                    }),
+                    None => {
+                        self.host.remove_cgroup(&cg);
+                        Ok(())
+                    }
+                };
+                Some(Err((
+                    Error::internal(format!(
+                        "the pause process {pid} exited while it was put in the pod's {}",
+                        if scope.is_some() {
+                            "systemd scope"
+                        } else {
+                            "cgroup"
+                        }
+                    )),
+                    undone.is_err(),
+                )))
+            }
+            other => other,
+        };
         match joined {
             Some(Ok(cg)) => cgroup = cg,
+            Some(Err((e, scope_may_remain))) if scope_may_remain && !pause.has_exited() => {
+                // systemd did not answer and may yet run the queued start, with the pause's
+                // pid: the pause stays alive and recorded so that the pid names it, and the
+                // scope stays in the record. StopSandbox (containerd's ShutdownSandbox after
+                // a failed start) stops the scope, then kills the pause; `delete` kills the
+                // recorded pause and stops the scope.
+                log::warn!(
+                    "sandbox {id}: the systemd scope may exist; the pause process {pid} is kept \
+                     until it is stopped"
+                );
+                if let Some(s) = self.lock().as_mut().filter(|s| s.id == id) {
+                    s.pid = pid;
+                    s.pause = Some(pause);
+                    s.state = State::NotReady;
+                    s.scope_unconfirmed = true;
+                }
+                drop(held);
+                return Err(e);
+            }
             Some(Err((e, scope_may_remain))) => {
                 self.host.kill(&pause);
+                drop(held);
                 if let Err(e) = self.record_pause(id, 0) {
                     log::warn!("sandbox {id}: {e}");
                 }
-                // systemd did not answer the undo and may yet run the queued start (with a
-                // pid that, the pause being dead, may be recycled): ShutdownSandbox and
-                // `delete` stop the scope the record still names.
+                // The undo's stop got no answer either (the pause died meanwhile, so it could
+                // not be kept for a queued start): ShutdownSandbox and `delete` stop the scope
+                // the record still names.
                 if scope_may_remain {
                     log::warn!("sandbox {id}: the systemd scope may exist; kept in the record");
                 } else {
@@ -451,6 +513,7 @@ impl SandboxManager {
             }
             None => {}
         }
+        drop(held);
         steps.step(if scope.is_some() {
             "systemd scope"
         } else {
@@ -588,6 +651,16 @@ impl SandboxManager {
             log::warn!("stop sandbox {id}: containers still running after {STOP_WAIT:?}");
         }
         steps.step("containers");
+        // A scope whose start systemd never answered is stopped while the pause lives: a
+        // start systemd runs late then finds the pid still naming the pause.
+        let unconfirmed = self
+            .lock()
+            .as_ref()
+            .is_some_and(|s| s.scope_unconfirmed && !s.scope_stopped);
+        if unconfirmed {
+            self.stop_scope(id);
+            steps.step("systemd scope (unconfirmed start)");
+        }
         let waiters = {
             let mut guard = self.lock();
             if let Some(pause) = &s.pause
@@ -615,21 +688,7 @@ impl SandboxManager {
         self.wake(waiters);
         steps.step("pause process");
         // The pause's scope, now empty: stopped rather than left for systemd to collect.
-        let cgroup = self
-            .lock()
-            .as_ref()
-            .filter(|s| !s.scope_stopped)
-            .map(|s| s.record.cgroup.clone());
-        if let Some(cg) = cgroup.filter(|cg| cg.scope.is_some()) {
-            match self.host.stop_scope(&cg) {
-                Ok(()) => {
-                    if let Some(s) = self.lock().as_mut() {
-                        s.scope_stopped = true;
-                    }
-                }
-                // ShutdownSandbox tries again, and fails if systemd still does not answer.
-                Err(e) => log::warn!("stop sandbox {id}: {e}"),
-            }
+        if self.stop_scope(id) {
             steps.step("systemd scope");
         }
         // The pod's network goes with its pause process (CRI does the same for its own netns
@@ -650,6 +709,29 @@ impl SandboxManager {
             }
         }
         Ok(())
+    }
+
+    /// Stops the record's systemd scope unless it is known stopped; whether it asked systemd.
+    /// A stop systemd does not answer is tried again by ShutdownSandbox, which fails while
+    /// systemd still does not answer.
+    fn stop_scope(&self, id: &str) -> bool {
+        let cgroup = self
+            .lock()
+            .as_ref()
+            .filter(|s| !s.scope_stopped)
+            .map(|s| s.record.cgroup.clone());
+        let Some(cg) = cgroup.filter(|cg| cg.scope.is_some()) else {
+            return false;
+        };
+        match self.host.stop_scope(&cg) {
+            Ok(()) => {
+                if let Some(s) = self.lock().as_mut() {
+                    s.scope_stopped = true;
+                }
+            }
+            Err(e) => log::warn!("stop sandbox {id}: {e}"),
+        }
+        true
     }
 
     /// WaitSandbox: parks `waiter` until the pod ends (the pause process exits, or the sandbox
