@@ -74,6 +74,16 @@ pub trait PodHost: Send + Sync {
     /// Whether the pod's OCI runtime can run user-namespaced containers (runc >= 1.2, see
     /// [`crate::runtime::check_userns_runc`]); the error names the version found.
     fn check_userns_runtime(&self) -> Result<()>;
+    /// Reserves the pod's SELinux MCS level across the node ([`crate::mcs`]) where the pause
+    /// gets labels: the level the pod names, else a random pair no other pod has; `None`
+    /// where SELinux gives the pause no label.
+    fn reserve_mcs(
+        &self,
+        id: &str,
+        options: Option<&crate::selinux::SelinuxOptions>,
+    ) -> Result<Option<crate::mcs::Reservation>>;
+    /// Releases a reservation of [`PodHost::reserve_mcs`].
+    fn release_mcs(&self, r: &crate::mcs::Reservation);
     /// Gives the bundle, the pod files and /dev/shm to the root of the pod's user namespace
     /// (`root`: its host uid and gid), see [`super::files::own_for_userns`].
     fn own_for_userns(
@@ -102,6 +112,10 @@ pub struct SandboxRecord {
     /// delete: after a crash, `delete` takes them down ([`crate::reclaim`]).
     #[serde(default)]
     pub members: Vec<Member>,
+    /// The pause's SELinux MCS level reserved across the node ([`crate::mcs`]): released
+    /// by ShutdownSandbox, or by `delete` after a shim that died.
+    #[serde(default)]
+    pub mcs: Option<crate::mcs::Reservation>,
 }
 
 /// Sandbox lifecycle states.
@@ -343,10 +357,14 @@ impl SandboxManager {
         Ok(())
     }
 
-    /// Takes down what `record` says was made: the network, /dev/shm, the pod files.
+    /// Takes down what `record` says was made: the network, /dev/shm, the pod files, the
+    /// pause's MCS reservation.
     fn undo(&self, record: &SandboxRecord) {
         self.teardown_network(record);
         self.undo_files(record);
+        if let Some(r) = &record.mcs {
+            self.host.release_mcs(r);
+        }
     }
 
     /// CNI DEL and netns removal of a shim-owned network; idempotent.
@@ -394,13 +412,28 @@ impl SandboxManager {
             }
             _ => None,
         };
-        let cfg = PauseConfig::for_pod(
+        let mut cfg = PauseConfig::for_pod(
             id,
             &s.spec,
             s.netns.as_deref(),
             self.host.sysctl_defaults(),
             &s.bundle,
         );
+        // The pause's SELinux categories, reserved across the node's shims and recorded before
+        // the spawn (for `delete`); released on any failure below that leaves no pause.
+        let mcs = match self
+            .host
+            .reserve_mcs(id, s.spec.selinux.as_ref())
+            .context("reserve the pause's SELinux categories")
+            .and_then(|m| self.record_mcs(id, m.clone()).map(|()| m))
+        {
+            Ok(m) => m,
+            Err(e) => {
+                self.forget_scope(id, scope.is_some());
+                return Err(e);
+            }
+        };
+        cfg.mcs_level = mcs.as_ref().map(|r| r.level.clone());
         // Subscribed before the fork: an exit of the pause process before its pid is stored
         // below is caught here, never lost (and never confused with a recycled pid).
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
@@ -416,6 +449,7 @@ impl SandboxManager {
             Err(e) => {
                 drop(reaps);
                 self.forget_scope(id, scope.is_some());
+                self.forget_mcs(id);
                 return Err(e);
             }
         };
@@ -509,6 +543,7 @@ impl SandboxManager {
                 } else {
                     self.forget_scope(id, scope.is_some());
                 }
+                self.forget_mcs(id);
                 return Err(e);
             }
             None => {}
@@ -578,6 +613,36 @@ impl SandboxManager {
             pid => crate::util::process_start_ticks(pid).unwrap_or(0),
         };
         save_record(&s.bundle, &s.record)
+    }
+
+    /// Writes the pause's MCS reservation into the stored record.
+    fn record_mcs(&self, id: &str, mcs: Option<crate::mcs::Reservation>) -> Result<()> {
+        let mut guard = self.lock();
+        let Some(s) = guard.as_mut().filter(|s| s.id == id) else {
+            if let Some(r) = &mcs {
+                self.host.release_mcs(r);
+            }
+            return Err(Error::precondition(format!(
+                "sandbox {id} went away while starting"
+            )));
+        };
+        s.record.mcs = mcs;
+        save_record(&s.bundle, &s.record)
+    }
+
+    /// After a failed start that leaves no pause: its MCS level is released.
+    fn forget_mcs(&self, id: &str) {
+        let mcs = self
+            .lock()
+            .as_mut()
+            .filter(|s| s.id == id)
+            .and_then(|s| s.record.mcs.take());
+        if let Some(r) = mcs {
+            self.host.release_mcs(&r);
+            if let Err(e) = self.record_mcs(id, None) {
+                log::warn!("sandbox {id}: {e}");
+            }
+        }
     }
 
     /// After a failed start: the scope was not made (or was undone), the record says so.
@@ -1052,6 +1117,8 @@ pub struct LinuxPodHost {
     /// How long stopping the pod's systemd scope may take: StopSandbox's bound, or the
     /// shorter one of `delete` ([`crate::systemd::scope::DELETE_STOP_TIMEOUT`]).
     pub scope_stop_timeout: std::time::Duration,
+    /// The node's MCS reservations ([`crate::mcs::Registry::node`]).
+    pub mcs: crate::mcs::Registry,
 }
 
 impl LinuxPodHost {
@@ -1103,7 +1170,17 @@ impl PodHost for LinuxPodHost {
         crate::client_paths::open_netns(path).map(drop)
     }
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<PauseProcess> {
-        match self.selinux.pause_labels(cfg.selinux_options.as_ref()) {
+        if !self.selinux.labels_pause() {
+            return super::pause::spawn(cfg);
+        }
+        // Fails closed: a pause that should be labelled and has no level is not started.
+        let level = cfg.mcs_level.as_deref().ok_or_else(|| {
+            Error::internal("pause: SELinux: no MCS level was reserved for the pod")
+        })?;
+        match self
+            .selinux
+            .pause_labels(cfg.selinux_options.as_ref(), level)
+        {
             None => super::pause::spawn(cfg),
             Some((process, program)) => {
                 let cfg = PauseConfig {
@@ -1178,6 +1255,23 @@ impl PodHost for LinuxPodHost {
     fn check_userns_runtime(&self) -> Result<()> {
         crate::runtime::check_userns_runc(&self.runc, &self.spawner)
     }
+    fn reserve_mcs(
+        &self,
+        id: &str,
+        options: Option<&crate::selinux::SelinuxOptions>,
+    ) -> Result<Option<crate::mcs::Reservation>> {
+        if !self.selinux.labels_pause() {
+            return Ok(None);
+        }
+        let r = match options.map(|o| o.level.as_str()).filter(|l| !l.is_empty()) {
+            Some(level) => self.mcs.reserve_given(id, level),
+            None => self.mcs.reserve_random(id, crate::selinux::draw_categories),
+        };
+        r.map(Some).map_err(|e| Error::internal(e.to_string()))
+    }
+    fn release_mcs(&self, r: &crate::mcs::Reservation) {
+        self.mcs.release(r);
+    }
     fn own_for_userns(
         &self,
         bundle: &Path,
@@ -1217,6 +1311,7 @@ pub fn cleanup_from_bundle(
         spawner: crate::reaper::Spawner::direct(),
         selinux: crate::selinux::Selinux::disabled(),
         scope_stop_timeout: crate::systemd::scope::DELETE_STOP_TIMEOUT,
+        mcs: crate::mcs::Registry::node(),
     };
     for member in members_of(namespace, &record) {
         for p in crate::reclaim::reclaim(&member, budget) {
@@ -1233,6 +1328,11 @@ pub fn cleanup_from_bundle(
         let _ = host.unmount_shm(shm);
     }
     let _ = host.remove_files(&record.files_dir);
+    // The pause's MCS level: only this pod's entry (the record's owner is the sandbox
+    // containerd named, checked above).
+    if let Some(r) = record.mcs.as_ref().filter(|r| r.owner == record.id) {
+        host.release_mcs(r);
+    }
     // The dead shim's systemd scope (the pause is gone: it is empty), then our directories.
     // Only the unit this pod's scope is named: a record is a file, not an authority to stop
     // any unit of the node.
