@@ -350,7 +350,7 @@ impl crate::task::Host for NoHost {
         Ok(())
     }
     fn unwatch_oom(&self, _: &str) {}
-    fn check_oom_at_exit(&self, _: &str) {}
+    fn check_oom_at_exit(&self, _: &str, _: i32) {}
     fn signal(&self, _: i32, _: u32) -> Result<()> {
         Ok(())
     }
