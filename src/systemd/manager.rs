@@ -256,6 +256,12 @@ impl Manager {
         Manager::direct(conn)
     }
 
+    /// systemd's unique name on the bus now (`None` on the private socket, or while it is
+    /// off the bus).
+    pub fn systemd_name(&self) -> Option<&str> {
+        self.conn.service_owner()
+    }
+
     fn message(&self, member: &str, args: &[Value]) -> Message {
         Message::call(self.destination, PATH, MANAGER, member, args)
     }

@@ -786,22 +786,40 @@ fn wait_for_idle_pid1() {
 /// How long the live test lets one start or stop take before it calls it a hang.
 const LIVE_HANG: Duration = Duration::from_secs(180);
 
+/// How many rounds each way goes through (`RSANDBOX_LIVE_ROUNDS`, default 5).
+fn live_rounds() -> usize {
+    std::env::var("RSANDBOX_LIVE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+}
+
+/// Whether the real systemd is here to test against (root, its private socket).
+fn live_systemd_here() -> bool {
+    let here = std::path::Path::new(super::manager::PRIVATE_SOCKET).exists()
+        && nix::unistd::getuid().is_root();
+    if !here {
+        // `cargo test -- --include-ignored` runs it on hosts without systemd too.
+        eprintln!("skipped: systemd's private socket is not here (or not root)");
+    }
+    here
+}
+
 /// Against the real systemd (root, systemd as PID 1: the systemd guest): a process put in a
 /// transient scope of system.slice through each way in (the system bus, then the private
 /// socket alone) is in that scope's cgroup; after the stop the process is gone and so is the
-/// scope's cgroup. Prints how long start and stop took (the median of a few rounds), once
-/// PID 1 is idle. A stop that gets no answer is tried with `systemctl stop`: if that gets
-/// through, the test fails; if the unit is gone already (systemd carried our stop out and its
-/// reply never came: seen on the private socket in the TCG guest on a loaded host) or systemd
-/// answers systemctl neither, that round is not counted and the other way must go through
-/// whole.
+/// scope's cgroup. Every round of each way must go through: a start or stop that gets no
+/// answer fails the test (after asking `systemctl` for the same stop, and printing what it
+/// got and what PID 1 was doing, for the diagnosis). Prints how long start and stop took (the
+/// median of the rounds), once PID 1 is idle. Issue 27 item 10: the private socket's "lost"
+/// StopUnit replies were our client's (`BEGIN` sent right before the first call, which sd-bus
+/// then parked, see conn.rs), and rounds that lost them were not counted: the test passed
+/// while that way never worked.
 #[test]
 #[ignore = "needs root and systemd as PID 1"]
 fn live_systemd_scope_start_and_stop() {
     use std::path::Path;
-    // `cargo test -- --include-ignored` runs it on hosts without systemd too (this machine).
-    if !Path::new(super::manager::PRIVATE_SOCKET).exists() || !nix::unistd::getuid().is_root() {
-        eprintln!("skipped: systemd's private socket is not here (or not root)");
+    if !live_systemd_here() {
         return;
     }
     let unified = crate::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
@@ -816,11 +834,11 @@ fn live_systemd_scope_start_and_stop() {
             },
         ),
     ];
-    let mut lost = 0;
+    let rounds = live_rounds();
     for (way, endpoints) in ways {
         wait_for_idle_pid1();
         let (mut starts, mut stops) = (Vec::new(), Vec::new());
-        for round in 0..5 {
+        for round in 0..rounds {
             let mut child = std::process::Command::new("sleep")
                 .arg("600")
                 .spawn()
@@ -832,7 +850,6 @@ fn live_systemd_scope_start_and_stop() {
             };
             // Bounded at LIVE_HANG, not the shim's 30 s: this checks the client against the
             // real systemd and measures it; a PID 1 that stalls for tens of seconds under TCG
-            // (seen twice, State R, no message at all) is the guest's, not the client's, and
             // shows in the printed maximum.
             let t = Instant::now();
             let started = scope::start_within(&endpoints, &scope, "live", pid, unified, LIVE_HANG);
@@ -842,63 +859,16 @@ fn live_systemd_scope_start_and_stop() {
             let stopped = scope::stop_within(&endpoints, &scope.unit, LIVE_HANG);
             stops.push(t.elapsed());
             if let Err(e) = &stopped {
-                // What PID 1 was doing meanwhile (StopUnit has gone unanswered for minutes,
-                // with nothing else from systemd either, in the guest on a loaded host: PID 1
-                // in State R, yet its CPU time small: not busy).
-                eprintln!(
-                    "{way} round {round}: {e}; PID 1 CPU ticks {:?}",
-                    pid1_cpu_ticks()
-                );
-                for f in ["status", "wchan", "stack"] {
-                    let got = std::fs::read_to_string(format!("/proc/1/{f}"));
-                    eprintln!("/proc/1/{f}: {got:?}");
-                }
-            }
-            if stopped.as_ref().is_err_and(|e| e.unanswered()) {
-                // The control: the same stop through systemd's own client. Seen on the
-                // private socket in the guest on a loaded host: StopUnit unanswered for all of
-                // 180 s (asked again on a new connection: the same), PID 1 idle, and then
-                // `systemctl stop` found the unit gone (exit 5, not loaded): systemd had
-                // carried the stop out, its reply never reached us. If systemctl gets its stop
-                // through where we got nothing (exit 0), the test fails; a unit already gone,
-                // or a systemd that answers systemctl neither, ends this way's rounds
-                // uncounted, and the other way must go through whole.
-                let t = Instant::now();
-                let ctl = std::process::Command::new("timeout")
-                    .args(["120", "systemctl", "stop", &scope.unit])
-                    .status();
-                eprintln!(
-                    "{way} round {round}: systemctl stop {}: {ctl:?} after {:?}",
-                    scope.unit,
-                    t.elapsed()
-                );
-                let code = ctl.as_ref().ok().and_then(|s| s.code());
-                assert_ne!(
-                    code,
-                    Some(0),
-                    "{way}: systemctl stopped {} where our StopUnit got no answer",
-                    scope.unit
-                );
-                eprintln!(
-                    "{way} round {round}: {}: not counted, no more rounds this way",
-                    if code == Some(5) {
-                        "the unit is gone (systemd carried the stop out), its reply to us \
-                         never came"
-                    } else {
-                        "systemd answered neither client"
-                    }
-                );
-                stops.pop();
-                let _ = child.kill();
-                let _ = child.wait();
-                started.unwrap();
-                lost += 1;
-                break;
+                diagnose(way, round, &scope.unit, e);
             }
             let _ = child.kill();
             let status = child.wait().unwrap();
-            started.unwrap();
-            stopped.unwrap();
+            if let Err(e) = &started {
+                panic!("{way} round {round}: {e}");
+            }
+            if let Err(e) = &stopped {
+                panic!("{way} round {round}: {e}");
+            }
             assert!(
                 cgroup.contains(&format!("/system.slice/{}", scope.unit)),
                 "{way}: {cgroup}"
@@ -913,24 +883,97 @@ fn live_systemd_scope_start_and_stop() {
         }
         starts.sort();
         stops.sort();
-        // Every round through this way that systemd answered passed (a stall in the first
-        // leaves none: then the other way must go through whole, see below).
-        if stops.is_empty() {
-            eprintln!("live systemd via {way}: no round answered");
-            continue;
-        }
         eprintln!(
-            "live systemd via {way}: StartTransientUnit + job {:?} (median of {}, max {:?}), StopUnit + job {:?} (median of {}, max {:?})",
+            "live systemd via {way}: {rounds} rounds, StartTransientUnit + job {:?} (median, max {:?}), StopUnit + job {:?} (median, max {:?})",
             starts[starts.len() / 2],
-            starts.len(),
             starts.last().unwrap(),
             stops[stops.len() / 2],
-            stops.len(),
             stops.last().unwrap()
         );
     }
-    // Not both ways lost: the client is proven on at least one of them whole.
-    assert!(lost < 2, "no way in went through whole");
+}
+
+/// What the live test prints when a stop fails: PID 1's state, and what `systemctl stop` of
+/// the same unit gets (systemd's own client, on its private socket as root).
+fn diagnose(way: &str, round: usize, unit: &str, e: &SystemdError) {
+    eprintln!(
+        "{way} round {round}: {e}; PID 1 CPU ticks {:?}",
+        pid1_cpu_ticks()
+    );
+    for f in ["status", "wchan", "stack"] {
+        let got = std::fs::read_to_string(format!("/proc/1/{f}"));
+        eprintln!("/proc/1/{f}: {got:?}");
+    }
+    if e.unanswered() {
+        let t = Instant::now();
+        let ctl = std::process::Command::new("timeout")
+            .args(["120", "systemctl", "stop", unit])
+            .status();
+        eprintln!(
+            "{way} round {round}: systemctl stop {unit}: {ctl:?} after {:?}",
+            t.elapsed()
+        );
+    }
+}
+
+/// Issue 27 item 6, against the real systemd: `systemctl daemon-reexec` while a job of ours
+/// runs. systemd leaves the system bus and comes back under a new unique name; the job's end
+/// comes from that name and must be taken (before, the wait ran to its deadline). A scope's
+/// start job ends at once, so the job here is a transient oneshot service's (`sleep 20`: a
+/// re-exec takes seconds under TCG, and a job that ends before systemd is back on the bus
+/// has its end sent to nobody), the re-exec asked for 3 s into it (once the start call is
+/// answered: a call in flight at the re-exec is answered NoReply by the bus daemon); the
+/// wait is the same code.
+#[test]
+#[ignore = "needs root and systemd as PID 1"]
+fn live_systemd_job_end_after_daemon_reexec() {
+    if !live_systemd_here() {
+        return;
+    }
+    wait_for_idle_pid1();
+    let deadline = Instant::now() + LIVE_HANG;
+    let mut m = Manager::connect(&Endpoints::default(), deadline).unwrap();
+    let before = m.systemd_name().map(String::from);
+    assert!(before.is_some(), "not connected through the system bus");
+    let unit = format!("rsandbox-live-reexec-{}.service", std::process::id());
+    let exec = Value::Array(
+        "(sasb)".into(),
+        vec![Value::Struct(vec![
+            Value::Str("/bin/sleep".into()),
+            Value::strings(&["sleep", "20"]),
+            Value::Bool(false),
+        ])],
+    );
+    let reexec = std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(3));
+        let t = Instant::now();
+        let s = std::process::Command::new("systemctl")
+            .arg("daemon-reexec")
+            .status();
+        (s, t.elapsed())
+    });
+    let t = Instant::now();
+    let r = m.start_transient_unit(
+        &unit,
+        vec![
+            ("Type".into(), Value::Str("oneshot".into())),
+            ("ExecStart".into(), exec),
+        ],
+        deadline,
+    );
+    let took = t.elapsed();
+    let (reexec_status, reexec_took) = reexec.join().unwrap();
+    let after = m.systemd_name().map(String::from);
+    eprintln!(
+        "live daemon-reexec: systemctl daemon-reexec {reexec_status:?} after {reexec_took:?};          systemd on the bus {before:?} -> {after:?}; the start job's end after {took:?}: {r:?}"
+    );
+    let _ = scope::stop_within(&Endpoints::default(), &unit, LIVE_HANG);
+    assert!(reexec_status.unwrap().success());
+    assert_ne!(
+        before, after,
+        "systemd kept its unique name: no re-exec seen"
+    );
+    r.unwrap();
 }
 
 /// A full listen backlog (the peer is slow to accept): the connect is tried again until the
