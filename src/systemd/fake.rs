@@ -127,6 +127,9 @@ fn serve_one(mut s: UnixStream, script: &mut Script, tx: &mpsc::Sender<Message>)
         let call = Message::decode(&msg).unwrap();
         let _ = tx.send(call.clone());
         for mut m in script(&call) {
+            if m.member.as_deref() == Some(HANG_UP) {
+                return;
+            }
             serial += 1;
             m.serial = serial;
             if s.write_all(&m.encode()).is_err() {
@@ -219,6 +222,15 @@ fn serve_one_like_sd_bus(mut s: UnixStream, script: &mut Script, tx: &mpsc::Send
         }
     }
 }
+
+/// Not sent: makes the fake close the connection there (systemd re-executing).
+pub fn hang_up() -> Message {
+    let mut m = Message::empty(Kind::Signal);
+    m.member = Some(HANG_UP.into());
+    m
+}
+
+const HANG_UP: &str = "rsandbox.fake.HangUp";
 
 /// A method return to `call` with `body`.
 pub fn reply(call: &Message, body: &[Value]) -> Message {

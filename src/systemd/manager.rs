@@ -41,6 +41,8 @@ const NOT_ANSWERS: [&str; 4] = [
 
 /// The error StartTransientUnit answers when a unit of that name is loaded.
 pub const UNIT_EXISTS: &str = "org.freedesktop.systemd1.UnitExists";
+/// The error GetJob answers for a job that has ended.
+pub const NO_SUCH_JOB: &str = "org.freedesktop.systemd1.NoSuchJob";
 
 /// Where to reach systemd.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +157,9 @@ pub struct Manager {
     /// name, see [`Conn::follow_service`]); on the private socket there is nobody else to
     /// name.
     destination: Option<&'static str>,
+    /// On the private socket, its path: a re-exec of systemd closes the connection, and a job
+    /// of ours is waited for again through a new one ([`Manager::rejoin_job`]).
+    private: Option<PathBuf>,
 }
 
 impl Manager {
@@ -186,7 +191,11 @@ impl Manager {
             }
         };
         match Conn::connect(&endpoints.private, deadline) {
-            Ok(conn) => Ok(Manager::direct(conn)),
+            Ok(conn) => {
+                let mut m = Manager::direct(conn);
+                m.private = Some(endpoints.private.clone());
+                Ok(m)
+            }
             Err(private) => Err(SystemdError::Unreachable {
                 private: endpoints.private.clone(),
                 private_error: private.to_string(),
@@ -200,6 +209,7 @@ impl Manager {
         Manager {
             conn,
             destination: None,
+            private: None,
         }
     }
 
@@ -244,6 +254,7 @@ impl Manager {
         let mut m = Manager {
             conn,
             destination: Some(SERVICE),
+            private: None,
         };
         m.conn
             .call(m.message("Subscribe", &[]), deadline, "Subscribe")?;
@@ -251,9 +262,11 @@ impl Manager {
     }
 
     /// Wraps an authenticated connection to a peer that behaves as systemd's private socket
-    /// (tests).
-    pub fn from_direct_conn(conn: Conn) -> Manager {
-        Manager::direct(conn)
+    /// (tests); `path` is where to connect again after it closes.
+    pub fn from_direct_conn(conn: Conn, path: Option<PathBuf>) -> Manager {
+        let mut m = Manager::direct(conn);
+        m.private = path;
+        m
     }
 
     /// systemd's unique name on the bus now (`None` on the private socket, or while it is
@@ -292,12 +305,17 @@ impl Manager {
                     reply.signature
                 ))),
             })?;
-        let result = self
-            .wait_job(&job, deadline)
-            .map_err(|source| SystemdError::Job {
-                step: format!("{step}: wait for job {job}"),
-                source,
-            })?;
+        let unit = args.first().and_then(Value::as_str).unwrap_or_default();
+        let result = match self.wait_job(&job, deadline) {
+            Err(DbusError::Closed { .. }) if self.private.is_some() => {
+                self.rejoin_job(&job, unit, member == "StartTransientUnit", deadline)
+            }
+            r => r,
+        }
+        .map_err(|source| SystemdError::Job {
+            step: format!("{step}: wait for job {job}"),
+            source,
+        })?;
         if result != "done" {
             return Err(SystemdError::JobFailed { step, result });
         }
@@ -316,6 +334,95 @@ impl Manager {
             {
                 return Ok(result.clone());
             }
+        }
+    }
+
+    /// The private connection closed while `job` (of `unit`; a start, else a stop) ran:
+    /// `systemctl daemon-reexec` closes every private connection and keeps the jobs and the
+    /// listening socket. Connects again and waits there for the job's end (systemd sends it to
+    /// every private connection); a job that ended meanwhile (its end went to nobody) is
+    /// judged by its unit's state: active after a start, gone or inactive after a stop.
+    fn rejoin_job(
+        &mut self,
+        job: &str,
+        unit: &str,
+        starting: bool,
+        deadline: Instant,
+    ) -> Result<String, DbusError> {
+        let path = self.private.clone().expect("checked by the caller");
+        log::info!("systemd closed its private connection while job {job} ran: connecting again");
+        let mut conn = Conn::connect(&path, deadline)?;
+        conn.keep_signals(is_job_removed);
+        self.conn = conn;
+        let id = job
+            .rsplit('/')
+            .next()
+            .and_then(|n| n.parse::<u32>().ok())
+            .ok_or_else(|| DbusError::Wire(super::wire::WireError(format!("job path {job:?}"))))?;
+        match self.conn.call(
+            self.message("GetJob", &[Value::U32(id)]),
+            deadline,
+            "GetJob",
+        ) {
+            Ok(_) => return self.wait_job(job, deadline),
+            Err(e) if e.remote_name() == Some(NO_SUCH_JOB) => {}
+            Err(e) => return Err(e),
+        }
+        // Its end may have come on this connection before GetJob's answer.
+        if let Some(result) = self.take_job_end(job) {
+            return Ok(result);
+        }
+        let state = match self.conn.call(
+            self.message("GetUnit", &[Value::Str(unit.into())]),
+            deadline,
+            "GetUnit",
+        ) {
+            Ok(reply) => {
+                let unit_path = reply
+                    .body()
+                    .ok()
+                    .and_then(|b| b.first().and_then(|v| v.as_str().map(String::from)))
+                    .unwrap_or_default();
+                let get = Message::call(
+                    self.destination,
+                    &unit_path,
+                    "org.freedesktop.DBus.Properties",
+                    "Get",
+                    &[
+                        Value::Str("org.freedesktop.systemd1.Unit".into()),
+                        Value::Str("ActiveState".into()),
+                    ],
+                );
+                let reply = self.conn.call(get, deadline, "Get ActiveState")?;
+                match reply.body().ok().as_deref() {
+                    Some([Value::Variant(v)]) => v.as_str().unwrap_or_default().to_string(),
+                    _ => String::new(),
+                }
+            }
+            Err(e) if e.remote_name() == Some(NO_SUCH_UNIT) => "gone".into(),
+            Err(e) => return Err(e),
+        };
+        let done = if starting {
+            state == "active"
+        } else {
+            matches!(state.as_str(), "gone" | "inactive" | "failed")
+        };
+        Ok(if done {
+            "done".into()
+        } else {
+            format!("unknown (the job ended while systemd re-executed; the unit is {state:?})")
+        })
+    }
+
+    /// A `JobRemoved` of `job` already received, if any: its result.
+    fn take_job_end(&mut self, job: &str) -> Option<String> {
+        let pos = self.conn.signals.iter().position(|m| {
+            matches!(m.body().ok().as_deref(), Some([_, Value::ObjectPath(p), _, _]) if p == job)
+        })?;
+        let m = self.conn.signals.remove(pos)?;
+        match m.body().ok()?.as_slice() {
+            [_, _, _, Value::Str(result)] => Some(result.clone()),
+            _ => None,
         }
     }
 

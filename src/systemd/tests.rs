@@ -11,7 +11,10 @@ use super::wire::Value;
 const JOB: &str = "/org/freedesktop/systemd1/job/7";
 
 fn manager(fake: &FakeSystemd, deadline: Instant) -> Manager {
-    Manager::from_direct_conn(Conn::connect(&fake.path, deadline).unwrap())
+    Manager::from_direct_conn(
+        Conn::connect(&fake.path, deadline).unwrap(),
+        Some(fake.path.clone()),
+    )
 }
 
 fn soon() -> Instant {
@@ -586,6 +589,86 @@ fn on_the_system_bus_a_job_s_end_after_a_systemd_re_exec_is_taken() {
     bus.finish();
 }
 
+/// Issue 27 item 6, the private socket: a re-exec closes systemd's private connections
+/// (keeping its jobs). The connection closes while our start job runs: we connect again, find
+/// the job still there (GetJob) and take its end on the new connection. Before, the start
+/// failed ("the peer closed the connection").
+#[test]
+fn on_the_private_socket_a_job_is_waited_for_again_after_a_re_exec() {
+    let fake = FakeSystemd::serve(
+        2,
+        Box::new(|call| match call.member.as_deref() {
+            Some("StartTransientUnit") => {
+                vec![reply(call, &[Value::ObjectPath(JOB.into())]), hang_up()]
+            }
+            Some("GetJob") => {
+                assert_eq!(call.body().unwrap(), [Value::U32(7)]);
+                vec![
+                    reply(call, &[Value::ObjectPath(JOB.into())]),
+                    job_removed(7, JOB, "x.scope", "done"),
+                ]
+            }
+            _ => vec![reply(call, &[])],
+        }),
+    );
+    let mut m = manager(&fake, soon());
+    m.start_transient_unit("x.scope", vec![], soon()).unwrap();
+    drop(m);
+    assert_eq!(fake.finish_members(), ["StartTransientUnit", "GetJob"]);
+}
+
+/// A job that ended while systemd re-executed (its end went to nobody) is judged by the
+/// unit's state: an active unit after a start is done; a unit that is gone after a stop is.
+#[test]
+fn a_job_that_ended_during_a_re_exec_is_judged_by_its_unit() {
+    let start = FakeSystemd::serve(
+        2,
+        Box::new(|call| match call.member.as_deref() {
+            Some("StartTransientUnit") => {
+                vec![reply(call, &[Value::ObjectPath(JOB.into())]), hang_up()]
+            }
+            Some("GetJob") => vec![error(call, super::manager::NO_SUCH_JOB, "no job 7")],
+            Some("GetUnit") => vec![reply(
+                call,
+                &[Value::ObjectPath(
+                    "/org/freedesktop/systemd1/unit/x_2escope".into(),
+                )],
+            )],
+            Some("Get") => {
+                assert_eq!(
+                    call.path.as_deref(),
+                    Some("/org/freedesktop/systemd1/unit/x_2escope")
+                );
+                vec![reply(
+                    call,
+                    &[Value::Variant(Box::new(Value::Str("active".into())))],
+                )]
+            }
+            _ => vec![reply(call, &[])],
+        }),
+    );
+    let mut m = manager(&start, soon());
+    m.start_transient_unit("x.scope", vec![], soon()).unwrap();
+    drop(m);
+    assert_eq!(
+        start.finish_members(),
+        ["StartTransientUnit", "GetJob", "GetUnit", "Get"]
+    );
+    let stop = FakeSystemd::serve(
+        2,
+        Box::new(|call| match call.member.as_deref() {
+            Some("StopUnit") => vec![reply(call, &[Value::ObjectPath(JOB.into())]), hang_up()],
+            Some("GetJob") => vec![error(call, super::manager::NO_SUCH_JOB, "no job 7")],
+            Some("GetUnit") => vec![error(call, NO_SUCH_UNIT, "not loaded")],
+            _ => vec![reply(call, &[])],
+        }),
+    );
+    let mut m = manager(&stop, soon());
+    m.stop_unit("x.scope", soon()).unwrap();
+    drop(m);
+    stop.finish();
+}
+
 /// Only the bus daemon says who owns systemd's name: a NameOwnerChanged from anyone else
 /// (a local user on a permissive bus) moves nothing, and that user's JobRemoved is not taken.
 #[test]
@@ -917,63 +1000,84 @@ fn diagnose(way: &str, round: usize, unit: &str, e: &SystemdError) {
 }
 
 /// Issue 27 item 6, against the real systemd: `systemctl daemon-reexec` while a job of ours
-/// runs. systemd leaves the system bus and comes back under a new unique name; the job's end
-/// comes from that name and must be taken (before, the wait ran to its deadline). A scope's
+/// runs, through each way in. On the system bus systemd leaves the bus and comes back under a
+/// new unique name: the job's end comes from that name and must be taken (before, the wait ran
+/// to its deadline). On the private socket the re-exec closes the connection: the client
+/// connects again and waits for the job there (before, the start failed at once). A scope's
 /// start job ends at once, so the job here is a transient oneshot service's (`sleep 20`: a
-/// re-exec takes seconds under TCG, and a job that ends before systemd is back on the bus
-/// has its end sent to nobody), the re-exec asked for 3 s into it (once the start call is
-/// answered: a call in flight at the re-exec is answered NoReply by the bus daemon); the
-/// wait is the same code.
+/// re-exec takes seconds under TCG), the re-exec asked for 3 s into it (once the start call is
+/// answered: a call in flight at the re-exec is answered NoReply by the bus daemon); the wait
+/// is the same code.
 #[test]
 #[ignore = "needs root and systemd as PID 1"]
 fn live_systemd_job_end_after_daemon_reexec() {
     if !live_systemd_here() {
         return;
     }
-    wait_for_idle_pid1();
-    let deadline = Instant::now() + LIVE_HANG;
-    let mut m = Manager::connect(&Endpoints::default(), deadline).unwrap();
-    let before = m.systemd_name().map(String::from);
-    assert!(before.is_some(), "not connected through the system bus");
-    let unit = format!("rsandbox-live-reexec-{}.service", std::process::id());
-    let exec = Value::Array(
-        "(sasb)".into(),
-        vec![Value::Struct(vec![
-            Value::Str("/bin/sleep".into()),
-            Value::strings(&["sleep", "20"]),
-            Value::Bool(false),
-        ])],
-    );
-    let reexec = std::thread::spawn(|| {
-        std::thread::sleep(Duration::from_secs(3));
+    let ways = [
+        ("system bus", Endpoints::default()),
+        (
+            "private socket",
+            Endpoints {
+                system_bus: Ok(vec!["/nonexistent/system-bus".into()]),
+                ..Endpoints::default()
+            },
+        ),
+    ];
+    for (way, endpoints) in ways {
+        wait_for_idle_pid1();
+        let deadline = Instant::now() + LIVE_HANG;
+        let mut m = Manager::connect(&endpoints, deadline).unwrap();
+        let before = m.systemd_name().map(String::from);
+        assert_eq!(before.is_some(), way == "system bus", "{way}");
+        let unit = format!(
+            "rsandbox-live-reexec-{}-{}.service",
+            std::process::id(),
+            before.is_some()
+        );
+        let exec = Value::Array(
+            "(sasb)".into(),
+            vec![Value::Struct(vec![
+                Value::Str("/bin/sleep".into()),
+                Value::strings(&["sleep", "20"]),
+                Value::Bool(false),
+            ])],
+        );
+        let reexec = std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_secs(3));
+            let t = Instant::now();
+            let s = std::process::Command::new("systemctl")
+                .arg("daemon-reexec")
+                .status();
+            (s, t.elapsed())
+        });
         let t = Instant::now();
-        let s = std::process::Command::new("systemctl")
-            .arg("daemon-reexec")
-            .status();
-        (s, t.elapsed())
-    });
-    let t = Instant::now();
-    let r = m.start_transient_unit(
-        &unit,
-        vec![
-            ("Type".into(), Value::Str("oneshot".into())),
-            ("ExecStart".into(), exec),
-        ],
-        deadline,
-    );
-    let took = t.elapsed();
-    let (reexec_status, reexec_took) = reexec.join().unwrap();
-    let after = m.systemd_name().map(String::from);
-    eprintln!(
-        "live daemon-reexec: systemctl daemon-reexec {reexec_status:?} after {reexec_took:?};          systemd on the bus {before:?} -> {after:?}; the start job's end after {took:?}: {r:?}"
-    );
-    let _ = scope::stop_within(&Endpoints::default(), &unit, LIVE_HANG);
-    assert!(reexec_status.unwrap().success());
-    assert_ne!(
-        before, after,
-        "systemd kept its unique name: no re-exec seen"
-    );
-    r.unwrap();
+        let r = m.start_transient_unit(
+            &unit,
+            vec![
+                ("Type".into(), Value::Str("oneshot".into())),
+                ("ExecStart".into(), exec),
+            ],
+            deadline,
+        );
+        let took = t.elapsed();
+        let (reexec_status, reexec_took) = reexec.join().unwrap();
+        let after = m.systemd_name().map(String::from);
+        eprintln!(
+            "live daemon-reexec via {way}: systemctl daemon-reexec {reexec_status:?} after \
+             {reexec_took:?}; systemd on the bus {before:?} -> {after:?}; the start job's end \
+             after {took:?}: {r:?}"
+        );
+        let _ = scope::stop_within(&endpoints, &unit, LIVE_HANG);
+        assert!(reexec_status.unwrap().success(), "{way}");
+        if way == "system bus" {
+            assert_ne!(
+                before, after,
+                "systemd kept its unique name: no re-exec seen"
+            );
+        }
+        r.unwrap();
+    }
 }
 
 /// A full listen backlog (the peer is slow to accept): the connect is tried again until the
