@@ -64,12 +64,13 @@ impl Default for Endpoints {
 }
 
 impl Endpoints {
-    /// The node's: the system bus at `DBUS_SYSTEM_BUS_ADDRESS` when it is set (libdbus's
-    /// syntax, `unix:path=` entries only, see [`super::address`]), else the default socket.
+    /// The node's: the system bus at `DBUS_SYSTEM_BUS_ADDRESS` when it is set and not empty
+    /// (godbus, runc's client, takes an empty one for unset; libdbus's syntax, `unix:path=`
+    /// entries only, see [`super::address`]), else the default socket.
     pub fn of_node() -> Endpoints {
         let system_bus = match std::env::var(super::address::SYSTEM_BUS_ENV) {
-            Ok(address) => Endpoints::bus_at(&address),
-            Err(_) => Ok(vec![SYSTEM_BUS_SOCKET.into()]),
+            Ok(address) if !address.is_empty() => Endpoints::bus_at(&address),
+            _ => Ok(vec![SYSTEM_BUS_SOCKET.into()]),
         };
         Endpoints {
             system_bus,
