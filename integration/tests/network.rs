@@ -109,7 +109,7 @@ async fn sandbox_without_netns_gets_a_shim_owned_network() {
             .await
             .map_err(|e| e.message().to_string())?
             .into_inner();
-        let info = s.info.get("info").cloned().unwrap_or_default();
+        let info = s.info.get("rsandbox").cloned().unwrap_or_default();
         if !info.contains(&format!("{ip}/16")) {
             return Err(format!("status info does not report {ip}: {info}"));
         }
@@ -368,7 +368,7 @@ async fn verbose_info(c: &mut Ctl, id: &str) -> Result<String, String> {
         .await
         .map_err(|e| e.message().to_string())?
         .into_inner();
-    Ok(s.info.get("info").cloned().unwrap_or_default())
+    Ok(s.info.get("rsandbox").cloned().unwrap_or_default())
 }
 
 #[tokio::test]
