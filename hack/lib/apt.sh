@@ -170,6 +170,14 @@ fetch_crictl() {
 	rm -rf "$P/tmp/cri-tools"
 }
 
+gnuplot_install() { # gnuplot-nox (hack/bench.sh's chart), from the host's release
+	command -v gnuplot >/dev/null && return 0
+	log "installing gnuplot-nox (the benchmark's chart) from $(host_codename)"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends gnuplot-nox >/dev/null ||
+		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends gnuplot-nox >/dev/null; } ||
+		log "warning: gnuplot-nox could not be installed: no chart"
+}
+
 write_versions() {
 	{
 		echo "containerd: $("$BIN/containerd" --version)"
