@@ -123,6 +123,7 @@ with_heartbeat() {
 	shift
 	[[ -t 2 ]] && every=60
 	t0=$(date +%s)
+	local caller=$BASHPID
 	(
 		# (the sleep is killed too: it would hold the caller's pipes open)
 		trap 'kill "$nap" 2>/dev/null; exit 0' TERM
@@ -130,6 +131,8 @@ with_heartbeat() {
 			sleep "$every" &
 			nap=$!
 			wait "$nap"
+			# the caller may have exited inside CMD (a `die`): then so does this loop
+			kill -0 "$caller" 2>/dev/null || exit 0
 			printf '[rsandbox]   ... %s: still running (%ds)\n' "$what" $(($(date +%s) - t0)) >&2
 		done
 	) >/dev/null &
@@ -137,7 +140,7 @@ with_heartbeat() {
 	"$@" || rc=$?
 	kill "$beat" 2>/dev/null || true
 	wait "$beat" 2>/dev/null || true
-	if ((rc)); then log "$what: FAILED after $(($(date +%s) - t0)) s"; else log "$what: done in $(($(date +%s) - t0)) s"; fi
+	if ((rc)); then log "$what: exit status $rc after $(($(date +%s) - t0)) s"; else log "$what: done in $(($(date +%s) - t0)) s"; fi
 	return "$rc"
 }
 need_root() { [[ $EUID -eq 0 ]] || die "run as root (containerd, runc, mounts and iptables need it)"; }
