@@ -593,8 +593,9 @@ async fn inspectp_shows_what_the_runc_path_shows() {
         // The same pod config on both handlers (the names differ: CRI reserves them).
         let ours_name = unique_id("inspectp");
         let ours = p.run(pod_config(&ours_name, dir)).await?;
-        let runc_name = unique_id("inspectp-runc");
-        let runc = p.run_on(pod_config(&runc_name, dir), "runc").await?;
+        let runc = p
+            .run_on(pod_config(&unique_id("inspectp-runc"), dir), RUNC_HANDLER)
+            .await?;
         let ours_info = verbose(p, &ours).await?;
         let runc_info = verbose(p, &runc).await?;
         // What `crictl inspectp` shows under "info", for the log.
@@ -628,10 +629,13 @@ async fn inspectp_shows_what_the_runc_path_shows() {
             "runc runtimeType: {r}"
         );
         // The config is the one CRI got, written as CRI writes it: the runc path's, but for
-        // the names.
-        let renamed = |v: &serde_json::Value, name: &str| v.to_string().replace(name, "NAME");
+        // the pod's name (metadata, hostname).
+        let mut same = o["config"].clone();
+        for k in ["metadata", "hostname"] {
+            same[k] = r["config"][k].clone();
+        }
         ensure!(
-            renamed(&o["config"], &ours_name) == renamed(&r["config"], &runc_name),
+            o["config"]["metadata"]["name"] == ours_name.as_str() && same == r["config"],
             "config: {}\nrunc: {}",
             o["config"],
             r["config"]
