@@ -387,13 +387,15 @@ fn full_config() -> cri::PodSandboxConfig {
     cfg
 }
 
-/// What the bridge plugin (containernetworking-plugins 1.9.1, then portmap passing it on)
-/// returned for a shim-owned pod network on the bench.
-const BRIDGE_RESULT: &str = r#"{"cniVersion":"1.0.0","interfaces":[{"name":"rsandbox1","mac":"3e:64:5c:5e:0d:c5"},{"name":"veth8e7d2c41","mac":"6a:8f:4e:0b:55:1f"},{"name":"eth0","mac":"f2:51:a9:8b:4a:5e","sandbox":"/run/netns/rsandbox-5b9a1c0e7d3f2a64"}],"ips":[{"interface":2,"address":"10.90.0.7/16","gateway":"10.90.0.1"}],"routes":[{"dst":"0.0.0.0/0","gw":"10.90.0.1"}],"dns":{}}"#;
+/// What the shim's CNI chain returned for a shim-owned pod network on the bench (bridge and
+/// host-local of containernetworking-plugins 1.9.1, then portmap passing it on; no default
+/// route, no DNS: the bench's network has neither), from the shim's libcni cache
+/// (`var/lib/cni/results/rsandbox-shim-<id>-eth0`, printed by integration/tests/network.rs).
+const BRIDGE_RESULT: &str = r#"{"cniVersion":"1.0.0","interfaces":[{"mac":"de:b4:68:29:39:fc","name":"rsandbox1"},{"mac":"c6:e6:aa:7d:ef:79","name":"veth113a8bc0"},{"mac":"d6:fa:3f:f9:ed:14","name":"eth0","sandbox":"/opt/rsandbox/run/netns/rsandbox-493ec86cefd20e12"}],"ips":[{"address":"10.90.0.8/16","gateway":"10.90.0.1","interface":2}]}"#;
 
 fn network(result: Option<&str>) -> NetworkRecord {
     NetworkRecord {
-        netns: PathBuf::from("/run/netns/rsandbox-5b9a1c0e7d3f2a64"),
+        netns: PathBuf::from("/opt/rsandbox/run/netns/rsandbox-493ec86cefd20e12"),
         container_id: "pod1".into(),
         ifname: "eth0".into(),
         conf_dir: PathBuf::from("/etc/cni/net.d"),
@@ -401,7 +403,7 @@ fn network(result: Option<&str>) -> NetworkRecord {
         cache_dir: PathBuf::from("/var/lib/cni"),
         timeout_seconds: 60,
         pod: None,
-        ips: vec!["10.90.0.7/16".into()],
+        ips: vec!["10.90.0.8/16".into()],
         loopback_only: false,
         result: result.map(|r| serde_json::from_str(r).unwrap()),
     }
@@ -454,18 +456,21 @@ fn a_started_pod_fills_what_inspectp_shows_on_containerd_2_3() {
     );
     let cni = info.cni_result.expect("cniResult");
     let eth0 = &cni.Interfaces["eth0"];
-    assert_eq!(eth0.Sandbox, "/run/netns/rsandbox-5b9a1c0e7d3f2a64");
+    assert_eq!(
+        eth0.Sandbox,
+        "/opt/rsandbox/run/netns/rsandbox-493ec86cefd20e12"
+    );
     let ips = eth0.IPConfigs.as_ref().unwrap();
     assert_eq!(
         (ips[0].IP.as_str(), ips[0].Gateway.as_str()),
-        ("10.90.0.7", "10.90.0.1")
+        ("10.90.0.8", "10.90.0.1")
     );
 
     // rsandbox's own details are an entry of their own, which containerd 2.3 leaves alone.
     let details: Value = serde_json::from_str(&entries[1].1).unwrap();
     assert_eq!(details["networkOwner"], "rsandbox (CNI run by the shim)");
     assert_eq!(details["containers"], json!(["c1"]));
-    assert_eq!(details["ips"], json!(["10.90.0.7/16"]));
+    assert_eq!(details["ips"], json!(["10.90.0.8/16"]));
 }
 
 #[test]
@@ -536,18 +541,36 @@ fn the_cni_result_is_go_cnis_result() {
         json!({
             "Interfaces": {
                 "eth0": {
-                    "IPConfigs": [{"IP": "10.90.0.7", "Gateway": "10.90.0.1"}],
-                    "Mac": "f2:51:a9:8b:4a:5e",
-                    "Sandbox": "/run/netns/rsandbox-5b9a1c0e7d3f2a64",
+                    "IPConfigs": [{"IP": "10.90.0.8", "Gateway": "10.90.0.1"}],
+                    "Mac": "d6:fa:3f:f9:ed:14",
+                    "Sandbox": "/opt/rsandbox/run/netns/rsandbox-493ec86cefd20e12",
                     "PciID": "",
                     "SocketPath": "",
                 },
-                "rsandbox1": {"IPConfigs": null, "Mac": "3e:64:5c:5e:0d:c5", "Sandbox": "", "PciID": "", "SocketPath": ""},
-                "veth8e7d2c41": {"IPConfigs": null, "Mac": "6a:8f:4e:0b:55:1f", "Sandbox": "", "PciID": "", "SocketPath": ""},
+                "rsandbox1": {"IPConfigs": null, "Mac": "de:b4:68:29:39:fc", "Sandbox": "", "PciID": "", "SocketPath": ""},
+                "veth113a8bc0": {"IPConfigs": null, "Mac": "c6:e6:aa:7d:ef:79", "Sandbox": "", "PciID": "", "SocketPath": ""},
             },
+            // The result has no dns: go-cni appends the zero types.DNS, all omitempty.
             "DNS": [{}],
-            "Routes": [{"dst": "0.0.0.0/0", "gw": "10.90.0.1"}],
+            // No routes: a nil slice.
+            "Routes": null,
         })
+    );
+}
+
+#[test]
+fn routes_are_cnis_route_json() {
+    // The bench's result with a default route and an MTU route added (CNI spec 1.0
+    // `routes` entries), as a chain with a gateway returns them.
+    let mut raw: Value = serde_json::from_str(BRIDGE_RESULT).unwrap();
+    raw["routes"] =
+        json!([{"dst": "0.0.0.0/0", "gw": "10.90.0.1"}, {"dst": "10.91.0.0/16", "mtu": 1400}]);
+    let r = CniResult::from_value(raw, "1.0.0").unwrap();
+    let doc = go_cni_result(&r, "eth0");
+    let _: CniResultGo = serde_json::from_value(doc.clone()).unwrap();
+    assert_eq!(
+        doc["Routes"],
+        json!([{"dst": "0.0.0.0/0", "gw": "10.90.0.1"}, {"dst": "10.91.0.0/16", "mtu": 1400}])
     );
 }
 
