@@ -9,8 +9,8 @@
 # stop, to catch tests that did not clean up, and once after).
 #
 # Checked: containerd objects (if running); shim processes (by name, or by
-# `-address <our socket>`); mounts under the prefix or with "rsandbox" in
-# their path; netns files under the prefix and CRI-style ones in /run/netns;
+# `-address <our socket>`); mounts under the prefix (others with "rsandbox"
+# in their path are notes: another prefix's); netns files under the prefix and CRI-style ones in /run/netns;
 # shim sockets in /run/containerd/s with a name our containerd gives its shims;
 # runc containers of this bench; /run/containerd/rsandbox; cgroups below
 # default/, k8s.io/ or *rsandbox* dirs; veths on our bridge; portmap chains;
@@ -77,7 +77,13 @@ done
 # --- mounts ----------------------------------------------------------------------
 while read -r m; do
 	m=$(printf '%b' "$m") # findmnt -r escapes blanks as \x20
-	if [[ "$m" == "$P"/* || "$m" == *rsandbox* ]]; then leftover mount "$m"; fi
+	if [[ "$m" == "$P"/* ]]; then
+		leftover mount "$m"
+	elif [[ "$m" == *rsandbox* ]]; then
+		# everything this bench's shims mount is under the prefix (netns_dir, bundles):
+		# another prefix's bench (a demo beside this one) or another containerd's rsandbox
+		note mount "$m (outside $P: not this bench's)"
+	fi
 done < <(findmnt -rn -o TARGET)
 
 # --- network namespaces ----------------------------------------------------------
