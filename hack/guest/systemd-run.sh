@@ -76,6 +76,7 @@ for RSANDBOX_RUNC in $GUEST_RUNCS; do
 	systemctl show -p MainPID --value containerd.service >"$PIDFILE"
 	ensure_images
 	echo "guest: containerd.service up after $(awk -v a="$s" '{ printf "%.1f", $1 - a }' /proc/uptime) s; runc $RSANDBOX_RUNC"
+	section "guest: runc $RSANDBOX_RUNC: the systemd tests"
 	s=$(cut -d' ' -f1 /proc/uptime)
 	# --nocapture: each handler's view (scope units, pod stats) and the runc path's known
 	# leftovers are printed by the tests, for the log

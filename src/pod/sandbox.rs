@@ -147,6 +147,10 @@ pub struct Sandbox {
     /// pause's pid. The pause was kept alive for it (that pid then names the pause), and
     /// StopSandbox stops the scope before it kills the pause.
     pub scope_unconfirmed: bool,
+    /// The `PodSandboxConfig` as containerd sent it (protobuf), for the verbose status.
+    pub pod_config: Option<Arc<[u8]>>,
+    /// The spec StartSandbox reported, for the verbose status.
+    pub started_spec: Option<Arc<serde_json::Value>>,
 }
 
 /// The Sandbox service's state.
@@ -187,6 +191,8 @@ pub struct CreateSandbox {
     pub bundle: PathBuf,
     pub spec: PodSpec,
     pub netns: Option<PathBuf>,
+    /// The `PodSandboxConfig` the spec was decoded from (protobuf), if there was one.
+    pub pod_config: Option<Arc<[u8]>>,
 }
 
 /// How long StopSandbox waits for the pod's processes to be reaped.
@@ -353,6 +359,8 @@ impl SandboxManager {
             record,
             scope_stopped: false,
             scope_unconfirmed: false,
+            pod_config: req.pod_config,
+            started_spec: None,
         });
         Ok(())
     }
@@ -582,6 +590,7 @@ impl SandboxManager {
         // Built while the lifecycle lock is held: a concurrent StopSandbox cannot make its
         // /proc/<pid> paths name another process before it is returned.
         let spec = self.spec_of(s);
+        s.started_spec = Some(Arc::new(spec.clone()));
         self.changed.notify_all();
         drop(guard);
         crate::waiters::wake(ended, ExitInfo::unknown());
@@ -935,35 +944,36 @@ impl SandboxManager {
         self.host.metrics(pod).context("sandbox metrics")
     }
 
-    /// Verbose status details as one JSON document.
-    pub fn info(&self, s: &Sandbox) -> String {
-        serde_json::json!({
-            "pid": s.pid,
-            "netns": s.netns,
-            "ips": s.record.network.as_ref().map(|n| n.ips.clone()).unwrap_or_default(),
-            "networkOwner": match &s.record.network {
-                Some(n) if n.loopback_only => "rsandbox (loopback only: no CNI network config)",
-                Some(_) => "rsandbox (CNI run by the shim)",
-                None if s.netns.is_some() => "caller (CRI)",
-                None => "host",
-            },
-            "hostname": s.spec.hostname,
-            "networkMode": format!("{:?}", s.spec.network),
-            "ipcMode": format!("{:?}", s.spec.ipc),
-            "pidMode": format!("{:?}", s.spec.pid),
-            "userns": s.spec.userns.as_ref().map(|u| serde_json::json!({
-                "uidMap": u.uid_map(),
-                "gidMap": u.gid_map(),
-            })),
-            "podFiles": s.record.files_dir,
-            "shm": s.record.shm,
-            "cgroup": s.record.cgroup.dirs,
-            "systemdScope": s.record.cgroup.scope.as_ref().map(|sc| &sc.unit),
-            "sysctls": s.spec.effective_sysctls(self.host.sysctl_defaults()),
-            "pause": "the shim's pause program (no image) in an empty root, uid 65535, seccomp",
-            "containers": self.tm.ids(),
+    /// The entries a verbose SandboxStatus adds to `info` (see [`super::status_info`]).
+    pub fn verbose_info(&self, s: &Sandbox) -> Vec<(String, String)> {
+        use super::status_info::{PodView, ProcessStatus, entries};
+        let process = match s.state {
+            State::Created => ProcessStatus::Created,
+            State::Ready => ProcessStatus::Running,
+            State::NotReady => ProcessStatus::Stopped,
+        };
+        // CRI removes its netns after StopSandbox, the shim its own: gone is closed. Opened
+        // as a client path (never blocks, checks it is a network namespace).
+        let netns_closed = s
+            .netns
+            .as_deref()
+            .is_some_and(|p| crate::client_paths::open_netns(p).is_err());
+        entries(&PodView {
+            pid: u32::try_from(s.pid).unwrap_or(0),
+            process,
+            spec: &s.spec,
+            netns: s.netns.as_deref(),
+            netns_closed,
+            pod_config: s.pod_config.as_deref(),
+            runtime_spec: s.started_spec.as_deref(),
+            network: s.record.network.as_ref(),
+            files_dir: &s.record.files_dir,
+            shm: s.record.shm.as_deref(),
+            cgroup_dirs: &s.record.cgroup.dirs,
+            systemd_scope: s.record.cgroup.scope.as_ref().map(|sc| sc.unit.as_str()),
+            sysctls: s.spec.effective_sysctls(self.host.sysctl_defaults()),
+            containers: self.tm.ids(),
         })
-        .to_string()
     }
 }
 

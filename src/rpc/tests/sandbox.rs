@@ -534,11 +534,23 @@ fn create_start_status_stop_shutdown() {
         ("pod1", "SANDBOX_READY", PAUSE_PID as u32)
     );
     assert!(
-        st.info["info"].contains("\"hostname\":\"web-0\""),
+        st.info["rsandbox"].contains("\"hostname\":\"web-0\""),
         "{}",
-        st.info["info"]
+        st.info["rsandbox"]
     );
-    // The flat keys beside the document, verbose or not.
+    // containerd's SandboxInfo document (`pod::status_info`): what `crictl inspectp` shows on
+    // containerd 2.3, from the pod config containerd sent and the spec StartSandbox reported.
+    let doc: serde_json::Value = serde_json::from_str(&st.info["info"]).unwrap();
+    assert_eq!(doc["pid"], PAUSE_PID);
+    assert_eq!(doc["processStatus"], "running");
+    assert_eq!(doc["runtimeType"], "io.containerd.rsandbox.v1");
+    assert_eq!(doc["config"]["metadata"]["name"], "web");
+    assert_eq!(doc["config"]["hostname"], "web-0");
+    assert_eq!(
+        doc["runtimeSpec"]["annotations"]["io.kubernetes.cri.sandbox-id"],
+        "pod1"
+    );
+    // The flat keys beside the documents, verbose or not.
     assert_eq!(st.info["pid"], PAUSE_PID.to_string());
     assert_eq!(st.info["state"], "SANDBOX_READY");
     let terse = f
@@ -1577,7 +1589,7 @@ fn a_shim_in_a_user_namespace_starts_pods_without_ping_group_range() {
     let cfg = f.host.pause.lock().unwrap().clone().unwrap();
     let names: Vec<&str> = cfg.sysctls.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(names, ["net.ipv4.ip_unprivileged_port_start"]);
-    let info = f.status("pod1").unwrap().info["info"].clone();
+    let info = f.status("pod1").unwrap().info["rsandbox"].clone();
     assert!(!info.contains("ping_group_range"), "{info}");
 }
 
@@ -1599,7 +1611,7 @@ fn a_sandbox_without_netns_gets_the_shim_network_and_loses_it_at_stop() {
         ("web", "default", "uid-1")
     );
     assert_eq!(conf.dns.unwrap().servers, ["10.96.0.10"]);
-    let info = f.status("pod1").unwrap().info["info"].clone();
+    let info = f.status("pod1").unwrap().info["rsandbox"].clone();
     assert!(info.contains("10.90.0.2/16"), "{info}");
     assert!(info.contains("rsandbox (CNI run by the shim)"), "{info}");
 
@@ -1801,7 +1813,7 @@ fn host_network_pod_keeps_the_host_network_and_uts() {
         [ns("pid", ""), ns("ipc", &pause("ipc")), ns("mount", "")],
         "containers: host network and UTS (entries dropped), the pod's IPC"
     );
-    let info = f.status("pod1").unwrap().info["info"].clone();
+    let info = f.status("pod1").unwrap().info["rsandbox"].clone();
     assert!(info.contains("\"networkOwner\":\"host\""), "{info}");
 
     let f = fixture_with_network(&net);
@@ -1824,7 +1836,7 @@ fn no_netns_no_pod_config_and_no_shim_networking_means_the_host_network() {
     assert!(f.sm.prepare_spec("c1", &mut spec).unwrap());
     let names: Vec<String> = namespaces_of(&spec).into_iter().map(|(k, _)| k).collect();
     assert_eq!(names, ["pid", "ipc", "mount"]);
-    let info = f.status("pod1").unwrap().info["info"].clone();
+    let info = f.status("pod1").unwrap().info["rsandbox"].clone();
     assert!(info.contains("\"networkMode\":\"Host\""), "{info}");
 
     // A CRI pod config that asks for a pod network cannot be given the host's.
@@ -1848,7 +1860,7 @@ fn no_cni_config_gives_a_loopback_only_pod_network() {
     let cfg = f.host.pause.lock().unwrap().clone().unwrap();
     assert_eq!(cfg.netns, Some(FakeNetwork::netns_of("pod1")));
     assert!(cfg.new_uts);
-    let info = f.status("pod1").unwrap().info["info"].clone();
+    let info = f.status("pod1").unwrap().info["rsandbox"].clone();
     assert!(info.contains("\"ips\":[]"), "{info}");
     assert!(info.contains("loopback only"), "{info}");
     let mut spec = member_spec();
@@ -2004,9 +2016,9 @@ fn a_user_namespaced_pod_has_its_pause_hold_the_user_namespace() {
     );
     let st = f.status("pod1").unwrap();
     assert!(
-        st.info["info"].contains("\"uidMap\":\"0 100000 65536\\n\""),
+        st.info["rsandbox"].contains("\"uidMap\":\"0 100000 65536\\n\""),
         "{}",
-        st.info["info"]
+        st.info["rsandbox"]
     );
 }
 
