@@ -37,6 +37,11 @@
 # The serial console is copied to the log and to console*.log without its escape codes.
 # Environment: see hack/lib.sh; RSANDBOX_GUEST_MEM (MiB, 2048),
 # RSANDBOX_GUEST_TIMEOUT (s, 900; 1800 with --systemd), RSANDBOX_GUEST_RUNCS ("1.1 1.3"),
+# RSANDBOX_GUEST_LIVE_ONLY=1 (systemd guest: only the shim's live_systemd unit tests, no
+# containerd, no integration tests; RSANDBOX_LIVE_ROUNDS rounds per way, 5;
+# RSANDBOX_GUEST_LIB_EXE: another unit-test binary to run, e.g. one built from an older
+# commit; RSANDBOX_GUEST_TRACE=1: systemd at log level debug into the kernel log, strace of
+# PID 1's and the test's socket calls, all written to the results share),
 # RSANDBOX_GUEST_MODE (cgroupv2 | systemd: the same as --systemd),
 # RSANDBOX_GUEST_NO_SWITCH_ROOT=1 (cgroup v2 mode: / stays the initramfs, an initramfs root
 # where pivot_root cannot work), RSANDBOX_GUEST_EXE (cgroup v2 mode: a test binary of this
@@ -225,15 +230,21 @@ mkdir -p "$OUT"
 if [[ $MODE == systemd ]]; then
 	# the guest runs integration/tests/systemd.rs (or the filter given), and the shim's
 	# ignored unit tests named live_systemd (its D-Bus client against the real systemd)
-	EXE=$(test_binary systemd)
+	if [[ -n "${RSANDBOX_GUEST_LIVE_ONLY:-}" ]]; then
+		EXE=
+	else
+		EXE=$(test_binary systemd)
+	fi
 	HS_EXE=
-	LIB_EXE=$(lib_test_binary)
+	LIB_EXE=${RSANDBOX_GUEST_LIB_EXE:-$(lib_test_binary)}
 	LAYER=$(systemd_layer "$G")
 	containerd_config true >"$OUT/containerd.toml"
 	RUN=$RSANDBOX_REPO/hack/guest/systemd-boot.sh
 	# show_status=0: PID 1 writes no unit status lines to the serial console (slow under
 	# TCG); the console carries the tests' output
 	CMDLINE="systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all systemd.show_status=0"
+	# the trace keeps all of PID 1's debug log in the kernel's buffer (no journald here)
+	[[ -n "${RSANDBOX_GUEST_TRACE:-}" ]] && CMDLINE+=" printk.devkmsg=on log_buf_len=64M"
 else
 	# the guest runs: every test of integration/tests/cgroupv2.rs (or the filter
 	# given), and handshake.rs's shim_cgroup test (ShimCgroup)
@@ -253,6 +264,7 @@ fi
 	printf 'GUEST_REPO=%q GUEST_EXE=%q GUEST_HS_EXE=%q GUEST_KMOD=%q GUEST_RUNCS=%q\n' \
 		"$RSANDBOX_REPO" "$EXE" "$HS_EXE" "$G/kernel/lib/modules/$KVER" "$RUNCS"
 	printf 'GUEST_CONTAINERD_CONFIG=%q GUEST_SYSTEMD_LAYER=%q GUEST_LIB_EXE=%q\n' /mnt/containerd.toml "$LAYER" "$LIB_EXE"
+	printf 'GUEST_LIVE_ONLY=%q RSANDBOX_LIVE_ROUNDS=%q GUEST_TRACE=%q\n' "${RSANDBOX_GUEST_LIVE_ONLY:-}" "${RSANDBOX_LIVE_ROUNDS:-5}" "${RSANDBOX_GUEST_TRACE:-}"
 	printf 'GUEST_ARGS=('
 	(($#)) && printf '%q ' "$@"
 	printf ')\n'
