@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # hack/test.sh - run all tests (the README's test command; .ci/run calls it).
 #
+#   0. install everything the steps below use, before any of them runs:
+#      hack/setup.sh (the bench, both runcs), cargo-machete (pinned),
+#      gnuplot-nox (the bench's chart) and, unless RSANDBOX_GUEST=0, the
+#      guests' QEMU, kernel and initramfs (hack/guest.sh --prepare)
 #   1. cargo fmt --check
 #   2. cargo clippy --all-targets -- -D warnings (with Cargo.toml's [lints])
 #   3. hack/check-cycles.sh: module dependencies (cni/ self-contained, no
 #      import cycles)
-#   4. cargo machete: no unused dependency (hack/setup.sh installs it; on a
-#      fresh machine, where it is missing, hack/setup.sh runs first)
+#   4. cargo machete: no unused dependency
 #   5. cargo test -- --include-ignored (unit tests, the root-only ones too)
 #   6. hack/build.sh: release shim, installed into the bench prefix
 #   7. hack/setup.sh: the bench set up (idempotent, ~1 s when done) and
@@ -31,6 +34,7 @@
 #  10. hack/leftovers.sh with containerd running (tests must clean up), then
 #      hack/containerd.sh stop and hack/leftovers.sh again (what stop and the
 #      shim leave behind)
+# Each step's header carries the wall clock and the time since the start.
 # Exits non-zero when any step fails; containerd is stopped on exit.
 # Needs root (containerd, runc, mounts). Environment: see hack/lib.sh.
 set -euo pipefail
@@ -51,6 +55,15 @@ on_exit() {
 }
 trap on_exit EXIT
 
+section "install what the tests need"
+hack/setup.sh
+rust_tools
+gnuplot_install
+if [[ "${RSANDBOX_GUEST:-1}" != 0 ]]; then
+	hack/guest.sh --prepare
+	hack/guest.sh --systemd --prepare
+fi
+
 section "cargo fmt --check"
 cargo fmt --check
 # the pause program is built by build.rs, outside the crate's module tree
@@ -66,11 +79,6 @@ section "module dependencies (hack/check-cycles.sh)"
 hack/check-cycles.sh
 
 section "unused dependencies (cargo machete)"
-if ! command -v cargo-machete >/dev/null; then
-	log "cargo-machete is missing (a fresh machine): hack/setup.sh first"
-	hack/setup.sh
-fi
-command -v cargo-machete >/dev/null || die "cargo-machete is not installed: run hack/setup.sh"
 cargo machete --skip-target-dir
 
 section "cargo test -- --include-ignored (unit tests, root-only ones too)"
@@ -153,4 +161,4 @@ if ((${#failed[@]})); then
 	section "FAILED: ${failed[*]}"
 	exit 1
 fi
-section "all tests passed"
+section "all tests passed (in $(elapsed))"
