@@ -26,6 +26,7 @@ pub mod netns;
 pub mod network;
 pub mod oci;
 pub mod panic_hook;
+pub mod placement;
 pub mod pod;
 pub mod reaper;
 pub mod reclaim;

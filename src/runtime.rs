@@ -66,6 +66,10 @@ pub trait Runtime: Send + Sync {
     fn ps(&self, id: &str) -> Result<Vec<i32>>;
     /// `runc update --resources - id` with a JSON `LinuxResources`.
     fn update(&self, id: &str, resources_json: &[u8]) -> Result<()>;
+    /// That process `pid` of container `id` is in the container's cgroup in every hierarchy
+    /// runc's state says the container joined (see [`crate::placement`]); a typed error
+    /// naming the hierarchy and both directories if not.
+    fn check_placement(&self, id: &str, pid: i32) -> Result<()>;
 }
 
 /// runc settings, from the runtime options (`containerd.runc.v1.Options`) or defaults.
@@ -620,6 +624,11 @@ impl Runtime for Runc {
             Some(resources_json),
         )
         .map(drop)
+    }
+
+    fn check_placement(&self, id: &str, pid: i32) -> Result<()> {
+        let joined = crate::placement::runc_cgroup_paths(&self.config.root, id)?;
+        crate::placement::check(pid, &joined)
     }
 }
 

@@ -341,11 +341,13 @@ async fn no_cgroup_parent_pod_stats_fail_alike() {
     .await;
 }
 
-/// A `.slice` cgroup_parent (the kubelet's systemd cgroup driver) on a host where systemd
-/// is not running (this machine, the plain guest): RunPodSandbox fails at StartSandbox with
-/// an error naming systemd's socket, and nothing is left: no pause process, no shim, no
-/// cgroup of the slice or the scope in any hierarchy. Where systemd runs, the systemd guest's
-/// `systemd.rs` proves the pod instead.
+/// A `.slice` cgroup_parent as the kubelet's systemd cgroup driver sends it (the expanded
+/// path, `/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid_>.slice`: a
+/// slice, as containerd takes it, not a cgroupfs path) on a host where systemd is not running
+/// (this machine, the plain guest): RunPodSandbox fails at StartSandbox with an error naming
+/// systemd's socket, and nothing is left: no pause process, no shim, no cgroup of the slice or
+/// the scope in any hierarchy. Where systemd runs, `systemd.rs` (the systemd node and guest)
+/// proves the pod instead.
 #[tokio::test]
 async fn a_slice_parent_without_systemd_is_a_clear_error_and_leaks_nothing() {
     if Path::new("/run/systemd/private").exists() {
@@ -358,7 +360,9 @@ async fn a_slice_parent_without_systemd_is_a_clear_error_and_leaks_nothing() {
     let slice_part = id.replace('-', "_");
     let dir = scratch_dir(&id);
     let mut cfg = pods::pod_config(&id, &dir);
-    cfg.linux.as_mut().unwrap().cgroup_parent = format!("{slice_part}.slice");
+    cfg.linux.as_mut().unwrap().cgroup_parent = format!(
+        "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{slice_part}.slice"
+    );
     let pauses = || -> std::collections::BTreeSet<i32> {
         all_shim_procs()
             .into_iter()

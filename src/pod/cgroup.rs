@@ -78,8 +78,13 @@ pub fn join(roots: &[PathBuf], unified: bool, cgroup: &Path, pid: i32) -> Result
             for m in missing.iter().rev() {
                 std::fs::create_dir(m).with_context(|| format!("create cgroup {}", m.display()))?;
                 cg.created.push(m.clone());
-                if !unified {
-                    inherit_cpuset(m);
+            }
+            if !unified {
+                // Every level, ours or not, top down: runc's cpusetEnsureParent.
+                let mut level = root.clone();
+                for part in rel.components() {
+                    level.push(part);
+                    inherit_cpuset(&level);
                 }
             }
             if unified {
@@ -206,8 +211,10 @@ fn read_words(path: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A new v1 cpuset cgroup starts with no CPUs and no memory nodes; copy the parent's so a
-/// process can join it (as runc does).
+/// A v1 cpuset cgroup with no CPUs or no memory nodes (a new one starts so; one made by
+/// someone else may have been left so) takes no process (ENOSPC): an empty `cpuset.cpus` or
+/// `cpuset.mems` gets the parent's, as runc's `cpusetCopyIfNeeded` does for every level of
+/// the path (`cpusetEnsureParent`, top down) and the leaf. Set ones are left as they are.
 fn inherit_cpuset(dir: &Path) {
     for f in ["cpuset.cpus", "cpuset.mems"] {
         let own = dir.join(f);
@@ -408,6 +415,89 @@ mod tests {
         assert!(remove(&cg).is_empty());
         assert!(root.path().join("kubepods/pod1").is_dir());
         assert!(!root.path().join("kubepods/pod1/sb1").exists());
+    }
+
+    /// A cpuset hierarchy whose pod cgroup exists with empty cpus and mems (not ours): every
+    /// level gets its parent's, top down, as runc's cpusetEnsureParent does; a set one keeps
+    /// its own. (Without it the kernel refuses the pause: ENOSPC.)
+    #[test]
+    fn empty_cpusets_on_the_way_get_their_parent_s_as_runc_copies_them() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        let level = |rel: &str, cpus: &str, mems: &str| {
+            let d = r.join(rel);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("cpuset.cpus"), cpus).unwrap();
+            std::fs::write(d.join("cpuset.mems"), mems).unwrap();
+        };
+        level("", "0-3\n", "0\n");
+        level("kubepods.slice", "0-2\n", "0\n");
+        level("kubepods.slice/kubepods-pod1.slice", "", "\n");
+        level(
+            "kubepods.slice/kubepods-pod1.slice/cri-containerd-sb1.scope",
+            "",
+            "",
+        );
+        join(
+            &[r.to_path_buf()],
+            false,
+            Path::new("/kubepods.slice/kubepods-pod1.slice/cri-containerd-sb1.scope"),
+            7,
+        )
+        .unwrap();
+        let read = |rel: &str, f: &str| std::fs::read_to_string(r.join(rel).join(f)).unwrap();
+        assert_eq!(read("kubepods.slice", "cpuset.cpus"), "0-2\n", "set: kept");
+        for rel in [
+            "kubepods.slice/kubepods-pod1.slice",
+            "kubepods.slice/kubepods-pod1.slice/cri-containerd-sb1.scope",
+        ] {
+            assert_eq!(read(rel, "cpuset.cpus"), "0-2", "{rel}");
+            assert_eq!(read(rel, "cpuset.mems"), "0", "{rel}");
+        }
+    }
+
+    /// The same in the real cpuset hierarchy (v1 hosts only): a pod cgroup someone made and
+    /// left empty (mkdir alone gives no CPUs there) takes the pause after the copy; without it
+    /// the kernel refuses the move with ENOSPC.
+    #[test]
+    #[ignore = "needs root and a v1 cpuset hierarchy"]
+    fn a_real_empty_cpuset_pod_cgroup_takes_the_pause() {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let Some(cpuset) = crate::cgroups::cgroup_mounts(&mountinfo)
+            .into_iter()
+            .find(|m| m.controllers.iter().any(|c| c == "cpuset"))
+            .map(|m| m.mountpoint)
+        else {
+            eprintln!("SKIPPED: no v1 cpuset hierarchy");
+            return;
+        };
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let top = format!("rsandbox-empty-cpuset-{pid}");
+        std::fs::create_dir_all(cpuset.join(&top).join("pod")).unwrap();
+        let empty = std::fs::read_to_string(cpuset.join(&top).join("pod/cpuset.cpus")).unwrap();
+        let r = join(
+            std::slice::from_ref(&cpuset),
+            false,
+            &Path::new("/").join(&top).join("pod/sb"),
+            pid,
+        );
+        let procs = std::fs::read_to_string(cpuset.join(&top).join("pod/sb/cgroup.procs"));
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir(cpuset.join(&top).join("pod/sb"));
+        let _ = std::fs::remove_dir(cpuset.join(&top).join("pod"));
+        let _ = std::fs::remove_dir(cpuset.join(&top));
+        assert_eq!(
+            empty.trim(),
+            "",
+            "mkdir gave CPUs: the test proves nothing here"
+        );
+        r.unwrap();
+        assert_eq!(procs.unwrap().trim(), pid.to_string());
     }
 
     /// The pause's cgroup gets the CPU share containerd gives the runc path's pause container,

@@ -4,11 +4,13 @@
 //! A minimal synchronous D-Bus client of our own (see README "Cgroups" for why not a
 //! library): [`wire`] marshals messages, [`conn`] is one authenticated connection with
 //! deadlines, [`manager`] speaks to systemd's manager (start, stop, reset a unit, wait for
-//! its job), [`scope`] is the pod's scope, [`names`] the cgroup names systemd uses,
-//! [`address`] the system bus's address (`DBUS_SYSTEM_BUS_ADDRESS`).
+//! its job), [`scope`] is the pod's scope, [`devices`] its device rules, [`names`] the
+//! cgroup names systemd uses, [`address`] the system bus's address
+//! (`DBUS_SYSTEM_BUS_ADDRESS`).
 
 pub mod address;
 pub mod conn;
+pub mod devices;
 pub mod manager;
 pub mod names;
 pub mod scope;

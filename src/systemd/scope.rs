@@ -31,10 +31,14 @@ pub struct PodScope {
 }
 
 /// The unit properties runc gives a container's scope (v2: `IOAccounting`; v1:
-/// `BlockIOAccounting`), for `pid` in `scope`.
+/// `BlockIOAccounting`), for `pid` in `scope`, and the device rules runc gives the runc
+/// path's pause container (see [`super::devices`] for why they must be there from the start).
 pub fn properties(scope: &PodScope, id: &str, pid: u32, unified: bool) -> Vec<(String, Value)> {
     let b = |k: &str, v: bool| (k.to_string(), Value::Bool(v));
-    vec![
+    let devices = super::devices::properties(&super::devices::runc_default_device_allow(
+        &super::devices::Host,
+    ));
+    let mut props = vec![
         ("Slice".into(), Value::Str(scope.slice.clone())),
         (
             "Description".into(),
@@ -67,7 +71,9 @@ pub fn properties(scope: &PodScope, id: &str, pid: u32, unified: bool) -> Vec<(S
         } else {
             ("CPUShares".into(), Value::U64(2))
         },
-    ]
+    ];
+    props.extend(devices);
+    props
 }
 
 /// Starts `scope` with `pid` in it and waits for systemd to finish the job. A unit of that

@@ -102,6 +102,22 @@ fn a_scope_starts_with_runc_s_properties_and_waits_for_its_job() {
     assert_eq!(get("CPUWeight"), Some(Value::U64(1)));
     assert_eq!(get("CPUShares"), None);
     assert_eq!(get("BlockIOAccounting"), None);
+    // runc's device rules for the pause container: a strict policy, the list cleared, then
+    // runc's defaults (the nodes among them depend on this host; mknod of any device does not).
+    assert_eq!(get("DevicePolicy"), Some(Value::Str("strict".into())));
+    let allow: Vec<&Value> = props
+        .iter()
+        .filter(|(k, _)| k == "DeviceAllow")
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(allow.len(), 2, "{allow:?}");
+    assert_eq!(allow[0], &Value::Array("(ss)".into(), vec![]));
+    let Value::Array(sig, entries) = allow[1] else {
+        panic!("{allow:?}")
+    };
+    assert_eq!(sig, "(ss)");
+    let entry = |p: &str, m: &str| Value::Struct(vec![Value::Str(p.into()), Value::Str(m.into())]);
+    assert_eq!(entries[..2], [entry("block-*", "m"), entry("char-*", "m")]);
     assert_eq!(body[3], Value::Array("(sa(sv))".into(), vec![]));
 }
 

@@ -168,6 +168,12 @@ impl TaskManager {
                 let _ = runtime.delete(&id, true);
             });
         }
+        // Before the container's own code can run: an init outside its cgroups (systemd on
+        // cgroup v1 may have moved it, see `placement`) is deleted with the container.
+        runtime
+            .check_placement(&req.id, spawned.pid)
+            .context("check the container's cgroups after runc create")?;
+        steps.step("check cgroups");
         let cgroup = match self.host.cgroup_paths(spawned.pid) {
             Ok(p) => Some(p),
             Err(e) => {

@@ -285,6 +285,9 @@ mod tests {
         fn update(&self, _: &str, _: &[u8]) -> Result<()> {
             unreachable!()
         }
+        fn check_placement(&self, _: &str, _: i32) -> Result<()> {
+            unreachable!()
+        }
     }
 
     fn deletes(how: RuncDelete, plain: Option<Error>) -> (Result<()>, Vec<bool>) {

@@ -96,6 +96,11 @@ impl TaskManager {
             self.kill_unregistered(spawned.pid, subscription.as_ref());
             return Err(e);
         }
+        // runc exec joins the cgroups its state names; a process found elsewhere must not run.
+        if let Err(e) = c.runtime.check_placement(&c.id, spawned.pid) {
+            self.kill_unregistered(spawned.pid, subscription.as_ref());
+            return Err(e.context("check the exec's cgroups after runc exec"));
+        }
         p.state().set_pid(spawned.pid);
         self.register_pid(spawned.pid, p, subscription);
         Ok(spawned.pid)

@@ -49,7 +49,11 @@ impl TaskManager {
             p.state()
                 .begin_start()
                 .map_err(|e| e.context(p.event_id()))?;
-            let result = c.runtime.start(id).map(|()| p.state().pid());
+            let result = c
+                .runtime
+                .start(id)
+                .map(|()| p.state().pid())
+                .and_then(|pid| self.still_placed(&c, pid).map(|()| pid));
             steps.step("runc start");
             self.finish_start(&c, &p, result)
         } else {
@@ -96,6 +100,19 @@ impl TaskManager {
             .map_err(|e| e.context(p.event_id()))?;
         execs.starting += 1;
         Ok(ExecStarting { tm: self, c, p })
+    }
+
+    /// After `runc start`: the init must still be in its container's cgroups (see
+    /// [`crate::placement`]). If it is not, it is killed — it must not run there — and the
+    /// Start fails; containerd then deletes the task as after any failed start.
+    fn still_placed(&self, c: &Container, pid: i32) -> Result<()> {
+        let Err(e) = c.runtime.check_placement(&c.id, pid) else {
+            return Ok(());
+        };
+        if let Err(k) = c.runtime.kill(&c.id, libc::SIGKILL as u32, false) {
+            log::warn!("task {}: kill the misplaced init: {k}", c.id);
+        }
+        Err(e.context("check the container's cgroups after runc start"))
     }
 
     /// Publishes the outcome of a Start; a failure is terminal for the process.

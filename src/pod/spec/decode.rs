@@ -1366,6 +1366,87 @@ mod tests {
         assert!(err_string(&cfg).starts_with("linux.cgroup_parent: "));
     }
 
+    /// What the kubelet's systemd driver sends, per QoS class (`CgroupName.ToSystemd()`:
+    /// runc's `ExpandSlice` of `kubepods[-<qos>]-pod<uid with - as _>.slice`, seen in `crictl
+    /// inspectp` of kubelet 1.36 pods), is that slice — as containerd's `getCgroupsPath` takes
+    /// it (the base name's `.slice` suffix).
+    #[test]
+    fn the_kubelet_s_expanded_slice_paths_are_the_pod_slice() {
+        use CgroupParent::*;
+        let uid = "5f2a0c1e-7b3d-4e1f-9a2b-8c4d6e0f1a2b".replace('-', "_");
+        for (sent, slice) in [
+            (
+                format!(
+                    "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice"
+                ),
+                format!("kubepods-besteffort-pod{uid}.slice"),
+            ),
+            (
+                format!(
+                    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice"
+                ),
+                format!("kubepods-burstable-pod{uid}.slice"),
+            ),
+            (
+                format!("/kubepods.slice/kubepods-pod{uid}.slice"),
+                format!("kubepods-pod{uid}.slice"),
+            ),
+            // a trailing `/`, which containerd's `path.Base` drops too
+            (
+                format!("/kubepods.slice/kubepods-pod{uid}.slice/"),
+                format!("kubepods-pod{uid}.slice"),
+            ),
+            // the QoS slices and kubepods.slice themselves
+            ("/kubepods.slice".into(), "kubepods.slice".into()),
+        ] {
+            assert_eq!(CgroupParent::parse(&sent), Ok(Systemd(slice)), "{sent}");
+            let cfg = with_linux(|l| l.cgroup_parent = sent.clone());
+            let spec = decode(&cfg).unwrap();
+            assert_eq!(spec.cgroup_parent.as_deref(), Some(sent.as_str()));
+            assert!(matches!(spec.cgroup_parent_kind(), Some(Systemd(_))));
+        }
+        // The cgroupfs driver's paths stay cgroupfs paths.
+        for sent in [
+            format!("/kubepods/besteffort/pod{uid}"),
+            format!("/kubepods/pod{uid}"),
+            "/".into(),
+            "/system.slice/kube/pod1".into(),
+        ] {
+            assert_eq!(
+                CgroupParent::parse(&sent),
+                Ok(Fs(sent.clone().into())),
+                "{sent}"
+            );
+        }
+    }
+
+    /// A path ending in a slice that is not that slice's own cgroup: containerd and runc would
+    /// use the name alone and put the runc path's pod in `/c.slice`, while containerd reads
+    /// `PodSandboxStats` from the path given. Refused, naming where the slice lives; so is a
+    /// last component runc's `ExpandSlice` refuses.
+    #[test]
+    fn a_slice_path_that_is_not_the_slice_s_expansion_is_refused() {
+        for (sent, why) in [
+            ("/a.slice/c.slice", "whose cgroup is /c.slice ("),
+            (
+                "/c.slice/a-b.slice/c-d.slice",
+                "whose cgroup is /c.slice/c-d.slice (",
+            ),
+            (
+                "/kubepods/kubepods-besteffort-pod1.slice",
+                "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice",
+            ),
+            ("/kubepods.slice/kubepods--x.slice", "invalid slice name"),
+            ("/kubepods.slice/-x.slice", "invalid slice name"),
+        ] {
+            let e = CgroupParent::parse(sent).unwrap_err();
+            assert!(e.contains(why), "{sent}: {e}");
+            let cfg = with_linux(|l| l.cgroup_parent = sent.into());
+            let e = err_string(&cfg);
+            assert!(e.starts_with("linux.cgroup_parent: "), "{e}");
+        }
+    }
+
     #[test]
     fn dns_rules() {
         let set = |f: &dyn Fn(&mut cri::DNSConfig)| {

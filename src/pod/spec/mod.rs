@@ -6,7 +6,8 @@
 //! * [`sysctl`]: pod sysctls (names, `/proc/sys` paths, containerd's defaults, validation).
 //!
 //! Dependencies point one way: `decode` uses this module and `sysctl`; this module uses only
-//! `sysctl` (a leaf), so nothing here names `decode` (`hack/check-cycles.sh`).
+//! `sysctl` and `systemd::names` (leaves: systemd's slice layout), so nothing here names
+//! `decode` (`hack/check-cycles.sh`).
 //!
 //! Everything here is pure (no syscalls) except [`SysctlDefaults::detect`].
 
@@ -148,17 +149,28 @@ pub enum PidMode {
 pub enum CgroupParent {
     /// A cgroupfs path, absolute, relative to the cgroup root (e.g. `/kubepods/burstable/pod…`).
     Fs(PathBuf),
-    /// A systemd form: a slice (`kubepods-burstable-pod….slice`) or `slice:prefix:name`.
+    /// A systemd form: a slice unit name (`kubepods-burstable-pod….slice`, also when it came
+    /// as its expanded path) or `slice:prefix:name`.
     Systemd(String),
 }
 
 impl CgroupParent {
-    /// Classifies and validates a non-empty `cgroup_parent` value.
+    /// Classifies and validates a non-empty `cgroup_parent` value the way containerd's CRI
+    /// tells the two drivers apart (`getCgroupsPath`: `strings.HasSuffix(path.Base(parent),
+    /// ".slice")`, then `<base>:cri-containerd:<id>` for every container):
     ///
-    /// * starts with `/` → [`CgroupParent::Fs`]: no NUL, no `.`/`..` components;
-    /// * `*.slice` without `/` → [`CgroupParent::Systemd`];
+    /// * an absolute path whose last component ends in `.slice` → [`CgroupParent::Systemd`]
+    ///   with that slice unit name. This is what the kubelet's systemd driver sends: its
+    ///   `CgroupName.ToSystemd()` is runc's `ExpandSlice` of the pod slice, e.g.
+    ///   `/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<uid_>.slice`. The
+    ///   path must be exactly that expansion (see [`slice_of_expanded_path`]);
+    /// * any other absolute path → [`CgroupParent::Fs`]: no `.`/`..` components;
+    /// * `*.slice` without `/` → [`CgroupParent::Systemd`] (the bare unit name, which no
+    ///   kubelet sends but containerd takes the same way);
     /// * `slice:prefix:name` (three `:`-separated parts, the slice part empty or `*.slice`, no
     ///   `/`) → [`CgroupParent::Systemd`].
+    ///
+    /// No NUL or newline anywhere.
     pub fn parse(raw: &str) -> Result<CgroupParent, String> {
         if raw.is_empty() {
             return Err("empty".into());
@@ -180,6 +192,9 @@ impl CgroupParent {
             // `Path::components` silently drops `.`; catch it explicitly.
             if raw.split('/').any(|s| s == "." || s == "..") {
                 return Err(format!("{raw:?} has a `.` or `..` component"));
+            }
+            if let Some(slice) = slice_of_expanded_path(raw)? {
+                return Ok(CgroupParent::Systemd(slice));
             }
             return Ok(CgroupParent::Fs(p.to_path_buf()));
         }
@@ -211,6 +226,35 @@ impl CgroupParent {
             )),
         }
     }
+}
+
+/// The slice unit named by an absolute `cgroup_parent` whose last component ends in
+/// `.slice` (containerd's test for the systemd form, trailing `/` ignored as `path.Base`
+/// ignores it), `None` for any other path. The path must be the slice's own expansion
+/// (runc's `ExpandSlice`, the only layout systemd gives a slice): containerd and runc use the
+/// last component alone, so a path such as `/a.slice/c.slice` would put the runc path's pause
+/// and containers in `/c.slice`, while containerd's `PodSandboxStats` reads the path as given —
+/// the pod would run in one cgroup and be measured in another. The kubelet never sends such a
+/// path (`ToSystemd()` is `ExpandSlice` of the pod slice); it is refused, naming both paths.
+fn slice_of_expanded_path(raw: &str) -> Result<Option<String>, String> {
+    let trimmed = raw.trim_end_matches('/');
+    let Some((_, base)) = trimmed.rsplit_once('/') else {
+        return Ok(None);
+    };
+    if !base.ends_with(".slice") {
+        return Ok(None);
+    }
+    let expanded = crate::systemd::names::expand_slice(base).map_err(|e| {
+        format!("{raw:?} ends in a systemd slice, but {e} (runc could not place the pod there)")
+    })?;
+    if Path::new(trimmed) != expanded {
+        return Err(format!(
+            "{raw:?} ends in the systemd slice {base}, whose cgroup is {} (runc and containerd \
+             use the slice name alone: the pod would run there, not at the path given)",
+            expanded.display()
+        ));
+    }
+    Ok(Some(base.to_string()))
 }
 
 /// One line of a user namespace's uid or gid map: container ids `container_id ..

@@ -811,12 +811,21 @@ fn delete_does_not_act_on_a_record_of_another_sandbox() {
 /// `cri-containerd-<id>.scope` of that slice through systemd (v1 or v2 is the host's
 /// business, see `pod::scope`); the record names it before systemd is asked (for `delete`), the spec carries the runc path's
 /// `slice:prefix:name` cgroupsPath, the pod's statistics come from the expanded slice, and
-/// StopSandbox and ShutdownSandbox stop the scope after the pause is dead.
+/// StopSandbox and ShutdownSandbox stop the scope after the pause is dead. The same for the
+/// slice's expanded path (what the kubelet sends) as for its bare unit name.
 #[test]
 fn a_slice_parent_puts_the_pause_in_a_systemd_scope_of_that_slice() {
+    for parent in [
+        "kubepods-besteffort-pod1.slice",
+        "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice",
+    ] {
+        pause_in_the_scope_of(parent);
+    }
+}
+
+fn pause_in_the_scope_of(parent: &str) {
     let f = fixture();
-    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
-        .unwrap();
+    f.create("pod1", with_cgroup_parent(parent)).unwrap();
     // The pause is in the record before systemd is asked for its scope (which may take
     // 30 s): a shim killed meanwhile leaves a pause that `delete` finds.
     let record_file = f.dir.path().join("pod1").join(SANDBOX_STATE_FILE);

@@ -51,6 +51,8 @@ struct FakeRuntime {
     /// The stdio `exec` was given (the process's ends).
     exec_io: Mutex<Vec<ProcessIo>>,
     ps: Mutex<Vec<i32>>,
+    /// (container, pid) of every placement check.
+    placement_checks: Mutex<Vec<(String, i32)>>,
 }
 
 /// A terminal for a fake process: the master, as runc would send it (the slave is closed at
@@ -155,6 +157,10 @@ impl Runtime for FakeRuntime {
     fn update(&self, id: &str, _r: &[u8]) -> Result<()> {
         self.record(format!("update {id}"));
         self.check("update")
+    }
+    fn check_placement(&self, id: &str, pid: i32) -> Result<()> {
+        self.placement_checks.lock().unwrap().push((id.into(), pid));
+        self.check("placement")
     }
 }
 
@@ -1273,6 +1279,136 @@ fn a_failed_init_start_answers_its_waits() {
         .unwrap();
     assert!(f.tm.is_empty());
     assert_eq!(f.host.runtime.calls().last().unwrap(), "delete t1 true");
+}
+
+/// The error of a process found outside its container's cgroups (what `placement` returns).
+fn misplaced(pid: i32) -> Error {
+    crate::placement::Misplaced {
+        pid,
+        hierarchy: "devices".into(),
+        expected: "/sys/fs/cgroup/devices/pod.slice/cri-containerd-t1.scope".into(),
+        actual: "/sys/fs/cgroup/devices/pod.slice".into(),
+    }
+    .into()
+}
+
+/// An init outside its cgroups after `runc create` (systemd on cgroup v1 moved it): Create
+/// fails naming the hierarchy and both paths, before the container's code could run, and the
+/// runc container is deleted with everything else Create made.
+#[test]
+fn an_init_outside_its_cgroups_after_create_fails_the_create_and_leaves_nothing() {
+    let f = fixture();
+    let first_pid = FAKE_PID_BASE;
+    f.host
+        .runtime
+        .fail
+        .lock()
+        .unwrap()
+        .insert("placement", misplaced(first_pid));
+    let r = f.create("t1");
+    assert_eq!(code(r.clone()), Code::INTERNAL);
+    let m = message(r);
+    assert!(
+        m.starts_with("create task t1: check the container's cgroups after runc create: "),
+        "{m}"
+    );
+    assert!(m.contains("devices hierarchy"), "{m}");
+    assert!(m.contains("cri-containerd-t1.scope"), "{m}");
+    assert!(m.ends_with("says /sys/fs/cgroup/devices/pod.slice"), "{m}");
+    assert_eq!(
+        *f.host.runtime.placement_checks.lock().unwrap(),
+        [("t1".to_string(), first_pid)]
+    );
+    assert_eq!(
+        f.host.runtime.calls(),
+        ["create t1", "delete t1 true"],
+        "the container is deleted (--force kills its init)"
+    );
+    assert!(
+        f.host.mounted.lock().unwrap().is_empty(),
+        "rootfs left mounted"
+    );
+    assert!(f.tm.is_empty());
+    assert!(f.events.topics().is_empty(), "{:?}", f.events.topics());
+    // In place, the same ID is created.
+    f.host.runtime.fail.lock().unwrap().clear();
+    f.create("t1").unwrap();
+}
+
+/// Outside its cgroups after `runc start`: the init is SIGKILLed through runc, the Start
+/// fails (its Waits answer), and containerd's Delete takes the container away.
+#[test]
+fn an_init_outside_its_cgroups_after_start_is_killed_and_the_start_fails() {
+    let f = fixture();
+    let pid = f.create("t1").unwrap().pid;
+    let waited = park_wait(&f, "t1", "");
+    f.host
+        .runtime
+        .fail
+        .lock()
+        .unwrap()
+        .insert("placement", misplaced(pid as i32));
+    let r = f.start("t1", "");
+    assert_eq!(code(r.clone()), Code::INTERNAL);
+    let m = message(r);
+    assert!(
+        m.starts_with("start task t1: check the container's cgroups after runc start: "),
+        "{m}"
+    );
+    assert_eq!(
+        f.host.runtime.calls()[1..],
+        [
+            "start t1".to_string(),
+            format!("kill t1 {} false", libc::SIGKILL)
+        ]
+    );
+    assert_eq!(waited.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
+    assert!(!f.events.topics().contains(&"/tasks/start"));
+    f.svc
+        .delete(
+            &ctx(),
+            DeleteRequest {
+                id: "t1".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(f.tm.is_empty());
+}
+
+/// An exec'd process outside its container's cgroups: SIGKILLed, its Start fails, nothing
+/// of it stays registered.
+#[test]
+fn an_exec_outside_its_cgroups_is_killed_and_its_start_fails() {
+    let f = fixture();
+    running(&f, "t1");
+    f.exec("t1", "e1").unwrap();
+    let exec_pid = FAKE_PID_BASE + 1;
+    f.host
+        .runtime
+        .fail
+        .lock()
+        .unwrap()
+        .insert("placement", misplaced(exec_pid));
+    let r = f.start("t1", "e1");
+    assert_eq!(code(r.clone()), Code::INTERNAL);
+    let m = message(r);
+    assert!(
+        m.starts_with("start exec e1 of task t1: check the exec's cgroups after runc exec: "),
+        "{m}"
+    );
+    assert!(
+        f.host
+            .signals
+            .lock()
+            .unwrap()
+            .contains(&(exec_pid, libc::SIGKILL as u32)),
+        "{:?}",
+        f.host.signals.lock().unwrap()
+    );
+    assert_eq!(f.tm.watched_pids(), 1, "only the init is watched");
+    assert!(!f.events.topics().contains(&"/tasks/exec-started"));
+    assert_eq!(f.tm.wait_blocking("t1", "e1").unwrap().status, 255);
 }
 
 /// An init that exited while paused: runc reads a cgroup still frozen as paused and refuses a
