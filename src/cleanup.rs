@@ -15,11 +15,11 @@ use crate::bundle::{
     ADDRESS_FILE, BOOTSTRAP_FILE, CONFIG_FILE, ROOTFS_DIR, SHIM_PID_FILE, SOCKET_DIR,
     SOCKET_DIR_LINK, TASK_STATE_FILE,
 };
-use crate::reclaim::{Member, reclaim};
+use crate::reclaim::{Member, reclaim_all};
 use crate::runtime::RuncConfig;
 use crate::socket::{Removal, own_socket_path, remove_if_stale};
 use crate::task::TaskRecord;
-use crate::timing::Budget;
+use crate::timing::{Budget, Undone};
 
 /// What `delete` found.
 #[derive(Debug, Default)]
@@ -27,36 +27,65 @@ pub struct Cleaned {
     pub pid: u32,
 }
 
-/// Cleans up task or sandbox `id` from `bundle`.
+/// Cleans up task or sandbox `id` from `bundle`, by [`DELETE_BUDGET`], and reports what it
+/// could not do (see [`report`]).
 pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
     if crate::validate::id("id", id).is_err() {
         return Cleaned::default();
     }
     let mut steps = crate::timing::Steps::new(|| format!("delete {id}"));
     let budget = Budget::new(DELETE_BUDGET);
+    let mut undone = Undone::default();
     // A hung daemon first: alive, it could still record and `runc create` a container after
-    // the clean-up below has listed the pod's, and that one would run on with nobody to reap it.
-    kill_stale_shim(bundle, &budget);
+    // the clean-up below has listed the pod's. At most its share: once it is SIGKILLed it runs
+    // no more code of its own, and waiting longer for its exit would take the time of the
+    // pod's containers and network (its socket is then left, as one still in use).
+    let stale = budget.at_most(STALE_SHIM_SHARE);
+    let b = bundle.to_path_buf();
+    if stale
+        .run("rsandbox-stale", move || kill_stale_shim(&b, &stale))
+        .is_none()
+    {
+        undone.cut_off("the stale shim daemon's exit");
+    }
     steps.step("stale daemon");
-    let pid = match crate::pod::sandbox::cleanup_from_bundle(namespace, id, bundle, &budget) {
-        Some(pid) => pid,
-        None => {
-            delete_task(namespace, id, bundle, &budget);
-            0
-        }
-    };
+    let pid =
+        match crate::pod::sandbox::cleanup_from_bundle(namespace, id, bundle, &budget, &mut undone)
+        {
+            Some(pid) => pid,
+            None => {
+                delete_task(namespace, id, bundle, &budget, &mut undone);
+                0
+            }
+        };
     steps.step("sandbox or task");
     remove_stale_socket(bundle);
     steps.step("stale socket");
+    report(id, &undone);
     Cleaned { pid }
 }
 
-/// containerd gives `delete` 5 s (`io.containerd.timeout.shim.cleanup`) and kills it then:
-/// every wait of it shares this budget, a little under that, so that one slow step (a shim
-/// slow to die, a stuck runc) leaves the later ones less time, not none.
-const DELETE_BUDGET: Duration = Duration::from_millis(4500);
+/// containerd gives `delete` 5 s (`io.containerd.timeout.shim.cleanup`) and kills it then.
+/// This is a hard deadline a little under that: every step is bounded by what is left of it,
+/// the steps that can hang run on threads watched only until it ends, and at the deadline
+/// `delete` stops and reports what it left rather than being killed in the middle of a step
+/// (the network's above all: its veth, IP lease and netns would leak). The ~1 s to spare is
+/// for starting and ending the process on a busy machine.
+pub const DELETE_BUDGET: Duration = Duration::from_millis(4000);
 
-fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget) {
+/// What the stale daemon's exit may take of [`DELETE_BUDGET`].
+const STALE_SHIM_SHARE: Duration = Duration::from_secs(1);
+
+/// Says what `delete` could not do: each line on stderr (containerd logs it as "cleanup
+/// warnings") and in the shim log (with `-debug`: the daemon's log fifo, see `cli`).
+fn report(id: &str, undone: &Undone) {
+    for line in undone.lines(DELETE_BUDGET) {
+        eprintln!("delete {id}: {line}");
+        log::warn!("delete {id}: {line}");
+    }
+}
+
+fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget, undone: &mut Undone) {
     let record: Option<TaskRecord> = std::fs::read(bundle.join(TASK_STATE_FILE))
         .ok()
         .and_then(|raw| serde_json::from_slice(&raw).ok());
@@ -64,6 +93,12 @@ fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget) {
     let runc = record
         .map(|r| r.runc)
         .unwrap_or_else(|| RuncConfig::defaults(namespace));
+    // The network keeps its share of the budget whatever the container takes.
+    let reserve = if network.is_some() {
+        crate::network::DELETE_SHARE
+    } else {
+        Duration::ZERO
+    };
     // Only tasks have runc state; a sandbox ID is simply not found by runc.
     if bundle.join(CONFIG_FILE).exists() || bundle.join(TASK_STATE_FILE).exists() {
         let member = Member {
@@ -72,22 +107,18 @@ fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget) {
             runc,
             cgroups_path: cgroups_path_of(bundle),
         };
-        for p in reclaim(&member, budget) {
-            eprintln!("delete {id}: {p}");
-        }
+        reclaim_all(&[member], &budget.before(reserve), undone);
     } else {
         // The idmapped layers' scratch mount too: a shim that died between making it and
         // dropping it (after the overlay mount) left it, and the bundle could not be removed.
         for dir in [ROOTFS_DIR, crate::bundle::IDMAPPED_SCRATCH] {
             if let Err(e) = crate::mount::unmount(&bundle.join(dir)) {
-                eprintln!("delete {id}: {e}");
+                undone.failed(e.to_string());
             }
         }
     }
-    if let Some(net) = network
-        && let Err(e) = crate::network::teardown_within(&net, budget)
-    {
-        eprintln!("delete {id}: {e}");
+    if let Some(net) = network {
+        crate::network::teardown_in_delete(net, budget, undone);
     }
 }
 
