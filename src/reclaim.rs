@@ -47,6 +47,9 @@ const EMPTY_WAIT: Duration = Duration::from_secs(2);
 const FREEZE_WAIT: Duration = Duration::from_secs(1);
 /// How long `runc delete --force` of a dead shim's container may take (runc kills and waits).
 const RUNC_DELETE_TIMEOUT: Duration = Duration::from_secs(4);
+/// What [`reclaim_all`] keeps of its budget for the members to report (a helper killed at its
+/// timeout is waited for briefly).
+const REPORT_MARGIN: Duration = Duration::from_millis(200);
 
 /// A container of a pod, as the sandbox record keeps it for `delete`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -154,11 +157,14 @@ pub type Stage = Mutex<&'static str>;
 /// process lives (each of its waits ends with the budget anyway).
 pub fn reclaim_all(members: &[Member], budget: &Budget, undone: &mut Undone) {
     let (tx, rx) = std::sync::mpsc::channel();
+    // Each member's own waits end a little before the budget, so that one whose `runc delete`
+    // was killed at its timeout still reports that.
+    let own = budget.before(REPORT_MARGIN);
     // The stage of each member that runs on a thread of its own, until it reports.
     let mut running: Vec<Option<Arc<Stage>>> = Vec::new();
     for (i, member) in members.iter().enumerate() {
         let stage = Arc::new(Stage::new("start"));
-        let (m, st, tx, b) = (member.clone(), stage.clone(), tx.clone(), *budget);
+        let (m, st, tx, b) = (member.clone(), stage.clone(), tx.clone(), own);
         let spawned = std::thread::Builder::new()
             .name("rsandbox-reclaim".into())
             .spawn(move || {
@@ -169,7 +175,7 @@ pub fn reclaim_all(members: &[Member], budget: &Budget, undone: &mut Undone) {
             // No thread: take it down here, as the budget allows.
             Err(_) => {
                 running.push(None);
-                undone.extend(reclaim(member, budget, &stage));
+                undone.extend(reclaim(member, &own, &stage));
             }
         }
     }
