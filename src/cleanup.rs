@@ -38,8 +38,8 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
     let mut undone = Undone::default();
     // A hung daemon first: alive, it could still record and `runc create` a container after
     // the clean-up below has listed the pod's. At most its share: once it is SIGKILLed it runs
-    // no more code of its own, and waiting longer for its exit would take the time of the
-    // pod's containers and network (its socket is then left, as one still in use).
+    // no more code of its own, and waiting longer for its exit here would take the time of
+    // the pod's containers and network (the socket's removal at the end waits for the rest).
     let stale = budget.at_most(STALE_SHIM_SHARE);
     let b = bundle.to_path_buf();
     if stale
@@ -59,6 +59,11 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
             }
         };
     steps.step("sandbox or task");
+    // A killed daemon that a busy machine has not let exit yet (its share above was short)
+    // still holds its socket, which can go only once it has: it gets what is left.
+    if let Some(pid) = exiting_daemon(bundle) {
+        crate::util::wait_for_exit(pid, budget.left());
+    }
     remove_stale_socket(bundle);
     steps.step("stale socket");
     report(id, &undone);
@@ -179,26 +184,13 @@ const SHIM_EXIT_WAIT: Duration = Duration::from_secs(10);
 /// `delete` must leave nothing behind: neither a live shim nor the socket of a dead one. The
 /// pid is trusted for a kill only while it still runs our own binary.
 fn kill_stale_shim(bundle: &Path, budget: &Budget) {
-    let Ok(s) = std::fs::read_to_string(bundle.join(SHIM_PID_FILE)) else {
+    let Some(pid) = recorded_daemon(bundle) else {
         return;
     };
-    let Ok(pid) = s.trim().parse::<i32>() else {
-        return;
-    };
-    if pid <= 1 || pid == std::process::id() as i32 {
-        return;
-    }
-    let me = std::env::current_exe().ok().map(|p| without_deleted(&p));
     // The daemon's working directory is the bundle as the kernel resolved it; containerd may
     // name it through a link (/var/run -> /run).
     let bundle = std::fs::canonicalize(bundle).unwrap_or_else(|_| bundle.to_path_buf());
-    let is_our_daemon = || {
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .ok()
-            .map(|p| without_deleted(&p));
-        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
-        exe.is_some() && exe == me && cwd.as_deref() == Some(bundle.as_path())
-    };
+    let is_our_daemon = || is_our_daemon(pid, &bundle);
     if !is_our_daemon() {
         // A zombie main thread has no exe or cwd to check; the other threads of a killed
         // daemon may still be exiting, its socket still open: the socket removal that follows
@@ -217,6 +209,35 @@ fn kill_stale_shim(bundle: &Path, budget: &Budget) {
     if gone && let Some(address) = socket {
         remove_socket_of(&address, &socket_dirs(&bundle));
     }
+}
+
+/// The daemon pid `shim.pid` records (not ours, not init).
+fn recorded_daemon(bundle: &Path) -> Option<i32> {
+    let pid = std::fs::read_to_string(bundle.join(SHIM_PID_FILE))
+        .ok()?
+        .trim()
+        .parse::<i32>()
+        .ok()?;
+    (pid > 1 && pid != std::process::id() as i32).then_some(pid)
+}
+
+/// Whether `pid` runs our binary (also once replaced under it) in `bundle` (resolved).
+fn is_our_daemon(pid: i32, bundle: &Path) -> bool {
+    let me = std::env::current_exe().ok().map(|p| without_deleted(&p));
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|p| without_deleted(&p));
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
+    exe.is_some() && exe == me && cwd.as_deref() == Some(bundle)
+}
+
+/// The recorded daemon if it is still exiting: killed (by [`kill_stale_shim`], or before)
+/// but still running our binary in the bundle, or its main thread a zombie whose other
+/// threads may still hold its socket.
+fn exiting_daemon(bundle: &Path) -> Option<i32> {
+    let pid = recorded_daemon(bundle)?;
+    let bundle = std::fs::canonicalize(bundle).unwrap_or_else(|_| bundle.to_path_buf());
+    (main_thread_exited(pid) || is_our_daemon(pid, &bundle)).then_some(pid)
 }
 
 /// `exe` without the ` (deleted)` the kernel appends to the link of a binary replaced since
@@ -449,7 +470,9 @@ mod tests {
             ForkResult::Child => {
                 let _holder = std::thread::spawn(move || {
                     let _socket = listener;
-                    std::thread::sleep(Duration::from_secs(1));
+                    // Longer than the stale daemon's share of `delete`: the wait for it goes
+                    // on before the socket's removal.
+                    std::thread::sleep(STALE_SHIM_SHARE * 2);
                     // SAFETY: ends the whole child process.
                     unsafe { libc::_exit(0) }
                 });
