@@ -665,14 +665,19 @@ mod tests {
         child
     }
 
+    /// Makes cgroup `d` if missing. A new v1 cpuset cgroup has no CPUs and memory nodes (a
+    /// process cannot join it): it gets its parent's. (v2's empty ones mean "the parent's".)
     fn make_cgroup(d: &Path) {
         if d.is_dir() {
             return;
         }
         std::fs::create_dir(d).unwrap();
         for f in ["cpuset.cpus", "cpuset.mems"] {
-            if d.join(f).exists() {
-                let v = std::fs::read_to_string(d.parent().unwrap().join(f)).unwrap();
+            let own = std::fs::read_to_string(d.join(f)).unwrap_or_default();
+            if own.trim().is_empty()
+                && let Ok(v) = std::fs::read_to_string(d.parent().unwrap().join(f))
+                && !v.trim().is_empty()
+            {
                 std::fs::write(d.join(f), v.trim()).unwrap();
             }
         }
@@ -839,6 +844,9 @@ mod tests {
             }
             let id = format!("rsandbox-reclaim-forks-{}", std::process::id());
             let dirs: Vec<PathBuf> = roots.iter().map(|r| r.join(&id)).collect();
+            for d in &dirs {
+                make_cgroup(d);
+            }
             let ready = tempfile::tempdir().unwrap();
             let mark = ready.path().join("trapping");
             let mut shell = std::process::Command::new("sh")
@@ -852,7 +860,6 @@ mod tests {
                 .spawn()
                 .unwrap();
             for d in &dirs {
-                make_cgroup(d);
                 std::fs::write(d.join("cgroup.procs"), shell.id().to_string()).unwrap();
             }
             let until = Instant::now() + Duration::from_secs(30);
