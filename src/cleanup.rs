@@ -33,8 +33,15 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
     if crate::validate::id("id", id).is_err() {
         return Cleaned::default();
     }
+    let (cleaned, undone) = delete_within(namespace, id, bundle, &Budget::new(DELETE_BUDGET));
+    report(id, &undone);
+    cleaned
+}
+
+/// [`delete_from_bundle`] within `budget`, returning what it left undone.
+fn delete_within(namespace: &str, id: &str, bundle: &Path, budget: &Budget) -> (Cleaned, Undone) {
+    let budget = *budget;
     let mut steps = crate::timing::Steps::new(|| format!("delete {id}"));
-    let budget = Budget::new(DELETE_BUDGET);
     let mut undone = Undone::default();
     // A hung daemon first: alive, it could still record and `runc create` a container after
     // the clean-up below has listed the pod's. At most its share: once it is SIGKILLed it runs
@@ -66,8 +73,7 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
     }
     remove_stale_socket(bundle);
     steps.step("stale socket");
-    report(id, &undone);
-    Cleaned { pid }
+    (Cleaned { pid }, undone)
 }
 
 /// containerd gives `delete` 5 s (`io.containerd.timeout.shim.cleanup`) and kills it then.
@@ -500,6 +506,82 @@ mod tests {
                 assert!(!sock.exists(), "delete left the socket of a dying shim");
             }
         }
+    }
+
+    /// Issue 27 item 3, the task path: a standalone task with the shim's network, whose
+    /// `runc delete` hangs and whose network's first-DELed plugin hangs. `delete` ends by its
+    /// deadline, the plugin after the hung one still runs, the netns goes, and what was left
+    /// is named: the container's runc and the plugin.
+    #[test]
+    #[ignore = "needs root"]
+    fn delete_of_a_task_ends_by_its_deadline_and_its_network_goes() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let (bundle, bin, conf) = (
+            tmp.path().join("bundle"),
+            tmp.path().join("bin"),
+            tmp.path().join("conf"),
+        );
+        for d in [&bundle, &bin, &conf] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let ran = tmp.path().join("note-ran");
+        for (name, body) in [
+            ("runc", "exec sleep 600".to_string()),
+            ("hang", "exec sleep 600".to_string()),
+            (
+                "note",
+                format!("echo \"$CNI_COMMAND\" >> {}", ran.display()),
+            ),
+        ] {
+            let p = bin.join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(
+            conf.join("10-net.conflist"),
+            r#"{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"note"},{"type":"hang"}]}"#,
+        )
+        .unwrap();
+        let netns = tmp.path().join("netns");
+        std::fs::write(&netns, "").unwrap();
+        let record = TaskRecord {
+            id: "t1".into(),
+            runc: RuncConfig {
+                binary: bin.join("runc").display().to_string(),
+                root: tmp.path().join("runc-root"),
+                ..RuncConfig::defaults("ns")
+            },
+            rootfs_mounted: false,
+            network: Some(crate::network::NetworkRecord {
+                netns: netns.clone(),
+                container_id: "t1".into(),
+                ifname: "eth0".into(),
+                conf_dir: conf,
+                bin_dirs: vec![bin],
+                cache_dir: tmp.path().join("cache"),
+                timeout_seconds: 600,
+                pod: None,
+                ips: vec![],
+                loopback_only: false,
+            }),
+        };
+        std::fs::write(
+            bundle.join(TASK_STATE_FILE),
+            serde_json::to_vec(&record).unwrap(),
+        )
+        .unwrap();
+        let start = std::time::Instant::now();
+        let (_, undone) = delete_within("ns", "t1", &bundle, &Budget::new(DELETE_BUDGET));
+        let took = start.elapsed();
+        println!("delete took {took:?}: {undone:?}");
+        // Only a hang takes a minute (the runc's own timeout alone is 4 s, the plugin's 600).
+        assert!(took < Duration::from_secs(60), "{took:?}");
+        let all: Vec<&String> = undone.failed.iter().chain(&undone.cut_off).collect();
+        assert!(all.iter().any(|p| p.contains("container t1")), "{undone:?}");
+        assert!(all.iter().any(|p| p.contains("\"hang\"")), "{undone:?}");
+        assert_eq!(std::fs::read_to_string(&ran).unwrap(), "DEL\n");
+        assert!(!netns.exists(), "the netns was left");
     }
 
     #[test]
