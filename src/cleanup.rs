@@ -43,6 +43,11 @@ fn delete_within(namespace: &str, id: &str, bundle: &Path, budget: &Budget) -> (
     let budget = *budget;
     let mut steps = crate::timing::Steps::new(|| format!("delete {id}"));
     let mut undone = Undone::default();
+    let Some(_lock) = lock_bundle(bundle, &budget) else {
+        undone.cut_off("all of it: another delete of this bundle still runs");
+        return (Cleaned::default(), undone);
+    };
+    steps.step("bundle lock");
     // A hung daemon first: alive, it could still record and `runc create` a container after
     // the clean-up below has listed the pod's. At most its share: once it is SIGKILLed it runs
     // no more code of its own, and waiting longer for its exit here would take the time of
@@ -74,6 +79,44 @@ fn delete_within(namespace: &str, id: &str, bundle: &Path, budget: &Budget) -> (
     remove_stale_socket(bundle);
     steps.step("stale socket");
     (Cleaned { pid }, undone)
+}
+
+/// A bundle's delete lock, held until dropped (see [`lock_bundle`]).
+enum BundleLock {
+    /// The bundle directory, locked (closing it unlocks).
+    Held {
+        _dir: std::fs::File,
+    },
+    NoBundle,
+}
+
+/// Takes `bundle`'s delete lock (`flock` on the bundle directory), waiting for it at most
+/// until the end of `budget`. Two `delete`s of one bundle can run at once: the first kills a
+/// hung daemon, and containerd, seeing that daemon's connection close, runs `delete` again.
+/// Both would then kill, unmount and DEL the same things (a CNI plugin's DEL racing another's
+/// fails: "failed to delete eth0: no such device", and then releases nothing); the second one
+/// waits, and finds the work done. `None` when the lock did not come in time. A bundle that
+/// cannot be opened needs no lock: there is nothing in it to clean up.
+fn lock_bundle(bundle: &Path, budget: &Budget) -> Option<BundleLock> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(dir) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(bundle)
+    else {
+        return Some(BundleLock::NoBundle);
+    };
+    loop {
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Some(BundleLock::Held { _dir: dir });
+        }
+        if budget.is_spent() {
+            return None;
+        }
+        std::thread::sleep(budget.bound(Duration::from_millis(20)));
+    }
 }
 
 /// containerd gives `delete` 5 s (`io.containerd.timeout.shim.cleanup`) and kills it then.
@@ -582,6 +625,49 @@ mod tests {
         assert!(all.iter().any(|p| p.contains("\"hang\"")), "{undone:?}");
         assert_eq!(std::fs::read_to_string(&ran).unwrap(), "DEL\n");
         assert!(!netns.exists(), "the netns was left");
+    }
+
+    /// A second `delete` of a bundle waits for the first (which holds the bundle's lock) and
+    /// does nothing of its own meanwhile; it ends with its budget and says why.
+    #[test]
+    fn a_second_delete_of_a_bundle_waits_for_the_first() {
+        use std::os::fd::AsRawFd;
+        let tmp = tempfile::tempdir().unwrap();
+        let (bundle, sock) = bundle_with_socket(tmp.path());
+        drop(crate::socket::bind(&sock).unwrap());
+        let Some(BundleLock::Held { _dir: first }) =
+            lock_bundle(&bundle, &Budget::new(Duration::from_secs(60)))
+        else {
+            panic!("no lock on the bundle");
+        };
+        let (_, undone) = delete_within(
+            "default",
+            "t1",
+            &bundle,
+            &Budget::new(Duration::from_millis(200)),
+        );
+        assert!(
+            undone.cut_off.iter().any(|c| c.contains("another delete")),
+            "{undone:?}"
+        );
+        assert!(sock.exists(), "the waiting delete acted");
+        // SAFETY: unlocks a descriptor the test owns.
+        assert_eq!(unsafe { libc::flock(first.as_raw_fd(), libc::LOCK_UN) }, 0);
+        until_not_in_use(|| {
+            let (_, undone) = delete_within(
+                "default",
+                "t1",
+                &bundle,
+                &Budget::new(Duration::from_secs(60)),
+            );
+            assert!(undone.is_empty(), "{undone:?}");
+            if sock.exists() {
+                Removal::InUse
+            } else {
+                Removal::Removed
+            }
+        });
+        assert!(!sock.exists());
     }
 
     #[test]
