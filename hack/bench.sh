@@ -36,12 +36,8 @@ cd "$RSANDBOX_REPO"
 containerd_pid >/dev/null || die "the bench's containerd is not running: hack/setup.sh (or hack/containerd.sh start)"
 [[ -x "$BIN/$SHIM_NAME" ]] || die "$BIN/$SHIM_NAME is not installed: hack/build.sh"
 # the chart: what the benchmark needs is installed when it runs, so a new machine shows it
-if ! command -v gnuplot >/dev/null; then
-	log "installing gnuplot-nox (the benchmark's chart) from $(host_codename)"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends gnuplot-nox >/dev/null ||
-		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends gnuplot-nox >/dev/null; } ||
-		log "warning: gnuplot-nox could not be installed: no chart"
-fi
+# (hack/test.sh installs it before it starts: a no-op here then)
+gnuplot_install
 
 target_dir=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/integration/target}
 name=rsandbox-bench

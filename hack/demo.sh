@@ -2,13 +2,17 @@
 # hack/demo.sh - the README's "main job" command: a real pod through
 # containerd's CRI on the rsandbox shim, and plain containers through ctr.
 #
-# Sets the bench up if needed (hack/setup.sh), builds and installs the shim
-# (hack/build.sh), starts containerd, runs busybox with
+# Sets the bench up if needed (hack/setup.sh --demo: what the demo uses, no
+# test tools), builds and installs the shim (hack/build.sh), starts
+# containerd, runs busybox with
 # `ctr run --runtime io.containerd.rsandbox.v1` (hello, exit status 3), then
 # runs the CRI demo (integration/src/bin/rsandbox-demo.rs): RunPodSandbox with
 # the `rsandbox` handler, two containers, the pod IP and what they share, and
 # the pod's teardown. containerd is stopped at the end unless --keep is given
 # (then: eval "$(hack/containerd.sh env)"; ctr ...).
+# Every stage prints its wall clock and the time since the start; the long
+# ones (package downloads, the two builds) print a line at least every 10 s
+# when the output is not a terminal (on one, cargo's progress bar shows).
 set -euo pipefail
 # shellcheck source=hack/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -33,8 +37,8 @@ on_exit() {
 }
 trap on_exit EXIT
 
-section "set up the bench (idempotent)"
-hack/setup.sh
+section "set up the bench (idempotent; the first time: Debian packages, a few minutes)"
+hack/setup.sh --demo
 
 section "build and install the shim"
 hack/build.sh
@@ -74,11 +78,14 @@ cleanup_container "$id"
 echo "exit status: $rc"
 [[ "$rc" == 3 ]] || die "expected exit status 3, got $rc"
 
+section "build the demo's CRI client (integration/: tonic, k8s-cri; the first time ~150 crates, several minutes)"
+with_heartbeat "cargo build --bin rsandbox-demo" cargo build --manifest-path integration/Cargo.toml --bin rsandbox-demo
+
 section "a pod through CRI: RunPodSandbox (handler rsandbox) + two containers"
 eval "$(print_env)"
 cargo run --quiet --manifest-path integration/Cargo.toml --bin rsandbox-demo
 
-section "demo OK"
+section "demo OK (in $(elapsed))"
 if ((keep)); then
 	log "containerd keeps running; eval \"\$(hack/containerd.sh env)\" to use ctr; hack/containerd.sh stop when done"
 fi

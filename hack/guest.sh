@@ -31,9 +31,17 @@
 # dbus socket-activated. The test unit (hack/guest/systemd-run.sh) runs
 # integration/tests/systemd.rs once per runc and powers off.
 #
-# Usage: hack/guest.sh [--systemd] [TEST-FILTER...]   (args go to the test binary)
+# Usage: hack/guest.sh [--systemd] [--prepare] [TEST-FILTER...]   (args go to the test binary)
+# --prepare: only install and build what the guest boots from (QEMU, the kernel, the
+# initramfs; the systemd layer with --systemd), boot nothing (hack/test.sh, before its steps).
+# The serial console is copied to the log and to console*.log without its escape codes.
 # Environment: see hack/lib.sh; RSANDBOX_GUEST_MEM (MiB, 2048),
 # RSANDBOX_GUEST_TIMEOUT (s, 900; 1800 with --systemd), RSANDBOX_GUEST_RUNCS ("1.1 1.3"),
+# RSANDBOX_GUEST_LIVE_ONLY=1 (systemd guest: only the shim's live_systemd unit tests, no
+# containerd, no integration tests; RSANDBOX_LIVE_ROUNDS rounds per way, 5;
+# RSANDBOX_GUEST_LIB_EXE: another unit-test binary to run, e.g. one built from an older
+# commit; RSANDBOX_GUEST_TRACE=1: systemd at log level debug into the kernel log, strace of
+# PID 1's and the test's socket calls, all written to the results share),
 # RSANDBOX_GUEST_MODE (cgroupv2 | systemd: the same as --systemd),
 # RSANDBOX_GUEST_NO_SWITCH_ROOT=1 (cgroup v2 mode: / stays the initramfs, an initramfs root
 # where pivot_root cannot work), RSANDBOX_GUEST_EXE (cgroup v2 mode: a test binary of this
@@ -50,10 +58,14 @@ MEM=${RSANDBOX_GUEST_MEM:-2048}
 TIMEOUT=${RSANDBOX_GUEST_TIMEOUT:-}
 RUNCS=${RSANDBOX_GUEST_RUNCS:-1.1 1.3}
 MODE=${RSANDBOX_GUEST_MODE:-cgroupv2}
-if [[ "${1:-}" == --systemd ]]; then
-	MODE=systemd
+PREPARE=0
+while [[ "${1:-}" == --systemd || "${1:-}" == --prepare ]]; do
+	case $1 in
+	--systemd) MODE=systemd ;;
+	--prepare) PREPARE=1 ;;
+	esac
 	shift
-fi
+done
 case $MODE in
 cgroupv2)
 	WHAT="cgroup v2 guest"
@@ -69,7 +81,8 @@ systemd)
 *) die "RSANDBOX_GUEST_MODE=$MODE: expected cgroupv2 or systemd" ;;
 esac
 
-[[ -f "$SETUP_DONE" && -x "$BIN/$SHIM_NAME" ]] || die "the bench is not set up: hack/setup.sh and hack/build.sh first"
+[[ -f "$SETUP_DONE" ]] || die "the bench is not set up: hack/setup.sh first"
+((PREPARE)) || [[ -x "$BIN/$SHIM_NAME" ]] || die "the shim is not installed: hack/build.sh first"
 [[ -x "$RUNC13_BIN" ]] || die "runc 1.3 missing: hack/setup.sh"
 
 qemu_install() {
@@ -195,60 +208,43 @@ initramfs_build() { # busybox + the modules that mount / over 9p
 	mv -f "$G/initramfs.cpio.tmp" "$G/initramfs.cpio"
 }
 
-# systemd_layer: prints the directory of a guest-only layer holding systemd and dbus (and what
-# they need) extracted with dpkg-deb when this machine lacks them; nothing when it has them.
-# Never installed here, never started here.
-systemd_layer() {
-	local layer=$G/systemd-layer dl=$G/debs-systemd pkgs d
-	[[ -x /lib/systemd/systemd && -x /usr/bin/dbus-daemon && -x /usr/bin/busctl ]] && return 0
-	if [[ ! -f "$layer/.complete" ]]; then
-		# what installing them would add: apt's simulation (nothing is installed)
-		pkgs=$(apt-get -s -q install --no-install-recommends systemd dbus | awk '/^Inst / { print $2 }')
-		[[ -n "$pkgs" ]] || die "systemd guest: /lib/systemd/systemd is missing, but apt would install nothing"
-		log "systemd guest: extracting $(echo "$pkgs" | tr '\n' ' ')into $layer (not installed)"
-		rm -rf "$layer" "$dl"
-		mkdir -p "$layer" "$dl"
-		# shellcheck disable=SC2086 # one package per word
-		(cd "$dl" && apt-get -q -o APT::Sandbox::User=root download $pkgs)
-		for d in "$dl"/*.deb; do dpkg-deb -x "$d" "$layer"; done
-		touch "$layer/.complete"
-	fi
-	echo "$layer"
-}
-
-lib_test_binary() { # builds the shim crate's unit-test binary; prints its path
-	local exe
-	exe=$(cargo test --lib --no-run --message-format=json 2>/dev/null |
-		sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
-	[[ -x "$exe" ]] || die "could not build the shim's unit tests (cargo test --lib --no-run)"
-	echo "$exe"
-}
-
-test_binary() { # NAME: builds integration test binary NAME; prints its path
-	local exe
-	exe=$(cargo test --manifest-path integration/Cargo.toml --test "$1" --no-run --message-format=json 2>/dev/null |
-		grep "\"name\":\"$1\"" | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
-	[[ -x "$exe" ]] || die "could not build the $1 test binary (cargo test --test $1 --no-run)"
-	echo "$exe"
+# console_filter: the serial console as a person reads it: no terminal escape codes (the
+# firmware clears the screen and sets modes: ESC c, ESC [2J, ESC [?7l ...), no carriage
+# returns, a line break after the firmware's "Booting from ROM.." (the guest's first line
+# follows it on the same line otherwise). Line by line, as it comes.
+console_filter() {
+	sed -u -e 's/\x1b\[[0-9;?]*[ -\/]*[@-~]//g' -e 's/\x1b[@-Z\\-_a-z]//g' -e 's/\r//g' \
+		-e 's/^\(Booting from ROM\.\.\)\(.\)/\1\n\2/'
 }
 
 qemu_install
 kernel_fetch
 initramfs_build
+if ((PREPARE)); then
+	[[ $MODE == systemd ]] && systemd_layer "$G" >/dev/null
+	log "$WHAT prepared: $(qemu-system-x86_64 --version | head -n1), kernel $KVER ($KPKG), initramfs"
+	exit 0
+fi
 rm -rf "$OUT"
 mkdir -p "$OUT"
 if [[ $MODE == systemd ]]; then
 	# the guest runs integration/tests/systemd.rs (or the filter given), and the shim's
 	# ignored unit tests named live_systemd (its D-Bus client against the real systemd)
-	EXE=$(test_binary systemd)
+	if [[ -n "${RSANDBOX_GUEST_LIVE_ONLY:-}" ]]; then
+		EXE=
+	else
+		EXE=$(test_binary systemd)
+	fi
 	HS_EXE=
-	LIB_EXE=$(lib_test_binary)
-	LAYER=$(systemd_layer)
+	LIB_EXE=${RSANDBOX_GUEST_LIB_EXE:-$(lib_test_binary)}
+	LAYER=$(systemd_layer "$G")
 	containerd_config true >"$OUT/containerd.toml"
 	RUN=$RSANDBOX_REPO/hack/guest/systemd-boot.sh
 	# show_status=0: PID 1 writes no unit status lines to the serial console (slow under
 	# TCG); the console carries the tests' output
 	CMDLINE="systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all systemd.show_status=0"
+	# the trace keeps all of PID 1's debug log in the kernel's buffer (no journald here)
+	[[ -n "${RSANDBOX_GUEST_TRACE:-}" ]] && CMDLINE+=" printk.devkmsg=on log_buf_len=64M"
 else
 	# the guest runs: every test of integration/tests/cgroupv2.rs (or the filter
 	# given), and handshake.rs's shim_cgroup test (ShimCgroup)
@@ -263,9 +259,12 @@ fi
 {
 	printf 'export RSANDBOX_PREFIX=%q RSANDBOX_SUBNET=%q RSANDBOX_BRIDGE=%q\n' "$RSANDBOX_PREFIX" "$RSANDBOX_SUBNET" "$RSANDBOX_BRIDGE"
 	printf 'export RSANDBOX_SHIM_SUBNET=%q RSANDBOX_SHIM_BRIDGE=%q RSANDBOX_LOG_LEVEL=%q\n' "$RSANDBOX_SHIM_SUBNET" "$RSANDBOX_SHIM_BRIDGE" "$RSANDBOX_LOG_LEVEL"
+	# the guest's stage headers count from the start of the whole run too
+	printf 'export RSANDBOX_T0=%q\n' "$RSANDBOX_T0"
 	printf 'GUEST_REPO=%q GUEST_EXE=%q GUEST_HS_EXE=%q GUEST_KMOD=%q GUEST_RUNCS=%q\n' \
 		"$RSANDBOX_REPO" "$EXE" "$HS_EXE" "$G/kernel/lib/modules/$KVER" "$RUNCS"
 	printf 'GUEST_CONTAINERD_CONFIG=%q GUEST_SYSTEMD_LAYER=%q GUEST_LIB_EXE=%q\n' /mnt/containerd.toml "$LAYER" "$LIB_EXE"
+	printf 'GUEST_LIVE_ONLY=%q RSANDBOX_LIVE_ROUNDS=%q GUEST_TRACE=%q\n' "${RSANDBOX_GUEST_LIVE_ONLY:-}" "${RSANDBOX_LIVE_ROUNDS:-5}" "${RSANDBOX_GUEST_TRACE:-}"
 	printf 'GUEST_ARGS=('
 	(($#)) && printf '%q ' "$@"
 	printf ')\n'
@@ -283,7 +282,7 @@ timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
 	-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
 	-fsdev local,id=out,path="$OUT",security_model=passthrough \
 	-device virtio-9p-pci,fsdev=out,mount_tag=out \
-	</dev/null 2>&1 | tee "$CONSOLE" || rc=$?
+	</dev/null 2>&1 | console_filter | tee "$CONSOLE" || rc=$?
 end=$(date +%s.%N)
 secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
 if [[ ! -f "$OUT/rc" ]]; then

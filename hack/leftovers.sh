@@ -9,18 +9,18 @@
 # stop, to catch tests that did not clean up, and once after).
 #
 # Checked: containerd objects (if running); shim processes (by name, or by
-# `-address <our socket>`); mounts under the prefix or with "rsandbox" in
-# their path; netns files under the prefix and CRI-style ones in /run/netns;
-# shim sockets in /run/containerd/s that are stale or served by our shims;
+# `-address <our socket>`); mounts under the prefix (others with "rsandbox"
+# in their path are notes: another prefix's); netns files under the prefix and CRI-style ones in /run/netns;
+# shim sockets in /run/containerd/s with a name our containerd gives its shims;
 # runc containers of this bench; /run/containerd/rsandbox; cgroups below
 # default/, k8s.io/ or *rsandbox* dirs; veths on our bridge; portmap chains;
 # host-local IP leases. Items that may belong to something else on the
 # machine (another containerd, `ip netns add`) are printed as notes only: a
-# stale socket or a cgroup below default/ or k8s.io/ counts only when this
-# bench's containerd log names it (containerd logs "connecting to shim <id>"
-# with the socket's address for every shim it starts, and CRI the ID of every
-# pod and container), so another containerd's shims and containers (a
-# Kubernetes test beside ours) are never taken for ours.
+# shim socket counts only when its name is one our containerd gives (the
+# sha256 of our address, namespace and ID, as containerd's SocketAddress), a
+# cgroup below default/ or k8s.io/ only when this bench's containerd log names
+# it (CRI logs the ID of every pod and container), so another containerd's
+# shims and containers (a Kubernetes test beside ours) are never taken for ours.
 set -euo pipefail
 # shellcheck source=hack/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -77,7 +77,13 @@ done
 # --- mounts ----------------------------------------------------------------------
 while read -r m; do
 	m=$(printf '%b' "$m") # findmnt -r escapes blanks as \x20
-	if [[ "$m" == "$P"/* || "$m" == *rsandbox* ]]; then leftover mount "$m"; fi
+	if [[ "$m" == "$P"/* ]]; then
+		leftover mount "$m"
+	elif [[ "$m" == *rsandbox* ]]; then
+		# everything this bench's shims mount is under the prefix (netns_dir, bundles):
+		# another prefix's bench (a demo beside this one) or another containerd's rsandbox
+		note mount "$m (outside $P: not this bench's)"
+	fi
 done < <(findmnt -rn -o TARGET)
 
 # --- network namespaces ----------------------------------------------------------
@@ -93,34 +99,44 @@ for f in /run/netns/*; do
 	esac
 done
 
-# --- shim sockets (/run/containerd/s is hard-coded in containerd's shim code) --------
-# A socket file nobody listens on is stale: a leftover when our containerd
-# started its shim, else another containerd's. One served by our shim is a
-# leftover; one served by another process belongs to another containerd.
-if compgen -G '/run/containerd/s/*' >/dev/null; then
+# --- shim sockets (/run/containerd/s is shared by every containerd) -----------------
+# Ours by name only (lib/proc.sh: our_shim_sockets, containerd's SocketAddress); alive or
+# stale by a connect(2) probe, which reaches a listener in any network namespace. A stale
+# socket of ours is a leftover, as is a live one (our shims are gone after a stop); any
+# other socket belongs to another containerd and is a note.
+if compgen -G "$SHIM_SOCKET_DIR/*" >/dev/null; then
 	declare -A inode_of=() our_socket=()
 	while read -r _ _ _ _ _ _ inode path; do
-		if [[ "$path" == /run/containerd/s/* ]]; then inode_of[$path]=$inode; fi
+		if [[ "$path" == "$SHIM_SOCKET_DIR"/* ]]; then inode_of[$path]=$inode; fi
 	done < <(tail -n +2 /proc/net/unix)
-	while read -r s; do our_socket[$s]=1; done < <(named_in_our_log /run/containerd/s/*)
-	for s in /run/containerd/s/*; do
-		inode=${inode_of[$s]:-}
-		if [[ -z "$inode" ]]; then
+	while read -r s; do our_socket[$s]=1; done < <(our_shim_sockets)
+	for s in "$SHIM_SOCKET_DIR"/*; do
+		[[ -S "$s" ]] || continue
+		rc=0
+		socket_accepts "$s" || rc=$?
+		if ((rc == 1)); then
 			if [[ -n "${our_socket[$s]:-}" ]]; then
-				leftover socket "$s (stale: nobody listens)"
+				leftover socket "$s (stale: nobody accepts on it)"
 			else
-				note socket "$s (stale, not named in our containerd's log: another containerd's)"
+				note socket "$s (stale, not a name our containerd gives: another containerd's)"
 			fi
 			continue
 		fi
-		# (find fails on fds of processes that exit meanwhile: ignore that)
-		owners=$({ find /proc/[0-9]*/fd -lname "socket:\[$inode\]" 2>/dev/null || true; } | cut -d/ -f3 | sort -u | tr '\n' ' ')
+		# the listener, when it lives in this network namespace (find fails on fds of
+		# processes that exit meanwhile: ignore that)
+		owners=
+		if [[ -n "${inode_of[$s]:-}" ]]; then
+			owners=$({ find /proc/[0-9]*/fd -lname "socket:\[${inode_of[$s]}\]" 2>/dev/null || true; } | cut -d/ -f3 | sort -u | tr '\n' ' ')
+		fi
+		served="served by ${owners:+pid }${owners:-a process in another network namespace}"
 		ours=0
 		for pid in $owners; do if is_our_shim "$pid"; then ours=1; fi; done
-		if ((ours)); then
-			leftover socket "$s (served by our shim, pid $owners)"
+		if ((ours)) || [[ -n "${our_socket[$s]:-}" ]]; then
+			leftover socket "$s (${served% }, a name our containerd gives)"
+		elif ((rc == 0)); then
+			note socket "$s (${served% }: another containerd's)"
 		else
-			note socket "$s (served by pid ${owners:-?}, not ours)"
+			note socket "$s (cannot tell whether anything accepts on it; not a name our containerd gives)"
 		fi
 	done
 fi

@@ -27,6 +27,8 @@
 #   images.sh  the local OCI images, built from busybox-static and
 #              hack/images/ (pause.c, pgrep, ipcs)
 #   runc.sh    the second runc (sid's 1.3.x) and which runc the bench uses
+#   testbin.sh the test executables the guests and the systemd node run
+#   systemd.sh systemd and dbus extracted for the guest and the node when missing here
 #   guest.sh   the cgroup v2 guest (QEMU, Debian's kernel): hack/guest.sh
 #
 # Environment (all optional):
@@ -104,7 +106,45 @@ die() {
 	log "error: $*"
 	exit 1
 }
-section() { printf '\n=== %s ===\n' "$*" >&2; }
+# The start of the whole run: exported, so a script called by another (demo.sh ->
+# setup.sh) counts from the outermost one's start.
+RSANDBOX_T0=${RSANDBOX_T0:-$(date +%s)}
+export RSANDBOX_T0
+elapsed() { # time since RSANDBOX_T0, as 1m05s
+	local s=$(($(date +%s) - RSANDBOX_T0))
+	printf '%dm%02ds' $((s / 60)) $((s % 60))
+}
+# A stage header with the wall clock and the time since the run started.
+section() { printf '\n=== %s === [%s, +%s]\n' "$*" "$(date +%H:%M:%S)" "$(elapsed)" >&2; }
+# with_heartbeat WHAT CMD...: runs CMD; while it runs, prints a line every
+# RSANDBOX_HEARTBEAT seconds (10) saying it still runs, so a long step never looks
+# hung. On a terminal cargo draws its own progress bar: the lines then only come
+# every minute, for the steps that show none (cargo's final link with LTO).
+with_heartbeat() {
+	local what=$1 every=${RSANDBOX_HEARTBEAT:-10} t0 beat rc=0
+	shift
+	[[ -t 2 ]] && every=60
+	t0=$(date +%s)
+	local caller=$BASHPID
+	(
+		# (the sleep is killed too: it would hold the caller's pipes open)
+		trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+		while :; do
+			sleep "$every" &
+			nap=$!
+			wait "$nap"
+			# the caller may have exited inside CMD (a `die`): then so does this loop
+			kill -0 "$caller" 2>/dev/null || exit 0
+			printf '[rsandbox]   ... %s: still running (%ds)\n' "$what" $(($(date +%s) - t0)) >&2
+		done
+	) >/dev/null &
+	beat=$!
+	"$@" || rc=$?
+	kill "$beat" 2>/dev/null || true
+	wait "$beat" 2>/dev/null || true
+	if ((rc)); then log "$what: exit status $rc after $(($(date +%s) - t0)) s"; else log "$what: done in $(($(date +%s) - t0)) s"; fi
+	return "$rc"
+}
 need_root() { [[ $EUID -eq 0 ]] || die "run as root (containerd, runc, mounts and iptables need it)"; }
 
 # shellcheck source=hack/lib/apt.sh
@@ -121,3 +161,7 @@ need_root() { [[ $EUID -eq 0 ]] || die "run as root (containerd, runc, mounts an
 . "$RSANDBOX_REPO/hack/lib/images.sh"
 # shellcheck source=hack/lib/runc.sh
 . "$RSANDBOX_REPO/hack/lib/runc.sh"
+# shellcheck source=hack/lib/testbin.sh
+. "$RSANDBOX_REPO/hack/lib/testbin.sh"
+# shellcheck source=hack/lib/systemd.sh
+. "$RSANDBOX_REPO/hack/lib/systemd.sh"

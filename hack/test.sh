@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # hack/test.sh - run all tests (the README's test command; .ci/run calls it).
 #
+#   0. install everything the steps below use, before any of them runs:
+#      hack/setup.sh (the bench, both runcs), cargo-machete (pinned),
+#      gnuplot-nox (the bench's chart) and, unless RSANDBOX_GUEST=0, the
+#      guests' QEMU, kernel and initramfs (hack/guest.sh --prepare)
 #   1. cargo fmt --check
 #   2. cargo clippy --all-targets -- -D warnings (with Cargo.toml's [lints])
 #   3. hack/check-cycles.sh: module dependencies (cni/ self-contained, no
 #      import cycles)
-#   4. cargo machete: no unused dependency (hack/setup.sh installs it; on a
-#      fresh machine, where it is missing, hack/setup.sh runs first)
+#   4. cargo machete: no unused dependency
 #   5. cargo test -- --include-ignored (unit tests, the root-only ones too)
 #   6. hack/build.sh: release shim, installed into the bench prefix
 #   7. hack/setup.sh: the bench set up (idempotent, ~1 s when done) and
@@ -16,6 +19,10 @@
 #      the bench's env exported (see hack/containerd.sh env, RSANDBOX_PREFIX),
 #      once with runc 1.1 (the host's) and once with runc 1.3 (sid's, see
 #      hack/lib/runc.sh): both CRI handlers and ctr use the selected runc
+#   8a. the systemd node (cgroup v1): hack/node.sh run-tests (systemd 252 as PID 1 of
+#      new namespaces on this host, booted in about a second; containerd as a unit; the
+#      systemd integration tests inside, both CRI handlers, both runcs, and the shim's
+#      ignored live_systemd unit tests); RSANDBOX_NODE=0 skips it
 #   8b. the cgroup v2 guest: hack/guest.sh (QEMU, Debian's kernel booted with
 #      cgroup_no_v1=all; the cgroupv2 integration tests inside, both runcs);
 #      RSANDBOX_GUEST=0 skips it
@@ -27,6 +34,7 @@
 #  10. hack/leftovers.sh with containerd running (tests must clean up), then
 #      hack/containerd.sh stop and hack/leftovers.sh again (what stop and the
 #      shim leave behind)
+# Each step's header carries the wall clock and the time since the start.
 # Exits non-zero when any step fails; containerd is stopped on exit.
 # Needs root (containerd, runc, mounts). Environment: see hack/lib.sh.
 set -euo pipefail
@@ -47,6 +55,15 @@ on_exit() {
 }
 trap on_exit EXIT
 
+section "install what the tests need"
+hack/setup.sh
+rust_tools
+gnuplot_install
+if [[ "${RSANDBOX_GUEST:-1}" != 0 ]]; then
+	hack/guest.sh --prepare
+	hack/guest.sh --systemd --prepare
+fi
+
 section "cargo fmt --check"
 cargo fmt --check
 # the pause program is built by build.rs, outside the crate's module tree
@@ -62,11 +79,6 @@ section "module dependencies (hack/check-cycles.sh)"
 hack/check-cycles.sh
 
 section "unused dependencies (cargo machete)"
-if ! command -v cargo-machete >/dev/null; then
-	log "cargo-machete is missing (a fresh machine): hack/setup.sh first"
-	hack/setup.sh
-fi
-command -v cargo-machete >/dev/null || die "cargo-machete is not installed: run hack/setup.sh"
 cargo machete --skip-target-dir
 
 section "cargo test -- --include-ignored (unit tests, root-only ones too)"
@@ -97,6 +109,18 @@ if [[ -f integration/Cargo.toml ]]; then
 	reset_objects
 	RSANDBOX_RUNC=1.1
 	select_runc
+else
+	log "SKIPPED: integration/Cargo.toml does not exist yet"
+fi
+
+section "systemd node (cgroup v1): hack/node.sh run-tests"
+if [[ "${RSANDBOX_NODE:-1}" = 0 ]]; then
+	log "SKIPPED: RSANDBOX_NODE=0"
+elif ! why=$(hack/node.sh check); then
+	log "SKIPPED: $why"
+elif [[ -f integration/Cargo.toml ]]; then
+	# the node runs the shim hack/build.sh installed above (copied at its boot)
+	hack/node.sh -n test run-tests || failed+=("systemd node (cgroup v1)")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
 fi
@@ -137,4 +161,4 @@ if ((${#failed[@]})); then
 	section "FAILED: ${failed[*]}"
 	exit 1
 fi
-section "all tests passed"
+section "all tests passed (in $(elapsed))"

@@ -413,10 +413,23 @@ struct Watch {
     /// v1: the cgroup dir, to tell an OOM from the cgroup's removal.
     dir: PathBuf,
     last_oom_kill: u64,
-    /// v2: the parent's memory.events (its oom_kill counts the whole subtree) and its count
-    /// when last looked at, for a cgroup removed before its own count could be read.
+    /// v2: the parent's memory.events (its oom_kill counts the whole subtree), for a cgroup
+    /// removed before its own count could be read at its init's exit (see [`Ledger`]).
     parent_events: Option<PathBuf>,
-    parent_last_oom_kill: u64,
+}
+
+/// The OOM kills below one parent cgroup (the pod's slice or cgroup), for the one judgement
+/// that cannot read a container's own count: its scope removed (systemd stops the scope of an
+/// exited process and removes its cgroup, often before its init's exit is checked) when its
+/// init has exited. The parent's count is hierarchical: its rise since `base` holds the kills
+/// already taken for one of its containers (`taken`), the kills a sibling's own count still
+/// shows unreported, and, only after both are subtracted, kills of cgroups that are gone.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ledger {
+    /// The parent's count when its first container was watched.
+    base: u64,
+    /// Kills below it taken for one of its containers since (own counts, or this judgement).
+    taken: u64,
 }
 
 /// Watches containers' memory cgroups for OOM kills (one thread for all).
@@ -427,6 +440,8 @@ pub struct OomWatcher {
 
 struct WatcherThread {
     watches: Mutex<Vec<Watch>>,
+    /// Per parent cgroup's memory.events (locked after `watches`).
+    ledgers: Mutex<HashMap<PathBuf, Ledger>>,
     wake: OwnedFd,
     /// Held from the judgement to the TaskOOM's publication, by the watcher and by the exit
     /// check alike: when the watcher has taken a kill, the reaper's check waits until its
@@ -452,6 +467,7 @@ impl OomWatcher {
                 .context("oom watcher pipe")?;
         let t = Arc::new(WatcherThread {
             watches: Mutex::new(Vec::new()),
+            ledgers: Mutex::default(),
             wake: tx,
             report: Mutex::new(()),
         });
@@ -479,10 +495,6 @@ impl OomWatcher {
                 .with_context(|| format!("watch {}", events.display()))?;
             let last = read_kv(&events).get("oom_kill").copied().unwrap_or(0);
             let parent_events = dir.parent().map(|p| p.join("memory.events"));
-            let parent_last = parent_events
-                .as_deref()
-                .and_then(|p| read_kv(p).get("oom_kill").copied())
-                .unwrap_or(0);
             Watch {
                 id: id.into(),
                 fd: OwnedFd::from(ino),
@@ -490,7 +502,6 @@ impl OomWatcher {
                 dir: dir.clone(),
                 last_oom_kill: last,
                 parent_events,
-                parent_last_oom_kill: parent_last,
             }
         } else if let Some(dir) = paths.v1.get("memory") {
             let efd = nix::sys::eventfd::EventFd::from_value_and_flags(
@@ -511,30 +522,33 @@ impl OomWatcher {
                 dir: dir.clone(),
                 last_oom_kill: 0,
                 parent_events: None,
-                parent_last_oom_kill: 0,
             }
         } else {
             return Ok(()); // no memory controller: nothing to watch
         };
         let t = self.thread()?;
-        t.watches.locked().push(watch);
+        t.add(watch);
         let _ = nix::unistd::write(&t.wake, b"w");
         Ok(())
     }
 
-    /// Looks once more for an OOM kill of container `id` when its init has exited, and reports
-    /// one not yet reported (before the caller publishes the exit). Events alone miss kills:
-    /// systemd stops an emptied scope and removes its cgroup at once, and the kernel drops
-    /// the file's pending (rate-limited) notification with it; the count itself is raised
-    /// before the victim gets its SIGKILL (mm/oom_kill.c: "task reaper must see this"), so
-    /// at the exit it is there to read, in the cgroup or, once that is gone, its parent's.
-    /// v2 only: v1's eventfd fires before the kill.
-    pub fn check_at_exit(&self, id: &str) {
+    /// Looks once more for an OOM kill of container `id` when its init has exited with
+    /// `status` (128 + a signal when killed), and reports one not yet reported (before the
+    /// caller publishes the exit). Events alone miss kills: systemd stops an emptied scope and
+    /// removes its cgroup at once, and the kernel drops the file's pending (rate-limited)
+    /// notification with it; the count itself is raised before the victim gets its SIGKILL
+    /// (mm/oom_kill.c: "task reaper must see this"), so at the exit it is there to read in
+    /// the container's own cgroup. Once that is gone (an open descriptor of it answers ENODEV
+    /// too, v1 and v2: kernfs), the parent's count decides, only for an init the kernel's
+    /// SIGKILL ended, and only for a kill no sibling's own count accounts for (see [`Ledger`]):
+    /// a sibling's kill still in flight is never this container's. v2 only: v1's eventfd
+    /// fires before the kill.
+    pub fn check_at_exit(&self, id: &str, status: i32) {
         let Some(t) = self.inner.locked().clone() else {
             return; // nothing watched
         };
         let _report = t.report.locked();
-        if t.check_at_exit(id) {
+        if t.check_at_exit(id, status) {
             (self.callback)(id);
             log::info!("container {id}: OOM kill (seen at its exit)");
         }
@@ -584,7 +598,7 @@ impl WatcherThread {
                 let mut drain = [0u8; 4096];
                 let n = nix::unistd::read(&fds[i], &mut drain).unwrap_or(0);
                 let _report = self.report.locked();
-                if self.is_oom(id, modified(&drain[..n])) {
+                if self.is_oom(id, modified(&drain[..n]), None) {
                     callback(id);
                     log::info!("container {id}: OOM kill");
                 }
@@ -592,19 +606,37 @@ impl WatcherThread {
         }
     }
 
-    /// [`OomWatcher::check_at_exit`]: a v2 watch's count (or its parent's) rose unseen.
-    fn check_at_exit(&self, id: &str) -> bool {
+    /// Adds a watch; the first below its parent opens the parent's [`Ledger`].
+    fn add(&self, watch: Watch) {
+        let mut watches = self.watches.locked();
+        if let Some(p) = &watch.parent_events {
+            self.ledgers
+                .locked()
+                .entry(p.clone())
+                .or_insert_with(|| Ledger {
+                    base: read_kv(p).get("oom_kill").copied().unwrap_or(0),
+                    taken: 0,
+                });
+        }
+        watches.push(watch);
+    }
+
+    /// [`OomWatcher::check_at_exit`]: a v2 watch's own count rose unseen, or (its cgroup
+    /// gone) its init was SIGKILLed and the parent holds a kill nobody else accounts for.
+    fn check_at_exit(&self, id: &str, status: i32) -> bool {
         let v2 = self
             .watches
             .locked()
             .iter()
             .any(|w| w.id == id && w.events_file.is_some());
-        v2 && self.is_oom(id, false)
+        v2 && self.is_oom(id, false, Some(status))
     }
 
     /// Whether the event on `id`'s fd was an OOM kill (not a cgroup removal or other change).
-    /// `modified`: v2, the events read included IN_MODIFY of memory.events.
-    fn is_oom(&self, id: &str, modified: bool) -> bool {
+    /// `modified`: v2, the events read included IN_MODIFY of memory.events. `exit`: the init's
+    /// exit status when called at its exit; the watcher (no exit known) leaves a cgroup that
+    /// is gone to that later judgement.
+    fn is_oom(&self, id: &str, modified: bool, exit: Option<i32>) -> bool {
         let mut watches = self.watches.locked();
         let Some(pos) = watches.iter().position(|w| w.id == id) else {
             return false;
@@ -618,40 +650,58 @@ impl WatcherThread {
             return false;
         };
         let parent = w.parent_events.clone();
-        let parent_now = parent
-            .as_deref()
-            .and_then(|p| read_kv(p).get("oom_kill").copied());
-        // Kills of our own count: the parent's may not have had them yet when it was read
-        // just before (the kernel raises the cgroup's count, then its ancestors').
-        let mut own_rise = 0;
-        let oom = match read_kv(&f).get("oom_kill").copied() {
-            Some(now) => {
-                own_rise = now.saturating_sub(w.last_oom_kill);
-                w.last_oom_kill = now;
-                own_rise > 0
+        let mut ledgers = self.ledgers.locked();
+        if let Some(now) = read_kv(&f).get("oom_kill").copied() {
+            // The container's own count: containerd's reading (pkg/oom/v2).
+            let own_rise = now.saturating_sub(w.last_oom_kill);
+            w.last_oom_kill = now;
+            if let Some(l) = parent.as_ref().and_then(|p| ledgers.get_mut(p)) {
+                l.taken += own_rise;
             }
-            // The cgroup is gone before we could read the kill: systemd stops a scope whose
-            // process the kernel OOM-killed and removes its cgroup at once, and the kernel
-            // drops the file's pending (rate-limited) notification with it, so the last event
-            // may be the watch's removal alone (`modified` false). The parent's count is
-            // hierarchical: a rise since we last looked is that kill.
-            None => {
-                let _ = modified;
-                parent_now.is_some_and(|now| now > w.parent_last_oom_kill)
-            }
-        };
-        // Every watch below the same parent has now seen the parent's count, and our own
-        // kills in it even if the parent's read came before they reached it: a kill is not
-        // taken again, for ours or a sibling's, when a cgroup goes later.
-        if let (Some(p), Some(now)) = (parent, parent_now) {
-            for other in watches.iter_mut() {
-                if other.parent_events.as_deref() == Some(p.as_path()) {
-                    other.parent_last_oom_kill =
-                        now.max(other.parent_last_oom_kill.saturating_add(own_rise));
-                }
-            }
+            return own_rise > 0;
         }
-        oom
+        // The cgroup is gone (the kernel dropped a pending notification with it: `modified`
+        // may be false for the last kill).
+        let _ = modified;
+        let Some(status) = exit else {
+            return false; // judged at the init's exit, with its status
+        };
+        // The OOM killer ends its victim with SIGKILL: an init that exited otherwise was not
+        // killed, whatever a sibling's kill did to the parent's count meanwhile.
+        if status != 128 + libc::SIGKILL {
+            return false;
+        }
+        let (Some(p), Some(parent_now)) = (
+            parent.as_ref(),
+            parent
+                .as_deref()
+                .and_then(|p| read_kv(p).get("oom_kill").copied()),
+        ) else {
+            return false;
+        };
+        // Kills below the parent that siblings' own counts still hold unreported are theirs.
+        let siblings: u64 = watches
+            .iter()
+            .filter(|o| o.id != id && o.parent_events.as_deref() == Some(p.as_path()))
+            .filter_map(|o| {
+                let now = read_kv(o.events_file.as_deref()?)
+                    .get("oom_kill")
+                    .copied()?;
+                Some(now.saturating_sub(o.last_oom_kill))
+            })
+            .sum();
+        let Some(l) = ledgers.get_mut(p) else {
+            return false;
+        };
+        let unaccounted = parent_now
+            .saturating_sub(l.base)
+            .saturating_sub(l.taken)
+            .saturating_sub(siblings);
+        if unaccounted > 0 {
+            l.taken += 1;
+            return true;
+        }
+        false
     }
 }
 
@@ -879,11 +929,14 @@ mod oom_fallback_tests {
             nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
         )
         .unwrap();
-        WatcherThread {
-            watches: Mutex::new(vec![w]),
+        let t = WatcherThread {
+            watches: Mutex::new(Vec::new()),
+            ledgers: Mutex::default(),
             wake: OwnedFd::from(wake),
             report: Mutex::new(()),
-        }
+        };
+        t.add(w);
+        t
     }
 
     fn watch_of(id: &str, dir: &Path) -> Watch {
@@ -894,7 +947,6 @@ mod oom_fallback_tests {
             dir: dir.to_path_buf(),
             last_oom_kill: 0,
             parent_events: Some(dir.parent().unwrap().join("memory.events")),
-            parent_last_oom_kill: 0,
         }
     }
 
@@ -909,32 +961,38 @@ mod oom_fallback_tests {
         }
         std::fs::write(tmp.path().join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
         let t = thread_with(watch_of("c1", &dirs[0]));
-        t.watches.locked().push(watch_of("c2", &dirs[1]));
+        t.add(watch_of("c2", &dirs[1]));
         (tmp, dirs, t)
     }
 
+    const KILLED: i32 = 128 + libc::SIGKILL;
+
     /// A scope systemd removes right after its process was OOM-killed: the container's own
     /// memory.events is gone (the kernel dropped its pending notification too: the removal
-    /// may be the only event), the parent's hierarchical count tells. A sibling's kill, once
-    /// seen, is not taken for another container's when that one's cgroup goes.
+    /// may be the only event). The watcher leaves it to the init's exit, where the parent's
+    /// hierarchical count tells. A sibling's kill, once taken, is not taken for another
+    /// container's when that one's cgroup goes.
     #[test]
     fn a_cgroup_removed_before_its_count_is_read_is_judged_by_its_parent() {
         let (tmp, dirs, t) = pod_with(&["c1.scope", "c2.scope"]);
         let (pod, c1, c2) = (tmp.path(), dirs[0].clone(), dirs[1].clone());
         // A change of its own file that is no kill.
         std::fs::write(c1.join("memory.events"), "oom 0\nmax 3\noom_kill 0\n").unwrap();
-        assert!(!t.is_oom("c1", true));
+        assert!(!t.is_oom("c1", true, None));
         // Its own count rises: a kill, read directly.
         std::fs::write(c1.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
         std::fs::write(pod.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
-        assert!(t.is_oom("c1", true));
-        // A second kill, and the cgroup gone before the read: only the removal is seen.
+        assert!(t.is_oom("c1", true, None));
+        // A second kill, and the cgroup gone before the read: only the removal is seen, and
+        // the init's exit (SIGKILL) decides.
         std::fs::remove_dir_all(&c1).unwrap();
         std::fs::write(pod.join("memory.events"), "oom 2\noom_kill 2\n").unwrap();
-        assert!(t.is_oom("c1", false));
-        // c2 exits normally later and its cgroup goes: c1's kills were seen, not c2's.
+        assert!(!t.is_oom("c1", false, None));
+        assert!(t.check_at_exit("c1", KILLED));
+        // c2 exits later and its cgroup goes: c1's kills were seen, not c2's.
         std::fs::remove_dir_all(&c2).unwrap();
-        assert!(!t.is_oom("c2", false));
+        assert!(!t.is_oom("c2", false, None));
+        assert!(!t.check_at_exit("c2", KILLED));
     }
 
     /// The exit check reports a kill the events missed, once: the scope still there with its
@@ -950,22 +1008,22 @@ mod oom_fallback_tests {
         );
         let mut v1 = watch_of("c3", &c3);
         v1.events_file = None;
-        t.watches.locked().push(v1);
+        t.add(v1);
         // c1 killed, its scope still there at the exit: reported, and not again.
         std::fs::write(c1.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
         std::fs::write(pod.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
-        assert!(t.check_at_exit("c1"));
-        assert!(!t.check_at_exit("c1"));
+        assert!(t.check_at_exit("c1", KILLED));
+        assert!(!t.check_at_exit("c1", KILLED));
         // c2 killed and its scope already removed: the parent's count tells.
         std::fs::remove_dir_all(&c2).unwrap();
         std::fs::write(pod.join("memory.events"), "oom 2\noom_kill 2\n").unwrap();
-        assert!(t.check_at_exit("c2"));
+        assert!(t.check_at_exit("c2", KILLED));
         // A v1 watch and an unknown ID are never judged here.
-        assert!(!t.check_at_exit("c3"));
-        assert!(!t.check_at_exit("nope"));
+        assert!(!t.check_at_exit("c3", KILLED));
+        assert!(!t.check_at_exit("nope", KILLED));
         // c1's scope removed after its kill was reported: the removal is no second kill.
         std::fs::remove_dir_all(&c1).unwrap();
-        assert!(!t.is_oom("c1", false));
+        assert!(!t.is_oom("c1", false, None));
     }
 
     /// A kill read in the container's own count before it reached the parent's (the kernel
@@ -976,12 +1034,64 @@ mod oom_fallback_tests {
         let (tmp, dirs, t) = pod_with(&["c1.scope", "c2.scope"]);
         let (pod, c1, c2) = (tmp.path(), dirs[0].clone(), dirs[1].clone());
         std::fs::write(c1.join("memory.events"), "oom_kill 1\n").unwrap();
-        assert!(t.check_at_exit("c1"));
+        assert!(t.check_at_exit("c1", KILLED));
         std::fs::write(pod.join("memory.events"), "oom_kill 1\n").unwrap();
         std::fs::remove_dir_all(&c1).unwrap();
-        assert!(!t.is_oom("c1", false));
+        assert!(!t.is_oom("c1", false, None));
         std::fs::remove_dir_all(&c2).unwrap();
-        assert!(!t.check_at_exit("c2"));
+        assert!(!t.check_at_exit("c2", KILLED));
+    }
+
+    /// Issue 27 item 5: c2 is OOM-killed (its own count and the pod's raised, no event read
+    /// yet) while c1 exits normally and systemd removes c1's scope. c1 is no OOM kill: its init
+    /// exited by itself, and even an init SIGKILLed at that moment (a stop) does not take the
+    /// kill c2's own count still shows. c2's own check reports it. Before, the parent's rise
+    /// alone decided: c1 was reported OOM-killed (its TaskOOM, its reason OOMKilled).
+    #[test]
+    fn a_normal_exit_beside_a_sibling_s_kill_in_flight_is_no_oom() {
+        let (tmp, dirs, t) = pod_with(&["c1.scope", "c2.scope"]);
+        let (pod, c1, c2) = (tmp.path(), dirs[0].clone(), dirs[1].clone());
+        std::fs::write(c2.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
+        std::fs::write(pod.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
+        std::fs::remove_dir_all(&c1).unwrap();
+        assert!(!t.is_oom("c1", false, None), "the removal event");
+        assert!(!t.check_at_exit("c1", 0), "a normal exit");
+        assert!(!t.check_at_exit("c1", KILLED), "a SIGKILL beside c2's kill");
+        assert!(t.check_at_exit("c2", KILLED));
+    }
+
+    /// The same through the watch of the real thread: files given to `OomWatcher::watch`
+    /// (inotify on stand-in memory.events files), the callback counting TaskOOMs.
+    #[test]
+    fn the_watcher_reports_the_killed_sibling_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pod = tmp.path();
+        std::fs::write(pod.join("memory.events"), "oom_kill 0\n").unwrap();
+        let dirs: Vec<PathBuf> = ["c1.scope", "c2.scope"]
+            .iter()
+            .map(|c| pod.join(c))
+            .collect();
+        for d in &dirs {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("memory.events"), "oom_kill 0\n").unwrap();
+        }
+        let reported = Arc::new(Mutex::new(Vec::<String>::new()));
+        let r = reported.clone();
+        let w = OomWatcher::new(Arc::new(move |id: &str| r.locked().push(id.into())));
+        for (id, d) in [("c1", &dirs[0]), ("c2", &dirs[1])] {
+            let paths = CgroupPaths {
+                v2: Some(d.clone()),
+                ..Default::default()
+            };
+            w.watch(id, &paths).unwrap();
+        }
+        std::fs::write(dirs[1].join("memory.events"), "oom_kill 1\n").unwrap();
+        std::fs::write(pod.join("memory.events"), "oom_kill 1\n").unwrap();
+        std::fs::remove_dir_all(&dirs[0]).unwrap();
+        w.check_at_exit("c1", 0);
+        w.check_at_exit("c2", KILLED);
+        // The watcher thread may have taken c2's from its event first: once either way.
+        assert_eq!(*reported.locked(), ["c2"]);
     }
 
     #[test]

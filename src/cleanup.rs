@@ -607,6 +607,7 @@ mod tests {
                 pod: None,
                 ips: vec![],
                 loopback_only: false,
+                result: None,
             }),
         };
         std::fs::write(

@@ -167,6 +167,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
                 spawner: Spawner::with_reaper(reaper.clone()),
                 selinux: crate::selinux::Selinux::detect(),
                 scope_stop_timeout: crate::systemd::scope::STOP_TIMEOUT,
+                mcs: crate::mcs::Registry::node(),
             }),
             reaper: Some(reaper.clone()),
             network: Some(networker.clone()),

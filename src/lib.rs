@@ -20,6 +20,7 @@ pub mod flags;
 pub mod fuzzing;
 pub mod idmap;
 pub mod logger;
+pub mod mcs;
 pub mod mount;
 pub mod netns;
 pub mod network;

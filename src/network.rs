@@ -49,6 +49,10 @@ pub struct NetworkRecord {
     /// only removes the netns).
     #[serde(default)]
     pub loopback_only: bool,
+    /// The CNI result of the ADD (the last plugin's), for the verbose status. Memory only:
+    /// `delete` after a crash needs none of it.
+    #[serde(skip)]
+    pub result: Option<serde_json::Value>,
 }
 
 /// What CNI needs to know about a pod (libcni's `RuntimeConf` minus the netns), as containerd's
@@ -352,6 +356,7 @@ impl NetworkProvider for Networker {
             }),
             ips: Vec::new(),
             loopback_only: false,
+            result: None,
         };
         let cni = cni_for(&record, self.exec.clone());
         // The config first: a broken one fails before anything exists.
@@ -388,6 +393,7 @@ impl NetworkProvider for Networker {
                     .iter()
                     .map(|i| i.address.to_string())
                     .collect();
+                record.result = Some(res.raw().clone());
                 log::info!(
                     "{id}: network namespace {} with {:?}",
                     record.netns.display(),
@@ -471,6 +477,7 @@ impl NetworkProvider for FakeNetwork {
                 vec!["10.90.0.2/16".into()]
             },
             loopback_only,
+            result: None,
         })
     }
 
@@ -510,6 +517,7 @@ mod tests {
             pod: Some(("ns".into(), "name".into(), "c".into(), "uid".into())),
             ips: vec![],
             loopback_only: false,
+            result: None,
         }
     }
 

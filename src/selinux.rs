@@ -196,15 +196,26 @@ impl Selinux {
         }
     }
 
+    /// Whether the pause gets labels ([`Selinux::pause_labels`]): SELinux enabled and the
+    /// policy names both container contexts.
+    pub fn labels_pause(&self) -> bool {
+        self.process_context.is_some() && self.file_context.is_some()
+    }
+
     /// The pause's process label and the label of the program it runs, as containerd's
     /// `label.InitLabels` gives the runc path's pause container its process and mount labels:
     /// the container process context with the pod's `user`, `role` and `type`, the container
-    /// file context with its `user`, both at the pod's `level`, else at one random pair of MCS
-    /// categories (`s0:cX,cY`, go-selinux's `uniqMcs`), so that no container of another pod
+    /// file context with its `user`, both at `level`: the pod's `level`, else one random pair
+    /// of MCS categories (`s0:cX,cY`, go-selinux's `uniqMcs`, [`draw_categories`]) reserved
+    /// for the pod across the node ([`crate::mcs`]), so that no container of another pod
     /// dominates the pause. The program (a sealed memfd) gets the file label, which container
     /// domains may enter (`entrypoint`), as they enter their rootfs' binaries. `None` when
     /// SELinux is disabled or the policy names no container process context.
-    pub fn pause_labels(&self, options: Option<&SelinuxOptions>) -> Option<(Label, Label)> {
+    pub fn pause_labels(
+        &self,
+        options: Option<&SelinuxOptions>,
+        level: &str,
+    ) -> Option<(Label, Label)> {
         let mut process = self.process_context.clone()?;
         let mut file = self.file_context.clone()?;
         let o = options.cloned().unwrap_or_default();
@@ -218,13 +229,8 @@ impl Selinux {
         if !o.kind.is_empty() {
             process.kind = o.kind;
         }
-        let level = if o.level.is_empty() {
-            random_categories()?
-        } else {
-            o.level
-        };
-        process.level = level.clone();
-        file.level = level;
+        process.level = level.to_string();
+        file.level = level.to_string();
         Some((process, file))
     }
 
@@ -294,7 +300,7 @@ fn lxc_contexts(etc_selinux: &Path) -> Option<String> {
 
 /// Two distinct MCS categories of 0..1024, the lower first: `s0:cX,cY` (go-selinux's
 /// `uniqMcs`). `None` if the kernel gives no random bytes.
-fn random_categories() -> Option<String> {
+pub fn draw_categories() -> Option<String> {
     let mut b = [0u8; 4];
     // SAFETY: getrandom fills our own buffer of that length.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
@@ -467,7 +473,9 @@ mod tests {
         std::fs::write(fs.join("enforce"), "1").unwrap();
         let mi = SELINUXFS.replace("/sys/fs/selinux", fs.to_str().unwrap());
         let s = Selinux::detect_in(&mi, d.path());
-        let (p, f) = s.pause_labels(None).unwrap();
+        assert!(s.labels_pause());
+        let drawn = draw_categories().unwrap();
+        let (p, f) = s.pause_labels(None, &drawn).unwrap();
         assert_eq!((p.user.as_str(), p.role.as_str()), ("system_u", "system_r"));
         assert_eq!(p.kind, "container_t");
         assert_eq!(f.kind, "container_file_t");
@@ -493,13 +501,14 @@ mod tests {
             kind: "spc_t".into(),
             level: "s0:c5,c6".into(),
         };
-        let (p, f) = s.pause_labels(Some(&o)).unwrap();
+        let (p, f) = s.pause_labels(Some(&o), &o.level).unwrap();
         assert_eq!(p.to_string(), "staff_u:staff_r:spc_t:s0:c5,c6");
         assert_eq!(f.to_string(), "staff_u:object_r:container_file_t:s0:c5,c6");
         // No process context in the policy, or SELinux off: no label.
         let only_file = Selinux::with_file_context(f.clone());
-        assert_eq!(only_file.pause_labels(None), None);
-        assert_eq!(Selinux::disabled().pause_labels(None), None);
+        assert_eq!(only_file.pause_labels(None, "s0:c1,c2"), None);
+        assert!(!only_file.labels_pause() && !Selinux::disabled().labels_pause());
+        assert_eq!(Selinux::disabled().pause_labels(None, "s0:c1,c2"), None);
     }
 
     #[test]

@@ -70,3 +70,40 @@ pub fn connect_as_runc(dir: &std::path::Path) -> (std::os::unix::net::UnixStream
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// For root tests that need a PID namespace of their own (`waitpid(-1)` that takes no other
+/// test's child, `/proc/sys/kernel/ns_last_pid`): runs test `name` (its full path) again as
+/// PID 1 of a new PID namespace with its own /proc (`unshare --pid --fork --mount-proc`),
+/// checks that run passed and returns false; returns true inside that run, where the caller
+/// does the test's work. Without root: prints that it is skipped, returns false.
+pub fn in_own_pid_namespace(name: &str) -> bool {
+    const INNER: &str = "RSANDBOX_TEST_IN_PID_NAMESPACE";
+    if std::env::var_os(INNER).is_some() {
+        assert_eq!(
+            std::process::id(),
+            1,
+            "not PID 1 of a PID namespace of its own"
+        );
+        return true;
+    }
+    if !nix::unistd::getuid().is_root() {
+        eprintln!("skipped: needs root");
+        return false;
+    }
+    let out = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--include-ignored", "--test-threads=1"])
+        .arg("--nocapture")
+        .env(INNER, "1")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    eprintln!("{text}");
+    false
+}

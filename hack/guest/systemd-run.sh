@@ -29,6 +29,29 @@ systemd-analyze time 2>/dev/null | sed 's/^/guest: /'
 ip link set lo up
 
 cd "$GUEST_REPO" || exit 1
+if [[ -n "${GUEST_LIVE_ONLY:-}" ]]; then
+	# the shim's D-Bus client against this systemd, nothing else (hack/guest.sh
+	# RSANDBOX_GUEST_LIVE_ONLY=1)
+	rc=0
+	run=("$GUEST_LIB_EXE" --ignored --test-threads=1 --nocapture live_systemd)
+	if [[ -n "${GUEST_TRACE:-}" ]]; then
+		# what each end did on the sockets: PID 1 (accept, reads, writes) and the test
+		systemd-analyze log-level debug
+		calls=accept4,recvmsg,sendmsg,readv,writev,read,write,connect,close,epoll_wait,ppoll,poll
+		strace -p 1 -tt -s 512 -e trace=$calls -o "$OUT/pid1.strace" &
+		tracer=$!
+		sleep 2
+		run=(strace -f -tt -s 512 -e trace=$calls -o "$OUT/test.strace" "${run[@]}")
+	fi
+	RSANDBOX_LIVE_ROUNDS=$RSANDBOX_LIVE_ROUNDS "${run[@]}" || rc=1
+	if [[ -n "${GUEST_TRACE:-}" ]]; then
+		kill "$tracer"
+		wait "$tracer"
+		dmesg >"$OUT/kernel.log"
+	fi
+	trap - EXIT
+	finish "$rc"
+fi
 # shellcheck source=hack/lib.sh
 . hack/lib.sh
 eval "$(print_env)"
@@ -53,6 +76,7 @@ for RSANDBOX_RUNC in $GUEST_RUNCS; do
 	systemctl show -p MainPID --value containerd.service >"$PIDFILE"
 	ensure_images
 	echo "guest: containerd.service up after $(awk -v a="$s" '{ printf "%.1f", $1 - a }' /proc/uptime) s; runc $RSANDBOX_RUNC"
+	section "guest: runc $RSANDBOX_RUNC: the systemd tests"
 	s=$(cut -d' ' -f1 /proc/uptime)
 	# --nocapture: each handler's view (scope units, pod stats) and the runc path's known
 	# leftovers are printed by the tests, for the log

@@ -72,8 +72,8 @@ apt_private_update() {
 	# installed (it only downloads, it never installs)
 	: >"$d/status"
 	printf 'deb [signed-by=%s] %s %s main\n' "$keyring" "$(debian_uri)" "$RSANDBOX_CONTAINERD_SUITE" >"$d/sources.list"
-	log "updating the private apt state for $RSANDBOX_CONTAINERD_SUITE ($P/apt)"
-	apt_private apt-get update >/dev/null
+	log "updating the private apt state for $RSANDBOX_CONTAINERD_SUITE ($P/apt): the suite's package lists, a minute or two"
+	with_heartbeat "apt-get update ($RSANDBOX_CONTAINERD_SUITE)" apt_private apt-get update >/dev/null
 	_APT_PRIVATE_FRESH=1
 }
 
@@ -122,7 +122,7 @@ fetch() {
 		log "downloading containerd $v + containernetworking-plugins from $RSANDBOX_CONTAINERD_SUITE"
 		rm -f "$dl"/containerd_*.deb "$dl"/containernetworking-plugins_*.deb
 		(cd "$dl" && apt_private apt-get download "containerd=$v" containernetworking-plugins)
-		extract_debs "$P" "$dl"/containerd_*.deb "$dl"/containernetworking-plugins_*.deb
+		with_heartbeat "extracting containerd and the CNI plugins" extract_debs "$P" "$dl"/containerd_*.deb "$dl"/containernetworking-plugins_*.deb
 	fi
 	"$BIN/containerd" --version >/dev/null || die "$BIN/containerd does not run on this host"
 	[[ -x "$BIN/ctr" && -x "$BIN/containerd-shim-runc-v2" ]] || die "ctr / containerd-shim-runc-v2 missing in $BIN"
@@ -135,11 +135,13 @@ fetch() {
 		(cd "$dl" && apt-get -q -o APT::Sandbox::User=root download "busybox-static/$codename") ||
 			(apt-get update -q >/dev/null && cd "$dl" && apt-get -q -o APT::Sandbox::User=root download "busybox-static/$codename")
 		rm -rf "$P/busybox"
-		extract_debs "$P/busybox" "$dl"/busybox-static_*.deb
+		with_heartbeat "extracting busybox-static" extract_debs "$P/busybox" "$dl"/busybox-static_*.deb
 	fi
 	[[ -n "$(busybox_bin)" ]] || die "no busybox binary in $P/busybox"
 	fetch_crictl
 }
+
+cri_tools_in_private_suite() { apt_private apt-cache show cri-tools >/dev/null 2>&1; }
 
 # crictl is a convenience only: Debian packages it as cri-tools in some
 # suites. Look in the host's release first, then in the private suite.
@@ -154,7 +156,7 @@ fetch_crictl() {
 		(cd "$dl" && apt-get -q -o APT::Sandbox::User=root download "cri-tools/$codename")
 	else
 		apt_private_update
-		if apt_private apt-cache show cri-tools >/dev/null 2>&1; then
+		if with_heartbeat "looking for cri-tools in $RSANDBOX_CONTAINERD_SUITE" cri_tools_in_private_suite; then
 			log "downloading cri-tools (crictl) from $RSANDBOX_CONTAINERD_SUITE"
 			(cd "$dl" && apt_private apt-get download cri-tools)
 		else
@@ -168,6 +170,14 @@ fetch_crictl() {
 	extract_debs "$P/tmp/cri-tools" "$dl"/cri-tools_*.deb
 	install -m 0755 "$(find "$P/tmp/cri-tools" -type f -name crictl | head -n1)" "$BIN/crictl"
 	rm -rf "$P/tmp/cri-tools"
+}
+
+gnuplot_install() { # gnuplot-nox (hack/bench.sh's chart), from the host's release
+	command -v gnuplot >/dev/null && return 0
+	log "installing gnuplot-nox (the benchmark's chart) from $(host_codename)"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends gnuplot-nox >/dev/null ||
+		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends gnuplot-nox >/dev/null; } ||
+		log "warning: gnuplot-nox could not be installed: no chart"
 }
 
 write_versions() {

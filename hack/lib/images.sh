@@ -120,7 +120,7 @@ ensure_images() { # build the tarballs if missing or stale, import what a namesp
 	local ns snap have img rebuilt=0
 	if [[ ! -f "$IMG_DIR/busybox.oci.tar" || ! -f "$IMG_DIR/pause.oci.tar" || "${RSANDBOX_REFRESH:-0}" == 1 ||
 		"$(cat "$IMG_DIR/recipe" 2>/dev/null)" != "$IMAGES_RECIPE" ]]; then
-		build_images
+		with_heartbeat "building the images (busybox, pause)" build_images
 		rebuilt=1
 	fi
 	snap=$(snapshotter)

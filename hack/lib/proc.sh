@@ -154,16 +154,17 @@ stop() {
 		kill_pid "$pid" 5
 	done
 	umount_leftovers
-	# after a crash (shim or containerd killed), bundles and shim sockets stay;
-	# containerd is down and our shims are gone, so they are dead for sure
+	# after a crash (shim or containerd killed), shim sockets and bundles stay;
+	# containerd is down and our shims are gone, so they are dead for sure. The
+	# sockets first: the bundles name the shims whose sockets are ours.
+	for d in $(stale_shim_sockets); do
+		log "removing stale shim socket $d"
+		rm -f "$d"
+	done
 	for d in "$STATE_DIR"/io.containerd.runtime.v2.task/*/*/; do
 		[[ -d "$d" ]] || continue
 		log "removing dead task bundle ${d%/}"
 		rm -rf "${d:?}"
-	done
-	for d in $(stale_shim_sockets); do
-		log "removing stale shim socket $d"
-		rm -f "$d"
 	done
 	# every pod is gone now: drop stale IP leases
 	rm -rf "${IPAM_DIR:?}/$CNI_NET"
@@ -172,15 +173,57 @@ stop() {
 	log "containerd stopped"
 }
 
-stale_shim_sockets() { # sockets in /run/containerd/s that nobody listens on
-	local s listening
-	compgen -G '/run/containerd/s/*' >/dev/null || return 0
-	# bound unix sockets of this netns (shims live in the host's); path is field 8
-	listening=$(awk 'NR > 1 && $8 ~ "^/run/containerd/s/" { print $8 }' /proc/net/unix)
-	for s in /run/containerd/s/*; do
+# --- shim sockets -------------------------------------------------------------------
+# /run/containerd/s is shared by every containerd on the machine (containerd's shim code
+# hard-codes it up to 2.2), so a socket there is ours only by its name: containerd's
+# SocketAddress (pkg/shim/util_unix.go) names a shim's socket sha256("<its address>/
+# <namespace>/<grouping id>"), plus "/debug" for the debug one. Listing the listening
+# sockets in /proc/net/unix would not do: it shows only this network namespace's, so the
+# live shim of a containerd in another one would look stale.
+SHIM_SOCKET_DIR=/run/containerd/s
+
+our_shim_sockets() { # the socket paths in $SHIM_SOCKET_DIR our containerd gave its shims
+	local d ns id h
+	{
+		# after a crash: the bundles in our state dir name the shims (grouping = the
+		# sandbox's ID, which has a bundle too)
+		for d in "$STATE_DIR"/io.containerd.runtime.v2.task/*/*/; do
+			[[ -d "$d" ]] || continue
+			d=${d%/} id=${d##*/} ns=${d%/*} ns=${ns##*/}
+			for h in "$SOCK/$ns/$id" "$SOCK/$ns/$id/debug"; do
+				printf '%s/%s\n' "$SHIM_SOCKET_DIR" "$(printf '%s' "$h" | sha256sum | cut -d' ' -f1)"
+			done
+		done
+		# and our log: containerd logs `connecting to shim <id>` with the socket's address
+		# for every shim it starts (our log: no other containerd's address is in it)
+		if [[ -f "$LOGFILE" ]]; then
+			grep -o 'address="unix://'"$SHIM_SOCKET_DIR"'/[0-9a-f]\{64\}"' "$LOGFILE" 2>/dev/null |
+				sed -e 's/^address="unix:\/\///' -e 's/"$//' || true
+		fi
+	} | sort -u
+}
+
+# socket_accepts PATH: 0 when something accepts connections on the socket at PATH, 1 when
+# nobody does (refused, or gone), 2 when it cannot tell. A connect(2) by path reaches the
+# socket whatever network namespace its listener lives in; a listener that does not accept
+# in time (its backlog full) counts as alive. perl-base is Essential on Debian.
+socket_accepts() {
+	perl -MSocket -e '
+		socket(my $s, PF_UNIX, SOCK_STREAM, 0) or exit 2;
+		$SIG{ALRM} = sub { exit 0 };
+		alarm 2;
+		exit 0 if connect($s, pack_sockaddr_un($ARGV[0]));
+		exit(($!{ECONNREFUSED} || $!{ENOENT}) ? 1 : 2);' "$1"
+}
+
+stale_shim_sockets() { # our shims' sockets that nobody accepts on (their shim is gone)
+	local s rc
+	while read -r s; do
 		[[ -S "$s" ]] || continue
-		grep -qxF "$s" <<<"$listening" || echo "$s"
-	done
+		rc=0
+		socket_accepts "$s" || rc=$?
+		((rc == 1)) && echo "$s"
+	done < <(our_shim_sockets)
 	return 0
 }
 

@@ -565,3 +565,128 @@ async fn bad_pod_configs_fail_cleanly() {
     })
     .await;
 }
+
+/// `crictl inspectp`: the verbose PodSandboxStatus. Its `info` entry of an rsandbox pod is a
+/// document of the runc path's shape (containerd 2.3 reads it as the runc path's `SandboxInfo`
+/// and drops what it does not know: `pod::status_info`), checked against what the same
+/// containerd says of the same pod config on the `runc` handler; rsandbox's own details are
+/// in an entry of their own.
+#[tokio::test]
+async fn inspectp_shows_what_the_runc_path_shows() {
+    with_pods("inspectp", async |p: &mut Pods, dir: &Path| {
+        let verbose = async |p: &mut Pods, id: &str| -> Result<HashMap<String, String>, String> {
+            Ok(p.rt
+                .pod_sandbox_status(PodSandboxStatusRequest {
+                    pod_sandbox_id: id.into(),
+                    verbose: true,
+                })
+                .await
+                .map_err(e("PodSandboxStatus"))?
+                .into_inner()
+                .info)
+        };
+        let doc =
+            |info: &HashMap<String, String>, key: &str| -> Result<serde_json::Value, String> {
+                let raw = info.get(key).ok_or(format!("no {key:?} in {info:?}"))?;
+                serde_json::from_str(raw).map_err(|e| format!("{key}: {e}: {raw}"))
+            };
+        // The same pod config on both handlers (the names differ: CRI reserves them).
+        let ours_name = unique_id("inspectp");
+        let ours = p.run(pod_config(&ours_name, dir)).await?;
+        let runc = p
+            .run_on(pod_config(&unique_id("inspectp-runc"), dir), RUNC_HANDLER)
+            .await?;
+        let ours_info = verbose(p, &ours).await?;
+        let runc_info = verbose(p, &runc).await?;
+        // What `crictl inspectp` shows under "info", for the log.
+        eprintln!("rsandbox pod {ours}, verbose status info: {ours_info:#?}");
+        let (o, r) = (doc(&ours_info, "info")?, doc(&runc_info, "info")?);
+
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            v.as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        let missing: Vec<String> = keys(&o)
+            .into_iter()
+            .filter(|k| r.get(k).is_none())
+            .collect();
+        ensure!(
+            missing.is_empty(),
+            "keys the runc path does not have: {missing:?}\nours: {o}\nrunc: {r}"
+        );
+        ensure!(o["pid"].as_u64().is_some_and(|p| p > 0), "pid: {o}");
+        ensure!(
+            o["processStatus"] == r["processStatus"],
+            "processStatus: {o} vs {r}"
+        );
+        ensure!(
+            o["runtimeType"] == "io.containerd.rsandbox.v1",
+            "runtimeType: {o}"
+        );
+        ensure!(
+            r["runtimeType"] == "io.containerd.runc.v2",
+            "runc runtimeType: {r}"
+        );
+        // The config is the one CRI got, written as CRI writes it: the runc path's, but for
+        // the pod's name (metadata, hostname).
+        let mut same = o["config"].clone();
+        for k in ["metadata", "hostname"] {
+            same[k] = r["config"][k].clone();
+        }
+        ensure!(
+            o["config"]["metadata"]["name"] == ours_name.as_str() && same == r["config"],
+            "config: {}\nrunc: {}",
+            o["config"],
+            r["config"]
+        );
+        let namespaces = |v: &serde_json::Value| {
+            v["runtimeSpec"]["linux"]["namespaces"]
+                .as_array()
+                .map(|a| a.iter().map(|n| n["type"].to_string()).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        ensure!(
+            namespaces(&o).contains(&"\"network\"".to_string()),
+            "runtimeSpec: {}",
+            o["runtimeSpec"]
+        );
+        ensure!(
+            o["runtimeSpec"]["annotations"]["io.kubernetes.cri.sandbox-id"] == ours.as_str(),
+            "runtimeSpec: {}",
+            o["runtimeSpec"]
+        );
+        let details = doc(&ours_info, "rsandbox")?;
+        ensure!(
+            details["networkOwner"] == "caller (CRI)",
+            "details: {details}"
+        );
+        ensure!(
+            details["netns"].as_str().is_some_and(|n| !n.is_empty()),
+            "details: {details}"
+        );
+        ensure!(
+            ours_info
+                .get("pid")
+                .is_some_and(|p| p.parse::<u64>().ok() == o["pid"].as_u64()),
+            "{ours_info:?}"
+        );
+
+        // Stopped: the pause process is gone, CRI closed the netns (as on the runc path).
+        p.stop(&ours).await?;
+        p.stop(&runc).await?;
+        let (o, r) = (
+            doc(&verbose(p, &ours).await?, "info")?,
+            doc(&verbose(p, &runc).await?, "info")?,
+        );
+        ensure!(o["processStatus"] == "stopped", "after stop: {o}");
+        ensure!(
+            o["netNamespaceClosed"] == r["netNamespaceClosed"],
+            "netNamespaceClosed after stop: {} vs runc {}",
+            o["netNamespaceClosed"],
+            r["netNamespaceClosed"]
+        );
+        Ok(())
+    })
+    .await;
+}

@@ -109,9 +109,33 @@ async fn sandbox_without_netns_gets_a_shim_owned_network() {
             .await
             .map_err(|e| e.message().to_string())?
             .into_inner();
-        let info = s.info.get("info").cloned().unwrap_or_default();
+        let info = s.info.get("rsandbox").cloned().unwrap_or_default();
         if !info.contains(&format!("{ip}/16")) {
             return Err(format!("status info does not report {ip}: {info}"));
+        }
+        // And in containerd's SandboxInfo shape (what inspectp shows on containerd 2.3): the
+        // CNI result as go-cni's, the pod's address on the pod's interface.
+        let doc: serde_json::Value =
+            serde_json::from_str(s.info.get("info").map_or("null", String::as_str))
+                .map_err(|e| format!("verbose info: {e}"))?;
+        let eth0 = &doc["cniResult"]["Interfaces"]["eth0"];
+        if eth0["IPConfigs"][0]["IP"] != ip.as_str()
+            || eth0["Sandbox"].as_str().is_none_or(str::is_empty)
+        {
+            return Err(format!("cniResult does not give eth0 {ip}: {doc}"));
+        }
+        // What the plugins returned (the shim's libcni-style cache), for the log.
+        for f in
+            std::fs::read_dir(prefix().join("var/lib/cni/results")).map_err(|e| e.to_string())?
+        {
+            let f = f.map_err(|e| e.to_string())?.path();
+            if f.display().to_string().contains(&id) {
+                eprintln!(
+                    "CNI cache {}: {}",
+                    f.display(),
+                    std::fs::read_to_string(&f).unwrap_or_default()
+                );
+            }
         }
         // A container in the sandbox lives in the pod's network.
         let out = ctr(
@@ -368,7 +392,7 @@ async fn verbose_info(c: &mut Ctl, id: &str) -> Result<String, String> {
         .await
         .map_err(|e| e.message().to_string())?
         .into_inner();
-    Ok(s.info.get("info").cloned().unwrap_or_default())
+    Ok(s.info.get("rsandbox").cloned().unwrap_or_default())
 }
 
 #[tokio::test]

@@ -10,7 +10,9 @@
 //! * [`pause_image`]: the pause program it runs (embedded, from a sealed memfd);
 //! * [`cgroup`]: the pod cgroup;
 //! * [`sandbox`]: the Sandbox service's state and logic;
-//! * [`sandbox_spec`]: the OCI spec of the running sandbox that StartSandbox reports (NRI).
+//! * [`sandbox_spec`]: the OCI spec of the running sandbox that StartSandbox reports (NRI);
+//! * [`status_info`]: the verbose SandboxStatus `info` (`crictl inspectp`), in the shape
+//!   containerd's CRI reads.
 
 pub mod cgroup;
 pub mod files;
@@ -20,9 +22,10 @@ pub mod sandbox;
 pub mod sandbox_spec;
 pub mod scope;
 pub mod spec;
+pub mod status_info;
 
 pub use files::{PodFiles, mount_shm, unmount_shm};
-pub use spec::decode::decode_pod_config;
+pub use spec::decode::{decode_pod_config, pod_config_bytes};
 pub use spec::{
     CgroupParent, Dns, IpcMode, NetworkMode, PidMode, PodSpec, PortMapping, Protocol, SpecError,
     SysctlDefaults,

@@ -76,6 +76,16 @@ pub trait PodHost: Send + Sync {
     /// Whether the pod's OCI runtime can run user-namespaced containers (runc >= 1.2, see
     /// [`crate::runtime::check_userns_runc`]); the error names the version found.
     fn check_userns_runtime(&self) -> Result<()>;
+    /// Reserves the pod's SELinux MCS level across the node ([`crate::mcs`]) where the pause
+    /// gets labels: the level the pod names, else a random pair no other pod has; `None`
+    /// where SELinux gives the pause no label.
+    fn reserve_mcs(
+        &self,
+        id: &str,
+        options: Option<&crate::selinux::SelinuxOptions>,
+    ) -> Result<Option<crate::mcs::Reservation>>;
+    /// Releases a reservation of [`PodHost::reserve_mcs`].
+    fn release_mcs(&self, r: &crate::mcs::Reservation);
     /// Gives the bundle, the pod files and /dev/shm to the root of the pod's user namespace
     /// (`root`: its host uid and gid), see [`super::files::own_for_userns`].
     fn own_for_userns(
@@ -104,6 +114,10 @@ pub struct SandboxRecord {
     /// delete: after a crash, `delete` takes them down ([`crate::reclaim`]).
     #[serde(default)]
     pub members: Vec<Member>,
+    /// The pause's SELinux MCS level reserved across the node ([`crate::mcs`]): released
+    /// by ShutdownSandbox, or by `delete` after a shim that died.
+    #[serde(default)]
+    pub mcs: Option<crate::mcs::Reservation>,
 }
 
 /// Sandbox lifecycle states.
@@ -131,6 +145,14 @@ pub struct Sandbox {
     /// The record's systemd scope is known to be gone (stopped by StopSandbox): Shutdown
     /// need not ask systemd again.
     pub scope_stopped: bool,
+    /// StartSandbox's StartTransientUnit got no answer: systemd may still run it, with the
+    /// pause's pid. The pause was kept alive for it (that pid then names the pause), and
+    /// StopSandbox stops the scope before it kills the pause.
+    pub scope_unconfirmed: bool,
+    /// The `PodSandboxConfig` as containerd sent it (protobuf), for the verbose status.
+    pub pod_config: Option<Arc<[u8]>>,
+    /// The spec StartSandbox reported, for the verbose status.
+    pub started_spec: Option<Arc<serde_json::Value>>,
 }
 
 /// The Sandbox service's state.
@@ -171,6 +193,8 @@ pub struct CreateSandbox {
     pub bundle: PathBuf,
     pub spec: PodSpec,
     pub netns: Option<PathBuf>,
+    /// The `PodSandboxConfig` the spec was decoded from (protobuf), if there was one.
+    pub pod_config: Option<Arc<[u8]>>,
 }
 
 /// How long StopSandbox waits for the pod's processes to be reaped.
@@ -336,14 +360,21 @@ impl SandboxManager {
             exit: None,
             record,
             scope_stopped: false,
+            scope_unconfirmed: false,
+            pod_config: req.pod_config,
+            started_spec: None,
         });
         Ok(())
     }
 
-    /// Takes down what `record` says was made: the network, /dev/shm, the pod files.
+    /// Takes down what `record` says was made: the network, /dev/shm, the pod files, the
+    /// pause's MCS reservation.
     fn undo(&self, record: &SandboxRecord) {
         self.teardown_network(record);
         self.undo_files(record);
+        if let Some(r) = &record.mcs {
+            self.host.release_mcs(r);
+        }
     }
 
     /// CNI DEL and netns removal of a shim-owned network; idempotent.
@@ -391,25 +422,50 @@ impl SandboxManager {
             }
             _ => None,
         };
-        let cfg = PauseConfig::for_pod(
+        let mut cfg = PauseConfig::for_pod(
             id,
             &s.spec,
             s.netns.as_deref(),
             self.host.sysctl_defaults(),
             &s.bundle,
         );
-        // Subscribed before the fork: an exit of the pause process before its pid is stored
-        // below is caught here, never lost (and never confused with a recycled pid).
-        let subscription = self.reaper.as_ref().map(|r| r.subscribe());
-        let mut steps = Steps::new(|| format!("start sandbox {id}"));
-        let pause = match self.host.spawn_pause(&cfg) {
-            Ok(pause) => Arc::new(pause),
+        // The pause's SELinux categories, reserved across the node's shims and recorded before
+        // the spawn (for `delete`); released on any failure below that leaves no pause.
+        let mcs = match self
+            .host
+            .reserve_mcs(id, s.spec.selinux.as_ref())
+            .context("reserve the pause's SELinux categories")
+            .and_then(|m| self.record_mcs(id, m.clone()).map(|()| m))
+        {
+            Ok(m) => m,
             Err(e) => {
                 self.forget_scope(id, scope.is_some());
                 return Err(e);
             }
         };
+        cfg.mcs_level = mcs.as_ref().map(|r| r.level.clone());
+        // Subscribed before the fork: an exit of the pause process before its pid is stored
+        // below is caught here, never lost (and never confused with a recycled pid).
+        let subscription = self.reaper.as_ref().map(|r| r.subscribe());
+        let mut steps = Steps::new(|| format!("start sandbox {id}"));
+        // The pause's pid goes to systemd (StartTransientUnit's PIDs) or into cgroup.procs by
+        // number, as runc names its unreaped `runc init`: it is held unreaped from the fork
+        // until it has been checked where it landed, so that it names the pause or its zombie
+        // all along, never a process that got it after a reap (issue 27 item 2). Nothing is
+        // reaped from the fork until that hold is taken.
+        let reaps = self.reaper.as_ref().map(|r| r.hold_reaps());
+        let pause = match self.host.spawn_pause(&cfg) {
+            Ok(pause) => Arc::new(pause),
+            Err(e) => {
+                drop(reaps);
+                self.forget_scope(id, scope.is_some());
+                self.forget_mcs(id);
+                return Err(e);
+            }
+        };
         let pid = pause.pid();
+        let held = self.reaper.as_ref().map(|r| r.hold_pid(pid));
+        drop(reaps);
         steps.step("spawn pause");
         // In the record before the scope or cgroup join (up to 30 s with a slow systemd): a
         // shim killed meanwhile leaves a pause that `delete` finds and kills.
@@ -434,25 +490,75 @@ impl SandboxManager {
             ),
             _ => None,
         };
+        // Checked through its pidfd while its pid is still held: alive, the pid named the
+        // pause itself, and the scope or cgroup holds it. Dead (OOM, a kill from outside),
+        // only its zombie was named: the pod has no pause, the scope or cgroup is undone.
+        let joined = match joined {
+            Some(Ok(cg)) if pause.has_exited() => {
+                let undone = match &cg.scope {
+                    Some(_) => self.host.stop_scope(&cg).map_err(|e| {
+                        log::warn!("sandbox {id}: {e}");
+                    }),
+                    None => {
+                        self.host.remove_cgroup(id, &cg);
+                        Ok(())
+                    }
+                };
+                Some(Err((
+                    Error::internal(format!(
+                        "the pause process {pid} exited while it was put in the pod's {}",
+                        if scope.is_some() {
+                            "systemd scope"
+                        } else {
+                            "cgroup"
+                        }
+                    )),
+                    undone.is_err(),
+                )))
+            }
+            other => other,
+        };
         match joined {
             Some(Ok(cg)) => cgroup = cg,
+            Some(Err((e, scope_may_remain))) if scope_may_remain && !pause.has_exited() => {
+                // systemd did not answer and may yet run the queued start, with the pause's
+                // pid: the pause stays alive and recorded so that the pid names it, and the
+                // scope stays in the record. StopSandbox (containerd's ShutdownSandbox after
+                // a failed start) stops the scope, then kills the pause; `delete` kills the
+                // recorded pause and stops the scope.
+                log::warn!(
+                    "sandbox {id}: the systemd scope may exist; the pause process {pid} is kept \
+                     until it is stopped"
+                );
+                if let Some(s) = self.lock().as_mut().filter(|s| s.id == id) {
+                    s.pid = pid;
+                    s.pause = Some(pause);
+                    s.state = State::NotReady;
+                    s.scope_unconfirmed = true;
+                }
+                drop(held);
+                return Err(e);
+            }
             Some(Err((e, scope_may_remain))) => {
                 self.host.kill(&pause);
+                drop(held);
                 if let Err(e) = self.record_pause(id, 0) {
                     log::warn!("sandbox {id}: {e}");
                 }
-                // systemd did not answer the undo and may yet run the queued start (with a
-                // pid that, the pause being dead, may be recycled): ShutdownSandbox and
-                // `delete` stop the scope the record still names.
+                // The undo's stop got no answer either (the pause died meanwhile, so it could
+                // not be kept for a queued start): ShutdownSandbox and `delete` stop the scope
+                // the record still names.
                 if scope_may_remain {
                     log::warn!("sandbox {id}: the systemd scope may exist; kept in the record");
                 } else {
                     self.forget_scope(id, scope.is_some());
                 }
+                self.forget_mcs(id);
                 return Err(e);
             }
             None => {}
         }
+        drop(held);
         steps.step(if scope.is_some() {
             "systemd scope"
         } else {
@@ -486,6 +592,7 @@ impl SandboxManager {
         // Built while the lifecycle lock is held: a concurrent StopSandbox cannot make its
         // /proc/<pid> paths name another process before it is returned.
         let spec = self.spec_of(s);
+        s.started_spec = Some(Arc::new(spec.clone()));
         self.changed.notify_all();
         drop(guard);
         crate::waiters::wake(ended, ExitInfo::unknown());
@@ -517,6 +624,36 @@ impl SandboxManager {
             pid => crate::util::process_start_ticks(pid).unwrap_or(0),
         };
         save_record(&s.bundle, &s.record)
+    }
+
+    /// Writes the pause's MCS reservation into the stored record.
+    fn record_mcs(&self, id: &str, mcs: Option<crate::mcs::Reservation>) -> Result<()> {
+        let mut guard = self.lock();
+        let Some(s) = guard.as_mut().filter(|s| s.id == id) else {
+            if let Some(r) = &mcs {
+                self.host.release_mcs(r);
+            }
+            return Err(Error::precondition(format!(
+                "sandbox {id} went away while starting"
+            )));
+        };
+        s.record.mcs = mcs;
+        save_record(&s.bundle, &s.record)
+    }
+
+    /// After a failed start that leaves no pause: its MCS level is released.
+    fn forget_mcs(&self, id: &str) {
+        let mcs = self
+            .lock()
+            .as_mut()
+            .filter(|s| s.id == id)
+            .and_then(|s| s.record.mcs.take());
+        if let Some(r) = mcs {
+            self.host.release_mcs(&r);
+            if let Err(e) = self.record_mcs(id, None) {
+                log::warn!("sandbox {id}: {e}");
+            }
+        }
     }
 
     /// After a failed start: the scope was not made (or was undone), the record says so.
@@ -590,6 +727,16 @@ impl SandboxManager {
             log::warn!("stop sandbox {id}: containers still running after {STOP_WAIT:?}");
         }
         steps.step("containers");
+        // A scope whose start systemd never answered is stopped while the pause lives: a
+        // start systemd runs late then finds the pid still naming the pause.
+        let unconfirmed = self
+            .lock()
+            .as_ref()
+            .is_some_and(|s| s.scope_unconfirmed && !s.scope_stopped);
+        if unconfirmed {
+            self.stop_scope(id);
+            steps.step("systemd scope (unconfirmed start)");
+        }
         let waiters = {
             let mut guard = self.lock();
             if let Some(pause) = &s.pause
@@ -617,21 +764,7 @@ impl SandboxManager {
         self.wake(waiters);
         steps.step("pause process");
         // The pause's scope, now empty: stopped rather than left for systemd to collect.
-        let cgroup = self
-            .lock()
-            .as_ref()
-            .filter(|s| !s.scope_stopped)
-            .map(|s| s.record.cgroup.clone());
-        if let Some(cg) = cgroup.filter(|cg| cg.scope.is_some()) {
-            match self.host.stop_scope(&cg) {
-                Ok(()) => {
-                    if let Some(s) = self.lock().as_mut() {
-                        s.scope_stopped = true;
-                    }
-                }
-                // ShutdownSandbox tries again, and fails if systemd still does not answer.
-                Err(e) => log::warn!("stop sandbox {id}: {e}"),
-            }
+        if self.stop_scope(id) {
             steps.step("systemd scope");
         }
         // The pod's network goes with its pause process (CRI does the same for its own netns
@@ -652,6 +785,29 @@ impl SandboxManager {
             }
         }
         Ok(())
+    }
+
+    /// Stops the record's systemd scope unless it is known stopped; whether it asked systemd.
+    /// A stop systemd does not answer is tried again by ShutdownSandbox, which fails while
+    /// systemd still does not answer.
+    fn stop_scope(&self, id: &str) -> bool {
+        let cgroup = self
+            .lock()
+            .as_ref()
+            .filter(|s| !s.scope_stopped)
+            .map(|s| s.record.cgroup.clone());
+        let Some(cg) = cgroup.filter(|cg| cg.scope.is_some()) else {
+            return false;
+        };
+        match self.host.stop_scope(&cg) {
+            Ok(()) => {
+                if let Some(s) = self.lock().as_mut() {
+                    s.scope_stopped = true;
+                }
+            }
+            Err(e) => log::warn!("stop sandbox {id}: {e}"),
+        }
+        true
     }
 
     /// WaitSandbox: parks `waiter` until the pod ends (the pause process exits, or the sandbox
@@ -790,35 +946,36 @@ impl SandboxManager {
         self.host.metrics(pod).context("sandbox metrics")
     }
 
-    /// Verbose status details as one JSON document.
-    pub fn info(&self, s: &Sandbox) -> String {
-        serde_json::json!({
-            "pid": s.pid,
-            "netns": s.netns,
-            "ips": s.record.network.as_ref().map(|n| n.ips.clone()).unwrap_or_default(),
-            "networkOwner": match &s.record.network {
-                Some(n) if n.loopback_only => "rsandbox (loopback only: no CNI network config)",
-                Some(_) => "rsandbox (CNI run by the shim)",
-                None if s.netns.is_some() => "caller (CRI)",
-                None => "host",
-            },
-            "hostname": s.spec.hostname,
-            "networkMode": format!("{:?}", s.spec.network),
-            "ipcMode": format!("{:?}", s.spec.ipc),
-            "pidMode": format!("{:?}", s.spec.pid),
-            "userns": s.spec.userns.as_ref().map(|u| serde_json::json!({
-                "uidMap": u.uid_map(),
-                "gidMap": u.gid_map(),
-            })),
-            "podFiles": s.record.files_dir,
-            "shm": s.record.shm,
-            "cgroup": s.record.cgroup.dirs,
-            "systemdScope": s.record.cgroup.scope.as_ref().map(|sc| &sc.unit),
-            "sysctls": s.spec.effective_sysctls(self.host.sysctl_defaults()),
-            "pause": "the shim's pause program (no image) in an empty root, uid 65535, seccomp",
-            "containers": self.tm.ids(),
+    /// The entries a verbose SandboxStatus adds to `info` (see [`super::status_info`]).
+    pub fn verbose_info(&self, s: &Sandbox) -> Vec<(String, String)> {
+        use super::status_info::{PodView, ProcessStatus, entries};
+        let process = match s.state {
+            State::Created => ProcessStatus::Created,
+            State::Ready => ProcessStatus::Running,
+            State::NotReady => ProcessStatus::Stopped,
+        };
+        // CRI removes its netns after StopSandbox, the shim its own: gone is closed. Opened
+        // as a client path (never blocks, checks it is a network namespace).
+        let netns_closed = s
+            .netns
+            .as_deref()
+            .is_some_and(|p| crate::client_paths::open_netns(p).is_err());
+        entries(&PodView {
+            pid: u32::try_from(s.pid).unwrap_or(0),
+            process,
+            spec: &s.spec,
+            netns: s.netns.as_deref(),
+            netns_closed,
+            pod_config: s.pod_config.as_deref(),
+            runtime_spec: s.started_spec.as_deref(),
+            network: s.record.network.as_ref(),
+            files_dir: &s.record.files_dir,
+            shm: s.record.shm.as_deref(),
+            cgroup_dirs: &s.record.cgroup.dirs,
+            systemd_scope: s.record.cgroup.scope.as_ref().map(|sc| sc.unit.as_str()),
+            sysctls: s.spec.effective_sysctls(self.host.sysctl_defaults()),
+            containers: self.tm.ids(),
         })
-        .to_string()
     }
 }
 
@@ -972,6 +1129,8 @@ pub struct LinuxPodHost {
     /// How long stopping the pod's systemd scope may take: StopSandbox's bound, or the
     /// shorter one of `delete` ([`crate::systemd::scope::DELETE_STOP_TIMEOUT`]).
     pub scope_stop_timeout: std::time::Duration,
+    /// The node's MCS reservations ([`crate::mcs::Registry::node`]).
+    pub mcs: crate::mcs::Registry,
 }
 
 impl LinuxPodHost {
@@ -1023,7 +1182,17 @@ impl PodHost for LinuxPodHost {
         crate::client_paths::open_netns(path).map(drop)
     }
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<PauseProcess> {
-        match self.selinux.pause_labels(cfg.selinux_options.as_ref()) {
+        if !self.selinux.labels_pause() {
+            return super::pause::spawn(cfg);
+        }
+        // Fails closed: a pause that should be labelled and has no level is not started.
+        let level = cfg.mcs_level.as_deref().ok_or_else(|| {
+            Error::internal("pause: SELinux: no MCS level was reserved for the pod")
+        })?;
+        match self
+            .selinux
+            .pause_labels(cfg.selinux_options.as_ref(), level)
+        {
             None => super::pause::spawn(cfg),
             Some((process, program)) => {
                 let cfg = PauseConfig {
@@ -1057,7 +1226,7 @@ impl PodHost for LinuxPodHost {
         let mountinfo =
             std::fs::read_to_string("/proc/self/mountinfo").context("read mountinfo")?;
         super::scope::join(
-            &crate::systemd::manager::Endpoints::default(),
+            &crate::systemd::manager::Endpoints::of_node(),
             &super::cgroup::hierarchies(&mountinfo, self.unified),
             self.unified,
             scope,
@@ -1067,7 +1236,7 @@ impl PodHost for LinuxPodHost {
     }
     fn stop_scope(&self, cg: &PodCgroup) -> Result<()> {
         super::scope::stop(
-            &crate::systemd::manager::Endpoints::default(),
+            &crate::systemd::manager::Endpoints::of_node(),
             cg,
             self.scope_stop_timeout,
         )
@@ -1091,6 +1260,23 @@ impl PodHost for LinuxPodHost {
     }
     fn check_userns_runtime(&self) -> Result<()> {
         crate::runtime::check_userns_runc(&self.runc, &self.spawner)
+    }
+    fn reserve_mcs(
+        &self,
+        id: &str,
+        options: Option<&crate::selinux::SelinuxOptions>,
+    ) -> Result<Option<crate::mcs::Reservation>> {
+        if !self.selinux.labels_pause() {
+            return Ok(None);
+        }
+        let r = match options.map(|o| o.level.as_str()).filter(|l| !l.is_empty()) {
+            Some(level) => self.mcs.reserve_given(id, level),
+            None => self.mcs.reserve_random(id, crate::selinux::draw_categories),
+        };
+        r.map(Some).map_err(|e| Error::internal(e.to_string()))
+    }
+    fn release_mcs(&self, r: &crate::mcs::Reservation) {
+        self.mcs.release(r);
     }
     fn own_for_userns(
         &self,
@@ -1167,6 +1353,7 @@ fn take_down_pod(record: &SandboxRecord, budget: &crate::timing::Budget) -> crat
         spawner: crate::reaper::Spawner::direct(),
         selinux: crate::selinux::Selinux::disabled(),
         scope_stop_timeout: budget.bound(crate::systemd::scope::DELETE_STOP_TIMEOUT),
+        mcs: crate::mcs::Registry::node(),
     };
     if record.pause_pid > 0 {
         // Only while the pid still names the pause process we started.
@@ -1190,6 +1377,11 @@ fn take_down_pod(record: &SandboxRecord, budget: &crate::timing::Budget) -> crat
         undone.failed(e.to_string());
     }
     let _ = host.remove_files(&record.files_dir);
+    // The pause's MCS level: only this pod's entry (the record is of the sandbox containerd
+    // named: checked in `cleanup_from_bundle`).
+    if let Some(r) = record.mcs.as_ref().filter(|r| r.owner == record.id) {
+        host.release_mcs(r);
+    }
     // The dead shim's systemd scope (the pause is gone: it is empty), then the pause's cgroup.
     // Only the unit this pod's scope is named: a record is a file, not an authority to stop
     // any unit of the node.

@@ -248,10 +248,7 @@ mod tests {
     #[test]
     fn without_systemd_the_error_is_a_failed_precondition_naming_the_socket() {
         let dir = tempfile::tempdir().unwrap();
-        let endpoints = Endpoints {
-            private: dir.path().join("private"),
-            system_bus: dir.path().join("bus"),
-        };
+        let endpoints = Endpoints::with_bus(dir.path().join("private"), dir.path().join("bus"));
         let scope = plan("sb1", "kubepods-pod1.slice").unwrap();
         let JoinFailed {
             error: e,

@@ -13,8 +13,8 @@ use protobuf::MessageField;
 use ttrpc::TtrpcContext;
 
 use crate::error::Context;
-use crate::pod::decode_pod_config;
 use crate::pod::sandbox::{CreateSandbox, SandboxManager, State};
+use crate::pod::{decode_pod_config, pod_config_bytes};
 use crate::util::{go_arch, timestamp};
 
 /// containerd (and the kubelet through CRI) only understand these two strings.
@@ -57,11 +57,17 @@ impl Sandbox for SandboxService {
                 req.rootfs.len()
             );
         }
+        let pod_config = req
+            .options
+            .as_ref()
+            .and_then(pod_config_bytes)
+            .map(Arc::from);
         self.sm.create(CreateSandbox {
             id: req.sandbox_id,
             bundle: PathBuf::from(req.bundle_path),
             spec,
             netns: Some(PathBuf::from(req.netns_path)).filter(|p| !p.as_os_str().is_empty()),
+            pod_config,
         })?;
         Ok(CreateSandboxResponse::new())
     }
@@ -125,13 +131,13 @@ impl Sandbox for SandboxService {
             SANDBOX_NOTREADY
         };
         // Flat `pid` and `state` keys for clients that read them from the map (conformance
-        // harnesses for sandbox shims do), beside the verbose document under `info`.
+        // harnesses for sandbox shims do), beside the verbose documents (`pod::status_info`).
         let mut info = HashMap::from([
             ("pid".to_string(), s.pid.to_string()),
             ("state".to_string(), state.to_string()),
         ]);
         if req.verbose {
-            info.insert("info".to_string(), self.sm.info(&s));
+            info.extend(self.sm.verbose_info(&s));
         }
         Ok(SandboxStatusResponse {
             sandbox_id: s.id.clone(),

@@ -4,7 +4,17 @@
 //! Synchronous and single-threaded on purpose: the shim asks systemd two or three questions
 //! per pod and waits for each answer, so a thread or an async runtime would buy nothing. The
 //! socket is non-blocking and close-on-exec; every read and write waits in `poll(2)` for at
-//! most the time left, so a peer that never answers costs the deadline, never a hang.
+//! most the time left, so a peer that never answers costs the deadline, never a hang. Each
+//! such wait is a [`crate::blocking`] section: the RPC pool then knows the worker waits for
+//! systemd rather than for a CPU.
+//!
+//! `BEGIN` goes out with the `AUTH` line, before the server's `OK`, as sd-bus's own client
+//! sends it, so that the first message never shares a read with `BEGIN` on the server's side:
+//! sd-bus (systemd's private socket) keeps the bytes it read past `BEGIN` in its buffer and
+//! parses them only when the socket next becomes readable. A call sent right after `BEGIN`,
+//! small enough to arrive in that same read (`StopUnit`, 200 bytes of the 256 sd-bus reads
+//! during authentication) and read together with it by a systemd slow to get to the socket,
+//! then waited there unanswered until the connection closed, when systemd ran it.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -18,7 +28,11 @@ use nix::sys::socket::{
     AddressFamily, SockFlag, SockType, UnixAddr, connect, getsockopt, socket, sockopt,
 };
 
-use super::wire::{Kind, Message, WireError};
+use super::wire::{Kind, Message, Value, WireError};
+
+/// The bus daemon's own name: the sender of its replies and signals (`NameOwnerChanged`),
+/// which no client can take.
+pub const BUS_DRIVER: &str = "org.freedesktop.DBus";
 
 /// Why a D-Bus exchange failed, with the step it failed in.
 #[derive(Debug, thiserror::Error)]
@@ -67,14 +81,22 @@ const MAX_KEPT_SIGNAL_BODY: usize = 4096;
 /// bus could otherwise make the shim hold up to [`super::wire::MAX_MESSAGE`] per message.
 const MAX_READ_MESSAGE: usize = 1 << 20;
 
+/// On a bus: the well-known name we talk to and the unique name that owns it now.
+struct Service {
+    name: &'static str,
+    /// `None` while nobody owns it (systemd re-executing: it leaves the bus and comes back
+    /// under a new unique name).
+    owner: Option<String>,
+}
+
 pub struct Conn {
     stream: UnixStream,
     inbuf: Vec<u8>,
     serial: u32,
     keep: Option<SignalFilter>,
-    /// Only signals from this sender are kept, once it is known (systemd's unique name on
-    /// the bus: any local user may send us a signal there).
-    keep_from: Option<String>,
+    /// On the bus, once known: only signals from the service's current owner are kept (any
+    /// local user may send us a signal there), and calls to it are answered by it alone.
+    service: Option<Service>,
     /// Bytes still to skip of a message over [`MAX_READ_MESSAGE`].
     discard: usize,
     /// Signals that passed the filter, oldest first.
@@ -85,6 +107,14 @@ pub struct Conn {
 
 /// At most this many skipped messages are named in a timeout's error.
 const MAX_SKIPPED_NAMED: usize = 4;
+
+/// The whole authentication we send: a NUL byte, `AUTH EXTERNAL` with our uid (its decimal
+/// digits, hex-encoded) and `BEGIN`.
+fn auth_request() -> Vec<u8> {
+    let uid = nix::unistd::getuid().as_raw().to_string();
+    let hex: String = uid.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("\0AUTH EXTERNAL {hex}\r\nBEGIN\r\n").into_bytes()
+}
 
 /// Milliseconds left until `deadline`, for poll; `None` when it has passed.
 fn left(deadline: Instant) -> Option<PollTimeout> {
@@ -102,6 +132,8 @@ fn wait_for(
     deadline: Instant,
     step: &'static str,
 ) -> DResult<()> {
+    // Waiting for the peer, not for a CPU (see crate::blocking).
+    let _blocked = crate::blocking::blocking();
     loop {
         let timeout = left(deadline).ok_or(DbusError::Timeout {
             step,
@@ -151,7 +183,10 @@ impl Conn {
                     skipped: String::new(),
                 });
             }
-            std::thread::sleep(left.min(std::time::Duration::from_millis(10)));
+            {
+                let _blocked = crate::blocking::blocking();
+                std::thread::sleep(left.min(std::time::Duration::from_millis(10)));
+            }
             attempt = connect(fd.as_raw_fd(), &addr);
         }
         match attempt {
@@ -173,7 +208,7 @@ impl Conn {
             inbuf: Vec::new(),
             serial: 0,
             keep: None,
-            keep_from: None,
+            service: None,
             discard: 0,
             signals: VecDeque::new(),
             skipped: VecDeque::new(),
@@ -182,21 +217,18 @@ impl Conn {
         Ok(conn)
     }
 
-    /// SASL: a NUL byte, `AUTH EXTERNAL <our uid, its decimal digits hex-encoded>`, `OK
-    /// <guid>` back, then `BEGIN`; from there on the stream carries messages.
+    /// SASL: a NUL byte, `AUTH EXTERNAL <our uid, its decimal digits hex-encoded>` and
+    /// `BEGIN` in one write, then `OK <guid>` back; from there on the stream carries messages.
+    /// `BEGIN` is not held back for the `OK` (see the module docs: sd-bus would otherwise
+    /// park a first message that arrives in the same read as `BEGIN`). A server that refuses
+    /// the `AUTH` answers the `BEGIN` with `ERROR`; we have failed on its `REJECTED` by then.
     fn authenticate(&mut self, deadline: Instant) -> DResult<()> {
-        let uid = nix::unistd::getuid().as_raw().to_string();
-        let hex: String = uid.bytes().map(|b| format!("{b:02x}")).collect();
-        self.write_all(
-            format!("\0AUTH EXTERNAL {hex}\r\n").as_bytes(),
-            deadline,
-            "authenticate",
-        )?;
+        self.write_all(&auth_request(), deadline, "authenticate")?;
         let line = self.read_line(deadline)?;
         if !line.starts_with("OK ") {
             return Err(DbusError::Auth(line));
         }
-        self.write_all(b"BEGIN\r\n", deadline, "authenticate")
+        Ok(())
     }
 
     fn read_line(&mut self, deadline: Instant) -> DResult<String> {
@@ -217,11 +249,23 @@ impl Conn {
         self.keep = Some(keep);
     }
 
-    /// From now on keeps only signals `sender` sent; drops those kept from anyone else.
-    pub fn keep_signals_from(&mut self, sender: String) {
+    /// On a bus: from now on the service `name` is owned by `owner` (its unique name) until
+    /// the bus daemon's `NameOwnerChanged` for `name` says otherwise (the caller asked the
+    /// daemon for those signals). Only signals from the current owner are kept (those kept
+    /// from anyone else are dropped), and a call addressed to `name` is answered only by its
+    /// owner (or, in its stead, with an error by the bus daemon).
+    pub fn follow_service(&mut self, name: &'static str, owner: String) {
         self.signals
-            .retain(|m| m.sender.as_deref() == Some(sender.as_str()));
-        self.keep_from = Some(sender);
+            .retain(|m| m.sender.as_deref() == Some(owner.as_str()));
+        self.service = Some(Service {
+            name,
+            owner: Some(owner),
+        });
+    }
+
+    /// The current owner of the followed service (`None`: none, or no service followed).
+    pub fn service_owner(&self) -> Option<&str> {
+        self.service.as_ref().and_then(|s| s.owner.as_deref())
     }
 
     fn write_all(&mut self, mut data: &[u8], deadline: Instant, step: &'static str) -> DResult<()> {
@@ -317,6 +361,7 @@ impl Conn {
         step: &'static str,
     ) -> DResult<Message> {
         self.skipped.clear();
+        let destination = msg.destination.clone();
         let serial = self.send(msg, deadline, step)?;
         loop {
             // Checked here too, not only when a read would block: a peer that keeps the
@@ -326,9 +371,11 @@ impl Conn {
                 Ok(m) => m,
                 Err(e) => return Err(self.annotate(e)),
             };
+            let answer =
+                m.reply_serial == Some(serial) && self.may_answer(destination.as_deref(), &m);
             match m.kind {
-                Kind::MethodReturn if m.reply_serial == Some(serial) => return Ok(m),
-                Kind::Error if m.reply_serial == Some(serial) => {
+                Kind::MethodReturn if answer => return Ok(m),
+                Kind::Error if answer => {
                     let message = m
                         .body()
                         .ok()
@@ -345,6 +392,50 @@ impl Conn {
                 }
                 _ => self.skip(&m),
             }
+        }
+    }
+
+    /// Whether `m` may be the answer to a call to `destination`: on a direct connection
+    /// (no destination) only the peer can send; on a bus the bus daemon sets every sender, so
+    /// a call to the daemon is answered by the daemon, a call to the followed service by its
+    /// current owner or, with an error (`NoReply`, `ServiceUnknown`...), by the daemon in its
+    /// stead. Any other local user on a bus whose policy lets them send us a method return
+    /// with our serial is not taken for systemd.
+    fn may_answer(&self, destination: Option<&str>, m: &Message) -> bool {
+        let sender = m.sender.as_deref();
+        match destination {
+            None => true,
+            Some(BUS_DRIVER) => sender == Some(BUS_DRIVER),
+            Some(d) => match &self.service {
+                Some(s) if s.name == d => {
+                    (s.owner.is_some() && sender == s.owner.as_deref())
+                        || (m.kind == Kind::Error && sender == Some(BUS_DRIVER))
+                }
+                // A destination we do not follow: only the daemon's error is known to be true.
+                _ => m.kind == Kind::Error && sender == Some(BUS_DRIVER),
+            },
+        }
+    }
+
+    /// The bus daemon's `NameOwnerChanged(name, old, new)` for the followed service: its
+    /// owner is `new` from now on (none when empty). Only the daemon's own signal counts.
+    fn observe_owner(&mut self, m: &Message) {
+        let Some(service) = self.service.as_mut() else {
+            return;
+        };
+        if m.kind != Kind::Signal
+            || m.sender.as_deref() != Some(BUS_DRIVER)
+            || m.interface.as_deref() != Some(BUS_DRIVER)
+            || m.member.as_deref() != Some("NameOwnerChanged")
+        {
+            return;
+        }
+        let Ok(body) = m.body() else { return };
+        if let [Value::Str(name), Value::Str(_old), Value::Str(new)] = body.as_slice()
+            && name == service.name
+        {
+            log::debug!("D-Bus: {name} is now owned by {new:?}");
+            service.owner = (!new.is_empty()).then(|| new.clone());
         }
     }
 
@@ -390,8 +481,9 @@ impl Conn {
     }
 
     fn keep_signal(&mut self, m: Message) {
-        let from_ok = match &self.keep_from {
-            Some(sender) => m.sender.as_deref() == Some(sender.as_str()),
+        self.observe_owner(&m);
+        let from_ok = match &self.service {
+            Some(s) => s.owner.is_some() && m.sender.as_deref() == s.owner.as_deref(),
             None => true,
         };
         if from_ok && m.body.len() <= MAX_KEPT_SIGNAL_BODY && self.keep.is_some_and(|keep| keep(&m))

@@ -6,16 +6,20 @@
 //!   bus daemon, no `Hello`, and systemd sends every manager signal to each of its direct
 //!   connections unconditionally (`bus_foreach_bus` in systemd's `src/core/dbus.c`), so no
 //!   `Subscribe` either. This is what `systemctl` uses as root.
-//! * the system bus `/run/dbus/system_bus_socket`, where systemd is
-//!   `org.freedesktop.systemd1`: `Hello` first, a match rule for `JobRemoved`, systemd's
-//!   unique name (`GetNameOwner`: only signals from it count, any local user may send us
-//!   one), and `Subscribe` (systemd only emits job signals on the bus while someone
-//!   subscribed).
+//! * the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set, as libdbus and go-systemd read it,
+//!   else `/run/dbus/system_bus_socket`), where systemd is `org.freedesktop.systemd1`:
+//!   `Hello` first, match rules for `JobRemoved` and for the bus daemon's `NameOwnerChanged`
+//!   of systemd's name, systemd's unique name (`GetNameOwner`: only signals and replies from
+//!   it count, any local user may send us one), and `Subscribe` (systemd only emits job
+//!   signals on the bus while someone subscribed). `systemctl daemon-reexec` (a systemd
+//!   package upgrade) takes systemd off the bus and back under a new unique name, keeping its
+//!   jobs and its subscribers; `NameOwnerChanged` tells us the new name, so a job's end sent
+//!   after the re-exec is still taken (go-systemd takes any sender's `JobRemoved`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
-use super::conn::{Conn, DbusError};
+use super::conn::{BUS_DRIVER, Conn, DbusError};
 use super::wire::{Kind, Message, Value};
 
 pub const PRIVATE_SOCKET: &str = "/run/systemd/private";
@@ -37,19 +41,54 @@ const NOT_ANSWERS: [&str; 4] = [
 
 /// The error StartTransientUnit answers when a unit of that name is loaded.
 pub const UNIT_EXISTS: &str = "org.freedesktop.systemd1.UnitExists";
+/// The error GetJob answers for a job that has ended.
+pub const NO_SUCH_JOB: &str = "org.freedesktop.systemd1.NoSuchJob";
 
 /// Where to reach systemd.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoints {
     pub private: PathBuf,
-    pub system_bus: PathBuf,
+    /// The system bus's sockets, tried in order, or why the configured address names none
+    /// the shim can use.
+    pub system_bus: Result<Vec<PathBuf>, String>,
 }
 
 impl Default for Endpoints {
+    /// The compiled-in places, whatever the environment says.
     fn default() -> Self {
         Endpoints {
             private: PRIVATE_SOCKET.into(),
-            system_bus: SYSTEM_BUS_SOCKET.into(),
+            system_bus: Ok(vec![SYSTEM_BUS_SOCKET.into()]),
+        }
+    }
+}
+
+impl Endpoints {
+    /// The node's: the system bus at `DBUS_SYSTEM_BUS_ADDRESS` when it is set and not empty
+    /// (godbus, runc's client, takes an empty one for unset; libdbus's syntax, `unix:path=`
+    /// entries only, see [`super::address`]), else the default socket.
+    pub fn of_node() -> Endpoints {
+        let system_bus = match std::env::var(super::address::SYSTEM_BUS_ENV) {
+            Ok(address) if !address.is_empty() => Endpoints::bus_at(&address),
+            _ => Ok(vec![SYSTEM_BUS_SOCKET.into()]),
+        };
+        Endpoints {
+            system_bus,
+            ..Endpoints::default()
+        }
+    }
+
+    /// The system bus's sockets from a D-Bus `address`.
+    pub fn bus_at(address: &str) -> Result<Vec<PathBuf>, String> {
+        super::address::unix_paths(address)
+            .map_err(|e| format!("{}={address:?}: {e}", super::address::SYSTEM_BUS_ENV))
+    }
+
+    /// The private socket only, the system bus at `bus` (tests).
+    pub fn with_bus(private: PathBuf, bus: PathBuf) -> Endpoints {
+        Endpoints {
+            private,
+            system_bus: Ok(vec![bus]),
         }
     }
 }
@@ -57,15 +96,15 @@ impl Default for Endpoints {
 /// Why a manager call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SystemdError {
-    /// Neither way in works: the private socket and its error, then the system bus's.
+    /// Neither way in works: the private socket and its error, then the system bus's (which
+    /// names the socket, or why the configured bus address cannot be used).
     #[error(
-        "systemd is not reachable at {}: {private_error} (nor through the system bus at {}: {bus_error})",
-        .private.display(), .bus.display()
+        "systemd is not reachable at {}: {private_error} (nor through the system bus: {bus_error})",
+        .private.display()
     )]
     Unreachable {
         private: PathBuf,
         private_error: String,
-        bus: PathBuf,
         bus_error: String,
     },
     /// A call failed: the step (`StartTransientUnit cri-containerd-x.scope`) and why. With
@@ -115,12 +154,13 @@ fn is_job_removed(m: &Message) -> bool {
 /// A connection to systemd's manager.
 pub struct Manager {
     conn: Conn,
-    /// On the system bus messages must name systemd; on the private socket there is nobody
-    /// else to name.
+    /// On the system bus messages must name systemd (the connection then follows its unique
+    /// name, see [`Conn::follow_service`]); on the private socket there is nobody else to
+    /// name.
     destination: Option<&'static str>,
-    /// On the system bus, systemd's unique name: any local user can send us a unicast
-    /// `JobRemoved`, only one from this sender is systemd's. None on the private socket.
-    sender: Option<String>,
+    /// On the private socket, its path: a re-exec of systemd closes the connection, and a job
+    /// of ours is waited for again through a new one ([`Manager::rejoin_job`]).
+    private: Option<PathBuf>,
 }
 
 impl Manager {
@@ -134,17 +174,33 @@ impl Manager {
     pub fn connect(endpoints: &Endpoints, deadline: Instant) -> SResult<Manager> {
         let now = Instant::now();
         let bus_deadline = now + deadline.saturating_duration_since(now) / 2;
-        let bus = match Manager::through_bus(&endpoints.system_bus, bus_deadline) {
-            Ok(m) => return Ok(m),
-            Err(e) => e,
+        let bus_error = match &endpoints.system_bus {
+            Ok(paths) => {
+                // Each socket of the address in turn, as libdbus tries them.
+                let mut errors = Vec::new();
+                for path in paths {
+                    match Manager::through_bus(path, bus_deadline) {
+                        Ok(m) => return Ok(m),
+                        Err(e) => errors.push(format!("{}: {e}", path.display())),
+                    }
+                }
+                errors.join("; ")
+            }
+            Err(unusable) => {
+                log::warn!("the system bus: {unusable}");
+                unusable.clone()
+            }
         };
         match Conn::connect(&endpoints.private, deadline) {
-            Ok(conn) => Ok(Manager::direct(conn)),
+            Ok(conn) => {
+                let mut m = Manager::direct(conn);
+                m.private = Some(endpoints.private.clone());
+                Ok(m)
+            }
             Err(private) => Err(SystemdError::Unreachable {
                 private: endpoints.private.clone(),
                 private_error: private.to_string(),
-                bus: endpoints.system_bus.clone(),
-                bus_error: bus.to_string(),
+                bus_error,
             }),
         }
     }
@@ -154,18 +210,18 @@ impl Manager {
         Manager {
             conn,
             destination: None,
-            sender: None,
+            private: None,
         }
     }
 
-    fn through_bus(path: &Path, deadline: Instant) -> Result<Manager, DbusError> {
+    fn through_bus(path: &std::path::Path, deadline: Instant) -> Result<Manager, DbusError> {
         let mut conn = Conn::connect(path, deadline)?;
         conn.keep_signals(is_job_removed);
         let bus = |member: &str, args: &[Value]| {
             Message::call(
-                Some("org.freedesktop.DBus"),
+                Some(BUS_DRIVER),
                 "/org/freedesktop/DBus",
-                "org.freedesktop.DBus",
+                BUS_DRIVER,
                 member,
                 args,
             )
@@ -173,6 +229,11 @@ impl Manager {
         conn.call(bus("Hello", &[]), deadline, "Hello")?;
         let rule = format!(
             "type='signal',sender='{SERVICE}',path='{PATH}',interface='{MANAGER}',member='JobRemoved'"
+        );
+        conn.call(bus("AddMatch", &[Value::Str(rule)]), deadline, "AddMatch")?;
+        // Before GetNameOwner: a change of owner after its answer is not missed.
+        let rule = format!(
+            "type='signal',sender='{BUS_DRIVER}',path='/org/freedesktop/DBus',interface='{BUS_DRIVER}',member='NameOwnerChanged',arg0='{SERVICE}'"
         );
         conn.call(bus("AddMatch", &[Value::Str(rule)]), deadline, "AddMatch")?;
         let owner = conn.call(
@@ -190,11 +251,11 @@ impl Manager {
                     owner.signature
                 )))
             })?;
-        conn.keep_signals_from(sender.clone());
+        conn.follow_service(SERVICE, sender);
         let mut m = Manager {
             conn,
             destination: Some(SERVICE),
-            sender: Some(sender),
+            private: None,
         };
         m.conn
             .call(m.message("Subscribe", &[]), deadline, "Subscribe")?;
@@ -202,9 +263,17 @@ impl Manager {
     }
 
     /// Wraps an authenticated connection to a peer that behaves as systemd's private socket
-    /// (tests).
-    pub fn from_direct_conn(conn: Conn) -> Manager {
-        Manager::direct(conn)
+    /// (tests); `path` is where to connect again after it closes.
+    pub fn from_direct_conn(conn: Conn, path: Option<PathBuf>) -> Manager {
+        let mut m = Manager::direct(conn);
+        m.private = path;
+        m
+    }
+
+    /// systemd's unique name on the bus now (`None` on the private socket, or while it is
+    /// off the bus).
+    pub fn systemd_name(&self) -> Option<&str> {
+        self.conn.service_owner()
     }
 
     fn message(&self, member: &str, args: &[Value]) -> Message {
@@ -237,12 +306,17 @@ impl Manager {
                     reply.signature
                 ))),
             })?;
-        let result = self
-            .wait_job(&job, deadline)
-            .map_err(|source| SystemdError::Job {
-                step: format!("{step}: wait for job {job}"),
-                source,
-            })?;
+        let unit = args.first().and_then(Value::as_str).unwrap_or_default();
+        let result = match self.wait_job(&job, deadline) {
+            Err(DbusError::Closed { .. }) if self.private.is_some() => {
+                self.rejoin_job(&job, unit, member == "StartTransientUnit", deadline)
+            }
+            r => r,
+        }
+        .map_err(|source| SystemdError::Job {
+            step: format!("{step}: wait for job {job}"),
+            source,
+        })?;
         if result != "done" {
             return Err(SystemdError::JobFailed { step, result });
         }
@@ -250,18 +324,106 @@ impl Manager {
     }
 
     /// Waits for `JobRemoved(u id, o job, s unit, s result)` of `job`; returns its result.
+    /// On the bus only systemd's signals are kept (its unique name, followed through a
+    /// re-exec: see [`Conn::follow_service`]).
     fn wait_job(&mut self, job: &str, deadline: Instant) -> Result<String, DbusError> {
         loop {
             let m = self.conn.next_signal(deadline, "JobRemoved")?;
-            if self.sender.is_some() && m.sender != self.sender {
-                continue;
-            }
             let Ok(body) = m.body() else { continue };
             if let [_, Value::ObjectPath(path), _, Value::Str(result)] = body.as_slice()
                 && path == job
             {
                 return Ok(result.clone());
             }
+        }
+    }
+
+    /// The private connection closed while `job` (of `unit`; a start, else a stop) ran:
+    /// `systemctl daemon-reexec` closes every private connection and keeps the jobs and the
+    /// listening socket. Connects again and waits there for the job's end (systemd sends it to
+    /// every private connection); a job that ended meanwhile (its end went to nobody) is
+    /// judged by its unit's state: active after a start, gone or inactive after a stop.
+    fn rejoin_job(
+        &mut self,
+        job: &str,
+        unit: &str,
+        starting: bool,
+        deadline: Instant,
+    ) -> Result<String, DbusError> {
+        let path = self.private.clone().expect("checked by the caller");
+        log::info!("systemd closed its private connection while job {job} ran: connecting again");
+        let mut conn = Conn::connect(&path, deadline)?;
+        conn.keep_signals(is_job_removed);
+        self.conn = conn;
+        let id = job
+            .rsplit('/')
+            .next()
+            .and_then(|n| n.parse::<u32>().ok())
+            .ok_or_else(|| DbusError::Wire(super::wire::WireError(format!("job path {job:?}"))))?;
+        match self.conn.call(
+            self.message("GetJob", &[Value::U32(id)]),
+            deadline,
+            "GetJob",
+        ) {
+            Ok(_) => return self.wait_job(job, deadline),
+            Err(e) if e.remote_name() == Some(NO_SUCH_JOB) => {}
+            Err(e) => return Err(e),
+        }
+        // Its end may have come on this connection before GetJob's answer.
+        if let Some(result) = self.take_job_end(job) {
+            return Ok(result);
+        }
+        let state = match self.conn.call(
+            self.message("GetUnit", &[Value::Str(unit.into())]),
+            deadline,
+            "GetUnit",
+        ) {
+            Ok(reply) => {
+                let unit_path = reply
+                    .body()
+                    .ok()
+                    .and_then(|b| b.first().and_then(|v| v.as_str().map(String::from)))
+                    .unwrap_or_default();
+                let get = Message::call(
+                    self.destination,
+                    &unit_path,
+                    "org.freedesktop.DBus.Properties",
+                    "Get",
+                    &[
+                        Value::Str("org.freedesktop.systemd1.Unit".into()),
+                        Value::Str("ActiveState".into()),
+                    ],
+                );
+                let reply = self.conn.call(get, deadline, "Get ActiveState")?;
+                match reply.body().ok().as_deref() {
+                    Some([Value::Variant(v)]) => v.as_str().unwrap_or_default().to_string(),
+                    _ => String::new(),
+                }
+            }
+            Err(e) if e.remote_name() == Some(NO_SUCH_UNIT) => "gone".into(),
+            Err(e) => return Err(e),
+        };
+        let done = if starting {
+            state == "active"
+        } else {
+            matches!(state.as_str(), "gone" | "inactive" | "failed")
+        };
+        Ok(if done {
+            "done".into()
+        } else {
+            format!("unknown (the job ended while systemd re-executed; the unit is {state:?})")
+        })
+    }
+
+    /// A `JobRemoved` of `job` already received, if any: its result.
+    fn take_job_end(&mut self, job: &str) -> Option<String> {
+        let pos = self.conn.signals.iter().position(|m| {
+            matches!(m.body().ok().as_deref(), Some([_, Value::ObjectPath(p), _, _]) if p == job)
+        })?;
+        let m = self.conn.signals.remove(pos)?;
+        match m.body().ok()?.as_slice() {
+            [_, _, _, Value::Str(result)] => Some(result.clone()),
+            _ => None,
         }
     }
 

@@ -4,8 +4,10 @@
 //! A minimal synchronous D-Bus client of our own (see README "Cgroups" for why not a
 //! library): [`wire`] marshals messages, [`conn`] is one authenticated connection with
 //! deadlines, [`manager`] speaks to systemd's manager (start, stop, reset a unit, wait for
-//! its job), [`scope`] is the pod's scope, [`names`] the cgroup names systemd uses.
+//! its job), [`scope`] is the pod's scope, [`names`] the cgroup names systemd uses,
+//! [`address`] the system bus's address (`DBUS_SYSTEM_BUS_ADDRESS`).
 
+pub mod address;
 pub mod conn;
 pub mod manager;
 pub mod names;

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::conn::{Conn, DbusError};
+use super::conn::{BUS_DRIVER, Conn, DbusError};
 use super::fake::*;
 use super::manager::{Endpoints, Manager, NO_SUCH_UNIT, SystemdError, UNIT_EXISTS};
 use super::scope::{self, PodScope};
@@ -11,7 +11,10 @@ use super::wire::Value;
 const JOB: &str = "/org/freedesktop/systemd1/job/7";
 
 fn manager(fake: &FakeSystemd, deadline: Instant) -> Manager {
-    Manager::from_direct_conn(Conn::connect(&fake.path, deadline).unwrap())
+    Manager::from_direct_conn(
+        Conn::connect(&fake.path, deadline).unwrap(),
+        Some(fake.path.clone()),
+    )
 }
 
 fn soon() -> Instant {
@@ -425,10 +428,10 @@ fn an_unanswered_start_is_undone_and_may_remain() {
 #[test]
 fn no_systemd_is_an_error_naming_both_ways_in() {
     let dir = tempfile::tempdir().unwrap();
-    let endpoints = Endpoints {
-        private: dir.path().join("private"),
-        system_bus: dir.path().join("system_bus_socket"),
-    };
+    let endpoints = Endpoints::with_bus(
+        dir.path().join("private"),
+        dir.path().join("system_bus_socket"),
+    );
     let e = scope::start(&endpoints, &pod_scope(), "sb1", 1, true).unwrap_err();
     let text = e.to_string();
     assert!(
@@ -446,10 +449,10 @@ fn no_systemd_is_an_error_naming_both_ways_in() {
 #[test]
 fn the_system_bus_is_used_with_hello_match_and_subscribe_when_the_private_socket_is_missing() {
     let bus = FakeSystemd::serve(1, on_the_bus(systemd_with_result("done")));
-    let endpoints = Endpoints {
-        private: bus.path.with_file_name("no-private-socket"),
-        system_bus: bus.path.clone(),
-    };
+    let endpoints = Endpoints::with_bus(
+        bus.path.with_file_name("no-private-socket"),
+        bus.path.clone(),
+    );
     scope::stop(&endpoints, "x.scope").unwrap();
     let calls = bus.finish();
     let seen: Vec<_> = calls
@@ -466,6 +469,7 @@ fn the_system_bus_is_used_with_hello_match_and_subscribe_when_the_private_socket
         [
             ("Hello".to_string(), "org.freedesktop.DBus".to_string()),
             ("AddMatch".into(), "org.freedesktop.DBus".into()),
+            ("AddMatch".into(), "org.freedesktop.DBus".into()),
             ("GetNameOwner".into(), "org.freedesktop.DBus".into()),
             ("Subscribe".into(), "org.freedesktop.systemd1".into()),
             ("StopUnit".into(), "org.freedesktop.systemd1".into()),
@@ -473,22 +477,42 @@ fn the_system_bus_is_used_with_hello_match_and_subscribe_when_the_private_socket
         ]
     );
     assert!(arg(&calls[1], 0).contains("member='JobRemoved'"));
+    let owner_rule = arg(&calls[2], 0);
+    for part in [
+        "sender='org.freedesktop.DBus'",
+        "member='NameOwnerChanged'",
+        "arg0='org.freedesktop.systemd1'",
+    ] {
+        assert!(owner_rule.contains(part), "{owner_rule}");
+    }
 }
 
 /// systemd's unique name on the fake bus.
 const SYSTEMD_ON_THE_BUS: &str = ":1.1";
 
-/// `script` as systemd behind a bus daemon: GetNameOwner answers its unique name, and the
-/// signals it sends carry that name as their sender.
+/// `script` as systemd behind a bus daemon: GetNameOwner answers its unique name, the bus
+/// daemon answers its own calls (Hello, AddMatch, GetNameOwner) as `org.freedesktop.DBus`,
+/// and what systemd sends (replies, signals) carries systemd's unique name as its sender,
+/// unless the script set another.
 fn on_the_bus(mut script: Script) -> Script {
     Box::new(move |call| {
-        if call.member.as_deref() == Some("GetNameOwner") {
-            return vec![reply(call, &[Value::Str(SYSTEMD_ON_THE_BUS.into())])];
-        }
-        let mut out = script(call);
+        let to_daemon = call.destination.as_deref() == Some(BUS_DRIVER);
+        let mut out = if call.member.as_deref() == Some("GetNameOwner") {
+            vec![reply(call, &[Value::Str(SYSTEMD_ON_THE_BUS.into())])]
+        } else {
+            script(call)
+        };
         for m in &mut out {
-            if m.kind == super::wire::Kind::Signal && m.sender.is_none() {
-                m.sender = Some(SYSTEMD_ON_THE_BUS.into());
+            if m.sender.is_none() {
+                let daemon = to_daemon && m.kind != super::wire::Kind::Signal;
+                m.sender = Some(
+                    if daemon {
+                        BUS_DRIVER
+                    } else {
+                        SYSTEMD_ON_THE_BUS
+                    }
+                    .into(),
+                );
             }
         }
         out
@@ -513,16 +537,283 @@ fn on_the_system_bus_a_job_removed_from_another_sender_is_ignored() {
             _ => vec![reply(call, &[])],
         })),
     );
-    let endpoints = Endpoints {
-        private: bus.path.with_file_name("no-private-socket"),
-        system_bus: bus.path.clone(),
-    };
+    let endpoints = Endpoints::with_bus(
+        bus.path.with_file_name("no-private-socket"),
+        bus.path.clone(),
+    );
     let e = scope::stop(&endpoints, "x.scope").unwrap_err();
     assert!(
         matches!(e, SystemdError::JobFailed { ref result, .. } if result == "failed"),
         "{e}"
     );
     bus.finish();
+}
+
+/// systemd's unique name once it is back on the bus after a re-exec.
+const SYSTEMD_AFTER_RE_EXEC: &str = ":1.7";
+
+/// Issue 27 item 6: `systemctl daemon-reexec` while a job runs: systemd leaves the bus and
+/// comes back under a new unique name (the bus daemon says so with NameOwnerChanged), and the
+/// job's end comes from that name. It is taken; before, the wait ran to its deadline.
+#[test]
+fn on_the_system_bus_a_job_s_end_after_a_systemd_re_exec_is_taken() {
+    let bus = FakeSystemd::serve(
+        1,
+        on_the_bus(Box::new(|call| match call.member.as_deref() {
+            Some("StartTransientUnit") => {
+                let mut done = job_removed(7, JOB, "cri-containerd-sb1.scope", "done");
+                done.sender = Some(SYSTEMD_AFTER_RE_EXEC.into());
+                vec![
+                    reply(call, &[Value::ObjectPath(JOB.into())]),
+                    name_owner_changed("org.freedesktop.systemd1", SYSTEMD_ON_THE_BUS, ""),
+                    name_owner_changed("org.freedesktop.systemd1", "", SYSTEMD_AFTER_RE_EXEC),
+                    done,
+                ]
+            }
+            _ => vec![reply(call, &[])],
+        })),
+    );
+    let endpoints = Endpoints::with_bus(
+        bus.path.with_file_name("no-private-socket"),
+        bus.path.clone(),
+    );
+    scope::start_within(
+        &endpoints,
+        &pod_scope(),
+        "sb1",
+        1,
+        true,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    bus.finish();
+}
+
+/// Issue 27 item 6, the private socket: a re-exec closes systemd's private connections
+/// (keeping its jobs). The connection closes while our start job runs: we connect again, find
+/// the job still there (GetJob) and take its end on the new connection. Before, the start
+/// failed ("the peer closed the connection").
+#[test]
+fn on_the_private_socket_a_job_is_waited_for_again_after_a_re_exec() {
+    let fake = FakeSystemd::serve(
+        2,
+        Box::new(|call| match call.member.as_deref() {
+            Some("StartTransientUnit") => {
+                vec![reply(call, &[Value::ObjectPath(JOB.into())]), hang_up()]
+            }
+            Some("GetJob") => {
+                assert_eq!(call.body().unwrap(), [Value::U32(7)]);
+                vec![
+                    reply(call, &[Value::ObjectPath(JOB.into())]),
+                    job_removed(7, JOB, "x.scope", "done"),
+                ]
+            }
+            _ => vec![reply(call, &[])],
+        }),
+    );
+    let mut m = manager(&fake, soon());
+    m.start_transient_unit("x.scope", vec![], soon()).unwrap();
+    drop(m);
+    assert_eq!(fake.finish_members(), ["StartTransientUnit", "GetJob"]);
+}
+
+/// A job that ended while systemd re-executed (its end went to nobody) is judged by the
+/// unit's state: an active unit after a start is done; a unit that is gone after a stop is.
+#[test]
+fn a_job_that_ended_during_a_re_exec_is_judged_by_its_unit() {
+    let start = FakeSystemd::serve(
+        2,
+        Box::new(|call| match call.member.as_deref() {
+            Some("StartTransientUnit") => {
+                vec![reply(call, &[Value::ObjectPath(JOB.into())]), hang_up()]
+            }
+            Some("GetJob") => vec![error(call, super::manager::NO_SUCH_JOB, "no job 7")],
+            Some("GetUnit") => vec![reply(
+                call,
+                &[Value::ObjectPath(
+                    "/org/freedesktop/systemd1/unit/x_2escope".into(),
+                )],
+            )],
+            Some("Get") => {
+                assert_eq!(
+                    call.path.as_deref(),
+                    Some("/org/freedesktop/systemd1/unit/x_2escope")
+                );
+                vec![reply(
+                    call,
+                    &[Value::Variant(Box::new(Value::Str("active".into())))],
+                )]
+            }
+            _ => vec![reply(call, &[])],
+        }),
+    );
+    let mut m = manager(&start, soon());
+    m.start_transient_unit("x.scope", vec![], soon()).unwrap();
+    drop(m);
+    assert_eq!(
+        start.finish_members(),
+        ["StartTransientUnit", "GetJob", "GetUnit", "Get"]
+    );
+    let stop = FakeSystemd::serve(
+        2,
+        Box::new(|call| match call.member.as_deref() {
+            Some("StopUnit") => vec![reply(call, &[Value::ObjectPath(JOB.into())]), hang_up()],
+            Some("GetJob") => vec![error(call, super::manager::NO_SUCH_JOB, "no job 7")],
+            Some("GetUnit") => vec![error(call, NO_SUCH_UNIT, "not loaded")],
+            _ => vec![reply(call, &[])],
+        }),
+    );
+    let mut m = manager(&stop, soon());
+    m.stop_unit("x.scope", soon()).unwrap();
+    drop(m);
+    stop.finish();
+}
+
+/// Only the bus daemon says who owns systemd's name: a NameOwnerChanged from anyone else
+/// (a local user on a permissive bus) moves nothing, and that user's JobRemoved is not taken.
+#[test]
+fn a_name_owner_change_not_from_the_bus_daemon_is_ignored() {
+    let bus = FakeSystemd::serve(
+        1,
+        on_the_bus(Box::new(|call| match call.member.as_deref() {
+            Some("StopUnit") => {
+                let mut forged_move = name_owner_changed("org.freedesktop.systemd1", "", ":1.99");
+                forged_move.sender = Some(":1.99".into());
+                let mut forged_end = job_removed(7, JOB, "x.scope", "done");
+                forged_end.sender = Some(":1.99".into());
+                vec![
+                    reply(call, &[Value::ObjectPath(JOB.into())]),
+                    forged_move,
+                    forged_end,
+                    job_removed(7, JOB, "x.scope", "failed"),
+                ]
+            }
+            _ => vec![reply(call, &[])],
+        })),
+    );
+    let endpoints = Endpoints::with_bus(
+        bus.path.with_file_name("no-private-socket"),
+        bus.path.clone(),
+    );
+    let e = scope::stop(&endpoints, "x.scope").unwrap_err();
+    assert!(
+        matches!(e, SystemdError::JobFailed { ref result, .. } if result == "failed"),
+        "{e}"
+    );
+    bus.finish();
+}
+
+/// Issue 27 item 9: a method return is systemd's only if systemd sent it. A local user whom
+/// a permissive bus policy lets send us a method return with our call's serial is not
+/// answered for systemd (here: its forged job would never end).
+#[test]
+fn on_the_system_bus_a_reply_from_another_sender_is_ignored() {
+    let bus = FakeSystemd::serve(
+        1,
+        on_the_bus(Box::new(|call| match call.member.as_deref() {
+            Some("StopUnit") => {
+                let mut forged = reply(
+                    call,
+                    &[Value::ObjectPath(
+                        "/org/freedesktop/systemd1/job/666".into(),
+                    )],
+                );
+                forged.sender = Some(":1.99".into());
+                vec![
+                    forged,
+                    reply(call, &[Value::ObjectPath(JOB.into())]),
+                    job_removed(7, JOB, "x.scope", "done"),
+                ]
+            }
+            _ => vec![reply(call, &[])],
+        })),
+    );
+    let endpoints = Endpoints::with_bus(
+        bus.path.with_file_name("no-private-socket"),
+        bus.path.clone(),
+    );
+    scope::stop_within(&endpoints, "x.scope", Duration::from_secs(5)).unwrap();
+    bus.finish();
+}
+
+/// Issue 27 item 9: `DBUS_SYSTEM_BUS_ADDRESS` (libdbus's syntax) names the system bus; an
+/// address the shim cannot use is named in the error.
+#[test]
+fn the_system_bus_address_is_taken_from_a_d_bus_address() {
+    let bus = FakeSystemd::serve(1, on_the_bus(systemd_with_result("done")));
+    let address = format!("tcp:host=localhost,port=1;unix:path={}", bus.path.display());
+    let endpoints = Endpoints {
+        private: bus.path.with_file_name("no-private-socket"),
+        system_bus: Endpoints::bus_at(&address),
+    };
+    scope::stop(&endpoints, "x.scope").unwrap();
+    assert_eq!(bus.finish_members()[0], "Hello");
+
+    let dir = tempfile::tempdir().unwrap();
+    let endpoints = Endpoints {
+        private: dir.path().join("private"),
+        system_bus: Endpoints::bus_at("unix:abstract=/tmp/dbus-x"),
+    };
+    let e = scope::stop(&endpoints, "x.scope").unwrap_err().to_string();
+    assert!(
+        e.contains("DBUS_SYSTEM_BUS_ADDRESS=\"unix:abstract=/tmp/dbus-x\""),
+        "{e}"
+    );
+    assert!(e.contains("abstract sockets are not used"), "{e}");
+}
+
+/// Issue 27 item 10: the private socket "lost" a StopUnit's reply under load (systemd ran the
+/// stop, we got nothing, `systemctl` got through). sd-bus parks what it reads after `BEGIN`
+/// until the socket is readable again; our `BEGIN` went out after the server's `OK`, right
+/// before the call, so a slow systemd read both at once and sat on the call until we closed
+/// the connection. `BEGIN` now goes with `AUTH`, as sd-bus's client sends it, and the call is
+/// answered.
+#[test]
+fn a_slow_sd_bus_server_answers_the_first_call() {
+    let fake = FakeSystemd::serve_like_sd_bus(1, systemd_with_result("done"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut m = manager(&fake, deadline);
+    m.stop_unit("x.scope", deadline).unwrap();
+    m.reset_failed_unit("x.scope", deadline).unwrap();
+    drop(m);
+    assert_eq!(fake.finish_members(), ["StopUnit", "ResetFailedUnit"]);
+}
+
+/// Issue 27 item 9: a wait for systemd is a blocking section (see crate::blocking): the RPC
+/// pool then adds a worker for other calls instead of waiting for its stall rule.
+#[test]
+fn waiting_for_systemd_is_a_blocking_section() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+    impl crate::blocking::Observer for Count {
+        fn blocked(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        fn unblocked(&self) {}
+    }
+    let count = Arc::new(Count::default());
+    crate::blocking::observe_this_thread(count.clone());
+    let fake = FakeSystemd::serve(
+        1,
+        Box::new(|call| {
+            std::thread::sleep(Duration::from_millis(50));
+            vec![
+                reply(call, &[Value::ObjectPath(JOB.into())]),
+                job_removed(7, JOB, "x.scope", "done"),
+            ]
+        }),
+    );
+    let mut m = manager(&fake, soon());
+    let before = count.0.load(Ordering::SeqCst);
+    m.stop_unit("x.scope", soon()).unwrap();
+    assert!(
+        count.0.load(Ordering::SeqCst) > before,
+        "no blocking section"
+    );
+    drop(m);
+    fake.finish();
 }
 
 /// A peer that refuses the authentication.
@@ -578,22 +869,40 @@ fn wait_for_idle_pid1() {
 /// How long the live test lets one start or stop take before it calls it a hang.
 const LIVE_HANG: Duration = Duration::from_secs(180);
 
+/// How many rounds each way goes through (`RSANDBOX_LIVE_ROUNDS`, default 5).
+fn live_rounds() -> usize {
+    std::env::var("RSANDBOX_LIVE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+}
+
+/// Whether the real systemd is here to test against (root, its private socket).
+fn live_systemd_here() -> bool {
+    let here = std::path::Path::new(super::manager::PRIVATE_SOCKET).exists()
+        && nix::unistd::getuid().is_root();
+    if !here {
+        // `cargo test -- --include-ignored` runs it on hosts without systemd too.
+        eprintln!("skipped: systemd's private socket is not here (or not root)");
+    }
+    here
+}
+
 /// Against the real systemd (root, systemd as PID 1: the systemd guest): a process put in a
 /// transient scope of system.slice through each way in (the system bus, then the private
 /// socket alone) is in that scope's cgroup; after the stop the process is gone and so is the
-/// scope's cgroup. Prints how long start and stop took (the median of a few rounds), once
-/// PID 1 is idle. A stop that gets no answer is tried with `systemctl stop`: if that gets
-/// through, the test fails; if the unit is gone already (systemd carried our stop out and its
-/// reply never came: seen on the private socket in the TCG guest on a loaded host) or systemd
-/// answers systemctl neither, that round is not counted and the other way must go through
-/// whole.
+/// scope's cgroup. Every round of each way must go through: a start or stop that gets no
+/// answer fails the test (after asking `systemctl` for the same stop, and printing what it
+/// got and what PID 1 was doing, for the diagnosis). Prints how long start and stop took (the
+/// median of the rounds), once PID 1 is idle. Issue 27 item 10: the private socket's "lost"
+/// StopUnit replies were our client's (`BEGIN` sent right before the first call, which sd-bus
+/// then parked, see conn.rs), and rounds that lost them were not counted: the test passed
+/// while that way never worked.
 #[test]
 #[ignore = "needs root and systemd as PID 1"]
 fn live_systemd_scope_start_and_stop() {
     use std::path::Path;
-    // `cargo test -- --include-ignored` runs it on hosts without systemd too (this machine).
-    if !Path::new(super::manager::PRIVATE_SOCKET).exists() || !nix::unistd::getuid().is_root() {
-        eprintln!("skipped: systemd's private socket is not here (or not root)");
+    if !live_systemd_here() {
         return;
     }
     let unified = crate::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
@@ -603,16 +912,16 @@ fn live_systemd_scope_start_and_stop() {
         (
             "private socket",
             Endpoints {
-                system_bus: "/nonexistent/system-bus".into(),
+                system_bus: Ok(vec!["/nonexistent/system-bus".into()]),
                 ..Endpoints::default()
             },
         ),
     ];
-    let mut lost = 0;
+    let rounds = live_rounds();
     for (way, endpoints) in ways {
         wait_for_idle_pid1();
         let (mut starts, mut stops) = (Vec::new(), Vec::new());
-        for round in 0..5 {
+        for round in 0..rounds {
             let mut child = std::process::Command::new("sleep")
                 .arg("600")
                 .spawn()
@@ -624,7 +933,6 @@ fn live_systemd_scope_start_and_stop() {
             };
             // Bounded at LIVE_HANG, not the shim's 30 s: this checks the client against the
             // real systemd and measures it; a PID 1 that stalls for tens of seconds under TCG
-            // (seen twice, State R, no message at all) is the guest's, not the client's, and
             // shows in the printed maximum.
             let t = Instant::now();
             let started = scope::start_within(&endpoints, &scope, "live", pid, unified, LIVE_HANG);
@@ -634,63 +942,16 @@ fn live_systemd_scope_start_and_stop() {
             let stopped = scope::stop_within(&endpoints, &scope.unit, LIVE_HANG);
             stops.push(t.elapsed());
             if let Err(e) = &stopped {
-                // What PID 1 was doing meanwhile (StopUnit has gone unanswered for minutes,
-                // with nothing else from systemd either, in the guest on a loaded host: PID 1
-                // in State R, yet its CPU time small: not busy).
-                eprintln!(
-                    "{way} round {round}: {e}; PID 1 CPU ticks {:?}",
-                    pid1_cpu_ticks()
-                );
-                for f in ["status", "wchan", "stack"] {
-                    let got = std::fs::read_to_string(format!("/proc/1/{f}"));
-                    eprintln!("/proc/1/{f}: {got:?}");
-                }
-            }
-            if stopped.as_ref().is_err_and(|e| e.unanswered()) {
-                // The control: the same stop through systemd's own client. Seen on the
-                // private socket in the guest on a loaded host: StopUnit unanswered for all of
-                // 180 s (asked again on a new connection: the same), PID 1 idle, and then
-                // `systemctl stop` found the unit gone (exit 5, not loaded): systemd had
-                // carried the stop out, its reply never reached us. If systemctl gets its stop
-                // through where we got nothing (exit 0), the test fails; a unit already gone,
-                // or a systemd that answers systemctl neither, ends this way's rounds
-                // uncounted, and the other way must go through whole.
-                let t = Instant::now();
-                let ctl = std::process::Command::new("timeout")
-                    .args(["120", "systemctl", "stop", &scope.unit])
-                    .status();
-                eprintln!(
-                    "{way} round {round}: systemctl stop {}: {ctl:?} after {:?}",
-                    scope.unit,
-                    t.elapsed()
-                );
-                let code = ctl.as_ref().ok().and_then(|s| s.code());
-                assert_ne!(
-                    code,
-                    Some(0),
-                    "{way}: systemctl stopped {} where our StopUnit got no answer",
-                    scope.unit
-                );
-                eprintln!(
-                    "{way} round {round}: {}: not counted, no more rounds this way",
-                    if code == Some(5) {
-                        "the unit is gone (systemd carried the stop out), its reply to us \
-                         never came"
-                    } else {
-                        "systemd answered neither client"
-                    }
-                );
-                stops.pop();
-                let _ = child.kill();
-                let _ = child.wait();
-                started.unwrap();
-                lost += 1;
-                break;
+                diagnose(way, round, &scope.unit, e);
             }
             let _ = child.kill();
             let status = child.wait().unwrap();
-            started.unwrap();
-            stopped.unwrap();
+            if let Err(e) = &started {
+                panic!("{way} round {round}: {e}");
+            }
+            if let Err(e) = &stopped {
+                panic!("{way} round {round}: {e}");
+            }
             assert!(
                 cgroup.contains(&format!("/system.slice/{}", scope.unit)),
                 "{way}: {cgroup}"
@@ -705,24 +966,118 @@ fn live_systemd_scope_start_and_stop() {
         }
         starts.sort();
         stops.sort();
-        // Every round through this way that systemd answered passed (a stall in the first
-        // leaves none: then the other way must go through whole, see below).
-        if stops.is_empty() {
-            eprintln!("live systemd via {way}: no round answered");
-            continue;
-        }
         eprintln!(
-            "live systemd via {way}: StartTransientUnit + job {:?} (median of {}, max {:?}), StopUnit + job {:?} (median of {}, max {:?})",
+            "live systemd via {way}: {rounds} rounds, StartTransientUnit + job {:?} (median, max {:?}), StopUnit + job {:?} (median, max {:?})",
             starts[starts.len() / 2],
-            starts.len(),
             starts.last().unwrap(),
             stops[stops.len() / 2],
-            stops.len(),
             stops.last().unwrap()
         );
     }
-    // Not both ways lost: the client is proven on at least one of them whole.
-    assert!(lost < 2, "no way in went through whole");
+}
+
+/// What the live test prints when a stop fails: PID 1's state, and what `systemctl stop` of
+/// the same unit gets (systemd's own client, on its private socket as root).
+fn diagnose(way: &str, round: usize, unit: &str, e: &SystemdError) {
+    eprintln!(
+        "{way} round {round}: {e}; PID 1 CPU ticks {:?}",
+        pid1_cpu_ticks()
+    );
+    for f in ["status", "wchan", "stack"] {
+        let got = std::fs::read_to_string(format!("/proc/1/{f}"));
+        eprintln!("/proc/1/{f}: {got:?}");
+    }
+    if e.unanswered() {
+        let t = Instant::now();
+        let ctl = std::process::Command::new("timeout")
+            .args(["120", "systemctl", "stop", unit])
+            .status();
+        eprintln!(
+            "{way} round {round}: systemctl stop {unit}: {ctl:?} after {:?}",
+            t.elapsed()
+        );
+    }
+}
+
+/// Issue 27 item 6, against the real systemd: `systemctl daemon-reexec` while a job of ours
+/// runs, through each way in. On the system bus systemd leaves the bus and comes back under a
+/// new unique name: the job's end comes from that name and must be taken (before, the wait ran
+/// to its deadline). On the private socket the re-exec closes the connection: the client
+/// connects again and waits for the job there (before, the start failed at once). A scope's
+/// start job ends at once, so the job here is a transient oneshot service's (`sleep 20`: a
+/// re-exec takes seconds under TCG), the re-exec asked for 3 s into it (once the start call is
+/// answered: a call in flight at the re-exec is answered NoReply by the bus daemon); the wait
+/// is the same code.
+#[test]
+#[ignore = "needs root and systemd as PID 1"]
+fn live_systemd_job_end_after_daemon_reexec() {
+    if !live_systemd_here() {
+        return;
+    }
+    let ways = [
+        ("system bus", Endpoints::default()),
+        (
+            "private socket",
+            Endpoints {
+                system_bus: Ok(vec!["/nonexistent/system-bus".into()]),
+                ..Endpoints::default()
+            },
+        ),
+    ];
+    for (way, endpoints) in ways {
+        wait_for_idle_pid1();
+        let deadline = Instant::now() + LIVE_HANG;
+        let mut m = Manager::connect(&endpoints, deadline).unwrap();
+        let before = m.systemd_name().map(String::from);
+        assert_eq!(before.is_some(), way == "system bus", "{way}");
+        let unit = format!(
+            "rsandbox-live-reexec-{}-{}.service",
+            std::process::id(),
+            before.is_some()
+        );
+        let exec = Value::Array(
+            "(sasb)".into(),
+            vec![Value::Struct(vec![
+                Value::Str("/bin/sleep".into()),
+                Value::strings(&["sleep", "20"]),
+                Value::Bool(false),
+            ])],
+        );
+        let reexec = std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_secs(3));
+            let t = Instant::now();
+            let s = std::process::Command::new("systemctl")
+                .arg("daemon-reexec")
+                .status();
+            (s, t.elapsed())
+        });
+        let t = Instant::now();
+        let r = m.start_transient_unit(
+            &unit,
+            vec![
+                ("Type".into(), Value::Str("oneshot".into())),
+                ("ExecStart".into(), exec),
+            ],
+            deadline,
+        );
+        let took = t.elapsed();
+        let (reexec_status, reexec_took) = reexec.join().unwrap();
+        let after = m.systemd_name().map(String::from);
+        eprintln!(
+            "live daemon-reexec via {way}: systemctl daemon-reexec {reexec_status:?} after \
+             {reexec_took:?}; systemd on the bus {before:?} -> {after:?}; the start job's end \
+             after {took:?}: {r:?}"
+        );
+        let _ = scope::stop_within(&endpoints, &unit, LIVE_HANG);
+        assert!(reexec_status.unwrap().success(), "{way}");
+        if way == "system bus" {
+            assert_ne!(
+                before, after,
+                "systemd kept its unique name: no re-exec seen"
+            );
+        }
+        r.unwrap();
+    }
 }
 
 /// A full listen backlog (the peer is slow to accept): the connect is tried again until the

@@ -80,7 +80,7 @@ impl TaskManager {
         }
         if p.is_init() {
             // Its TaskOOM, if any, goes out before its TaskExit.
-            self.host.check_oom_at_exit(p.container_id());
+            self.host.check_oom_at_exit(p.container_id(), exit.status);
         }
         self.publish_ready(&p);
         if p.is_init() {

@@ -25,7 +25,7 @@ pub trait Host: Send + Sync {
     fn unwatch_oom(&self, id: &str);
     /// Called when container `id`'s init has exited, before its TaskExit is published:
     /// reports an OOM kill the watch has not (see [`OomWatcher::check_at_exit`]).
-    fn check_oom_at_exit(&self, id: &str);
+    fn check_oom_at_exit(&self, id: &str, status: i32);
     /// kill(2) of one process; `signal` is any number the kernel takes (real-time ones too).
     fn signal(&self, pid: i32, signal: u32) -> Result<()>;
     /// Thaws a container's cgroup after a SIGKILL (see [`CgroupPaths::thaw`]).
@@ -62,8 +62,8 @@ impl Host for LinuxHost {
     fn unwatch_oom(&self, id: &str) {
         self.oom.unwatch(id)
     }
-    fn check_oom_at_exit(&self, id: &str) {
-        self.oom.check_at_exit(id)
+    fn check_oom_at_exit(&self, id: &str, status: i32) {
+        self.oom.check_at_exit(id, status)
     }
     fn signal(&self, pid: i32, signal: u32) -> Result<()> {
         // A raw number: nix's Signal enum knows no real-time signals (SIGRTMIN+3, systemd's

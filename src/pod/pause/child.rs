@@ -359,22 +359,24 @@ fn become_pause(p: &Prepared, status_fd: i32, in_empty_root: bool) -> ! {
             enter_empty_root(p, status_fd);
         }
         // The pod's SELinux process label for the exec, written while the node's /proc is
-        // still open here (the label survives the uid change below; the exec takes it). The
-        // descriptor is kept to take the label back if the exec into it is refused: then the
-        // pause runs under the shim's label, as without one, and the parent says so.
-        let mut label_fd = -1;
+        // still open here (the label survives the uid change below; the exec takes it). A
+        // label that cannot be set fails the pause (runc fails closed too): it must never run
+        // in the shim's own, far more privileged domain instead of the pod's.
+        let labelled = p.exec_label.is_some();
         if let Some(label) = &p.exec_label {
             let fd = libc::openat(
                 p.proc.as_raw_fd(),
                 c"thread-self/attr/exec".as_ptr(),
                 libc::O_WRONLY | libc::O_CLOEXEC,
             );
-            let len = label.as_bytes().len();
-            if fd >= 0 && libc::write(fd, label.as_ptr().cast(), len) == len as isize {
-                label_fd = fd;
-            } else if fd >= 0 {
-                libc::close(fd);
+            if fd < 0 {
+                fail(status_fd, Step::SetExecLabel, 0);
             }
+            let len = label.as_bytes().len();
+            if libc::write(fd, label.as_ptr().cast(), len) != len as isize {
+                fail(status_fd, Step::SetExecLabel, 0);
+            }
+            libc::close(fd);
         }
         let mut cap = 0;
         while cap <= p.cap_last {
@@ -413,46 +415,42 @@ fn become_pause(p: &Prepared, status_fd: i32, in_empty_root: bool) -> ! {
         // but the status pipe and the program; the program gets the pipe as its descriptor 0
         // (both originals are close-on-exec).
         let program = p.program.as_raw_fd();
-        // Kept: the status pipe, the program, and the label's descriptor (else the pipe again).
-        let label_keep = if label_fd >= 0 { label_fd } else { status_fd };
+        // Kept: the status pipe and the program.
         close_all_but(
             &Syscalls,
-            [status_fd as u32, program as u32, label_keep as u32],
+            [status_fd as u32, program as u32],
             p.fd_limit,
             p.use_close_range,
         );
         if status_fd == READY_FD
             || program == READY_FD
-            || label_fd == READY_FD
             || libc::dup3(status_fd, READY_FD, 0) != READY_FD
         {
             fail(status_fd, Step::ReadyFd, 0);
         }
-        let exec = || {
-            libc::syscall(
-                libc::SYS_execveat,
-                program,
-                c"".as_ptr(),
-                p.argv_ptrs.as_ptr(),
-                p.envp.as_ptr(),
-                libc::AT_EMPTY_PATH,
-            )
-        };
-        exec();
-        let refused = *libc::__errno_location();
-        // The policy refused the pod's domain (EACCES for the transition or the entry point,
-        // EPERM when no_new_privs forbids it without nnp_transition): an empty write clears
-        // the exec label, and the exec is tried as without one. Any other failure (ENOMEM,
-        // say) is the exec's own, and is not a reason to run outside the pod's domain.
-        if label_fd >= 0
-            && (refused == libc::EACCES || refused == libc::EPERM)
-            && libc::write(label_fd, c"".as_ptr().cast(), 0) == 0
-        {
-            exec();
-        } else {
-            *libc::__errno_location() = refused;
-        }
-        fail(status_fd, Step::Exec, 0);
+        libc::syscall(
+            libc::SYS_execveat,
+            program,
+            c"".as_ptr(),
+            p.argv_ptrs.as_ptr(),
+            p.envp.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        );
+        // With a label, a refused exec is the policy refusing the pod's domain (EACCES for
+        // the transition or the entry point, EPERM when no_new_privs forbids it without
+        // nnp_transition), or the exec's own failure: either way the pause does not run, and
+        // never unlabelled (the old fallback ran it in the shim's domain).
+        fail(status_fd, exec_failure_step(labelled), 0);
+    }
+}
+
+/// The step a failed exec of the pause program reports: with an SELinux label, the exec
+/// into the pod's domain.
+fn exec_failure_step(labelled: bool) -> Step {
+    if labelled {
+        Step::ExecInDomain
+    } else {
+        Step::Exec
     }
 }
 
@@ -512,6 +510,15 @@ mod tests {
         close_all_but(&f, [6, 3], 8, false);
         assert!(f.ranges.borrow().is_empty());
         assert_eq!(*f.closed.borrow(), [0, 1, 2, 4, 5, 7]);
+    }
+
+    /// Issue 27 item 4: an exec with an SELinux label that fails is reported as the exec into
+    /// the pod's domain (a precondition error naming the label), and nothing runs: the child
+    /// no longer clears the label and runs the program in the shim's domain.
+    #[test]
+    fn a_refused_exec_into_the_pod_s_domain_is_its_own_step() {
+        assert_eq!(exec_failure_step(true) as u8, Step::ExecInDomain as u8);
+        assert_eq!(exec_failure_step(false) as u8, Step::Exec as u8);
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct PauseConfig {
     /// SELinux labels of the pause (where the node has SELinux): `None` runs it under the
     /// shim's own label.
     pub labels: Option<PauseLabels>,
+    /// The MCS level reserved for the pod's pause (see [`crate::mcs`]), where it gets labels.
+    pub mcs_level: Option<String>,
 }
 
 /// The SELinux labels of the pause ([`crate::selinux::Selinux::pause_labels`]).
@@ -90,6 +92,7 @@ impl PauseConfig {
             userns: spec.userns.clone(),
             selinux_options: spec.selinux.clone(),
             labels: None,
+            mcs_level: None,
         }
     }
 }

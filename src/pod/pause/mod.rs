@@ -127,21 +127,26 @@ pub fn spawn(cfg: &PauseConfig) -> Result<PauseProcess> {
         .flatten();
     let pause = spawn_prepared(cfg, p)?;
     if let Some(l) = wanted {
-        check_label(pause.pid(), &l.process);
+        let now = std::fs::read(format!("/proc/{}/attr/current", pause.pid())).unwrap_or_default();
+        if let Err(e) = check_label(&now, &l.process) {
+            let _ = pause.kill();
+            return Err(e);
+        }
     }
     Ok(pause)
 }
 
-/// Says so when the pause does not run under its label: the policy refused the exec into the
-/// pod's domain and the child ran it under the shim's label instead (the pod works as it did
-/// without labels; its pause is only not confined by SELinux).
-fn check_label(pid: i32, want: &str) {
-    let now = std::fs::read(format!("/proc/{pid}/attr/current")).unwrap_or_default();
-    let now = String::from_utf8_lossy(&now);
+/// That the pause runs under its label (`current`: its `/proc/<pid>/attr/current`): anything
+/// else fails it, as a label the kernel refused does (SELinux fails closed).
+fn check_label(current: &[u8], want: &str) -> Result<()> {
+    let now = String::from_utf8_lossy(current);
     let now = now.trim_end_matches(['\0', '\n']);
     if now != want {
-        log::warn!("pause {pid}: runs as SELinux {now:?}, not the pod's {want:?}");
+        return Err(Error::precondition(format!(
+            "pause: SELinux: it runs as {now:?}, not under the pod's label {want:?}"
+        )));
     }
+    Ok(())
 }
 
 fn spawn_prepared(cfg: &PauseConfig, p: Prepared) -> Result<PauseProcess> {

@@ -160,7 +160,7 @@ pub(super) fn prepare(cfg: &PauseConfig) -> Result<Prepared> {
     argv_ptrs.push(std::ptr::null());
     let program = crate::pod::pause_image::sealed()?;
     let exec_label = match &cfg.labels {
-        Some(l) => label_program(&program, l),
+        Some(l) => Some(label_program(&program, l)?),
         None => None,
     };
     Ok(Prepared {
@@ -189,12 +189,13 @@ pub(super) fn prepare(cfg: &PauseConfig) -> Result<Prepared> {
 
 /// Gives the pause program's memfd its label (a container domain may enter only files of a
 /// type it is allowed to, as it enters the binaries of a container's rootfs), and returns the
-/// process label for the exec; `None` (the pause then runs under the shim's label, as before
-/// the pod had one) when the memfd cannot be labelled: an exec into the pod's domain from an
-/// unlabelled memfd would be refused.
-fn label_program(program: &OwnedFd, labels: &super::config::PauseLabels) -> Option<CString> {
+/// process label for the exec. A memfd that cannot be labelled fails the pause (SELinux fails
+/// closed, as with runc): an exec into the pod's domain from it would be refused, and running
+/// the pause under the shim's own label instead would leave it unconfined.
+fn label_program(program: &OwnedFd, labels: &super::config::PauseLabels) -> Result<CString> {
     use std::os::fd::AsRawFd;
-    let process = CString::new(labels.process.as_bytes()).ok()?;
+    let process = CString::new(labels.process.as_bytes())
+        .map_err(|_| Error::invalid("pause: its SELinux label contains NUL"))?;
     // SAFETY: fsetxattr on our own open descriptor, with a NUL-terminated name and a byte
     // slice with its length.
     let r = unsafe {
@@ -207,14 +208,13 @@ fn label_program(program: &OwnedFd, labels: &super::config::PauseLabels) -> Opti
         )
     };
     if r != 0 {
-        log::warn!(
-            "pause: label its program {}: {} (the pause runs under the shim's label)",
+        return Err(Error::precondition(format!(
+            "pause: SELinux: label its program {}: {}",
             labels.program,
             std::io::Error::last_os_error()
-        );
-        return None;
+        )));
     }
-    Some(process)
+    Ok(process)
 }
 
 /// The filesystem type of the mount at `/` in a mountinfo text (the last one: mounts stack).
@@ -282,6 +282,25 @@ mod tests {
                 sysctl_path(name).to_str().unwrap()
             );
         }
+    }
+
+    /// Issue 27 item 4: a program the node will not label (here a pipe, which takes no
+    /// security.selinux: SELinux is not enabled on this machine) fails the pause with the step
+    /// named, instead of running it unlabelled in the shim's domain.
+    #[test]
+    fn a_program_that_cannot_be_labelled_fails_the_pause() {
+        let (r, _w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let labels = super::super::config::PauseLabels {
+            process: "system_u:system_r:container_t:s0:c1,c2".into(),
+            program: "system_u:object_r:container_file_t:s0:c1,c2".into(),
+        };
+        let e = label_program(&r, &labels).unwrap_err();
+        assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition, "{e}");
+        assert!(
+            e.to_string()
+                .contains("SELinux: label its program system_u:object_r:container_file_t"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -32,6 +32,38 @@ impl PauseProcess {
         PauseProcess::signal(&self.pidfd)
     }
 
+    /// Whether it has exited (its pidfd is readable from its exit on, reaped or not). While
+    /// its pid is held unreaped ([`crate::reaper::Reaper::hold_pid`]) a `false` here means the
+    /// pid still names this process.
+    pub fn has_exited(&self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let mut fds = [PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN)];
+        loop {
+            match poll(&mut fds, PollTimeout::ZERO) {
+                Ok(n) => return n > 0,
+                Err(nix::errno::Errno::EINTR) => continue,
+                // A pidfd that cannot be polled: say exited, so nothing is trusted to it.
+                Err(_) => return true,
+            }
+        }
+    }
+
+    /// A handle of a process the test spawned (`pidfd` taken while it was unreaped).
+    #[cfg(test)]
+    pub fn for_test(pid: i32, pidfd: OwnedFd) -> PauseProcess {
+        PauseProcess { pid, pidfd }
+    }
+
+    /// For fake hosts: a handle with the pid `pid` whose pidfd names `stand_in`, a live child
+    /// of the test (so the pause counts as alive until the test ends it).
+    #[cfg(test)]
+    pub fn standing_in(pid: i32, stand_in: &std::process::Child) -> PauseProcess {
+        PauseProcess {
+            pid,
+            pidfd: pidfd_open(stand_in.id() as i32).unwrap(),
+        }
+    }
+
     /// SIGKILL through `pidfd`.
     pub(super) fn signal(pidfd: &OwnedFd) -> std::io::Result<()> {
         crate::util::pidfd_sigkill(pidfd.as_fd())
@@ -98,6 +130,23 @@ mod tests {
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
         assert_eq!(handle.kill().unwrap_err().raw_os_error(), Some(libc::ESRCH));
+    }
+
+    #[test]
+    fn a_handle_tells_whether_its_process_has_exited() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let handle = PauseProcess::new(child.id() as i32, pidfd_open(child.id() as i32).unwrap());
+        assert!(!handle.has_exited());
+        handle.kill().unwrap();
+        // A zombie has exited, before and after its reaping.
+        while !handle.has_exited() {
+            std::thread::yield_now();
+        }
+        child.wait().unwrap();
+        assert!(handle.has_exited());
     }
 
     #[test]

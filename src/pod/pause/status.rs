@@ -43,6 +43,8 @@ pub(super) enum Step {
     BecomeNsRoot = 21,
     JoinUserns = 22,
     CheckMaps = 23,
+    SetExecLabel = 24,
+    ExecInDomain = 25,
 }
 
 impl Step {
@@ -51,7 +53,7 @@ impl Step {
     /// empty root (its mount namespace is the node's user namespace's), the four user
     /// namespace steps, then the pause: hostname, the other sysctls, privileges dropped. Without
     /// a user namespace, the hostname and every sysctl come before the empty root.
-    const ALL: [Step; 22] = [
+    const ALL: [Step; 24] = [
         Step::JoinNetns,
         Step::PrivateMounts,
         Step::MountRoot,
@@ -72,8 +74,10 @@ impl Step {
         Step::SetUid,
         Step::NoNewPrivs,
         Step::BlockSignals,
+        Step::SetExecLabel,
         Step::ReadyFd,
         Step::Exec,
+        Step::ExecInDomain,
     ];
 
     fn from_wire(b: u8) -> Step {
@@ -111,6 +115,11 @@ impl Step {
             Step::BlockSignals => "block signals",
             Step::ReadyFd => "pass the status pipe to the pause program",
             Step::Exec => "execute the pause program",
+            Step::SetExecLabel => "SELinux: set its process label for the exec (attr/exec)",
+            Step::ExecInDomain => {
+                "SELinux: execute the pause program in the pod's domain (the policy refused \
+                 the transition or the entry point)"
+            }
         }
     }
 }
@@ -208,6 +217,12 @@ fn failure(buf: &[u8; REPORT_LEN], cfg: &PauseConfig) -> Error {
     let idx = u32::from_ne_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize;
     let err = std::io::Error::from_raw_os_error(errno);
     let what = step.describe();
+    // SELinux fails closed, as runc: the node's policy refused the pod's label, and the
+    // pause does not run in the shim's domain instead.
+    if matches!(step, Step::SetExecLabel | Step::ExecInDomain) {
+        let label = cfg.labels.as_ref().map_or("?", |l| l.process.as_str());
+        return Error::precondition(format!("pause: {what}, label {label}: {err}"));
+    }
     Error::internal(match step {
         Step::OpenSysctl | Step::WriteSysctl => {
             let name = cfg.sysctls.get(idx).map_or("?", |(n, _)| n.as_str());

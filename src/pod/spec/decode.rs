@@ -111,6 +111,16 @@ pub fn decode_pod_config(any: &Any) -> Result<PodSpec, SpecError> {
     convert(&cfg)
 }
 
+/// The protobuf bytes of the `PodSandboxConfig` in `CreateSandboxRequest.options`, when it
+/// holds one (see [`decode_pod_config`]); `None` for an empty `Any` or `google.protobuf.Empty`.
+pub fn pod_config_bytes(any: &Any) -> Option<&[u8]> {
+    let type_name = any
+        .type_url
+        .rsplit_once('/')
+        .map_or(any.type_url.as_str(), |(_, n)| n);
+    (type_name == cri::POD_SANDBOX_CONFIG_TYPE_URL).then_some(any.value.as_slice())
+}
+
 pub(super) fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError> {
     let md = cfg.metadata.as_ref();
     let linux = cfg.linux.as_ref();

@@ -207,7 +207,7 @@ impl Host for FakeHost {
         Ok(())
     }
     fn unwatch_oom(&self, _id: &str) {}
-    fn check_oom_at_exit(&self, id: &str) {
+    fn check_oom_at_exit(&self, id: &str, _status: i32) {
         self.oom_checks.lock().unwrap().push(id.into());
         if let Some(sink) = self.oom_sink.lock().unwrap().as_ref() {
             crate::events::EventSink::publish(
