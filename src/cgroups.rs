@@ -71,6 +71,33 @@ pub fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
     out
 }
 
+/// Whether cgroup directory `dir` is the own cgroup of container (or pod) `id`, by the one
+/// rule that every cgroup the shim kills processes in or removes without having just made it
+/// must pass (`delete` after a crash, pod teardown): its last component is the ID (cgroupfs:
+/// ctr's default `/<namespace>/<id>`, CRI's `<cgroup_parent>/<id>`, the pause's
+/// `<cgroup_parent>/<pod id>`) or `<prefix>-<id>.scope` (systemd: CRI's
+/// `<slice>:cri-containerd:<id>`, which runc makes `cri-containerd-<id>.scope`). Anything else
+/// is shared with others: a cgroup a spec named (`/system.slice`), a pod cgroup, a parent made
+/// for want of one. A path through `..` never passes.
+pub fn is_own_cgroup(dir: &Path, id: &str) -> bool {
+    use std::path::Component;
+    if id.is_empty()
+        || !dir
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+    {
+        return false;
+    }
+    let Some(name) = dir.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    name == id
+        || name
+            .strip_suffix(".scope")
+            .and_then(|unit| unit.strip_suffix(id))
+            .is_some_and(|prefix| prefix.ends_with('-'))
+}
+
 /// The cgroup directories of one process.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CgroupPaths {
@@ -703,6 +730,36 @@ pub fn no_cgroup(id: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn own_cgroups_end_in_the_id_or_its_scope() {
+        let own = |d: &str, id: &str| is_own_cgroup(Path::new(d), id);
+        // cgroupfs: ctr's default, CRI's container and pause cgroups.
+        assert!(own("/sys/fs/cgroup/memory/default/c1", "c1"));
+        assert!(own("/sys/fs/cgroup/kubepods/besteffort/pod1/c1", "c1"));
+        // systemd: the scope runc makes for `<slice>:cri-containerd:<id>`.
+        assert!(own(
+            "/sys/fs/cgroup/kubepods.slice/kubepods-pod1.slice/cri-containerd-c1.scope",
+            "c1"
+        ));
+        assert!(own(
+            "/sys/fs/cgroup/unified/system.slice/docker-c1.scope",
+            "c1"
+        ));
+        // Shared cgroups a spec may name, a pod cgroup, parents.
+        assert!(!own("/sys/fs/cgroup/unified/system.slice", "c1"));
+        assert!(!own("/sys/fs/cgroup/memory/kubepods/besteffort/pod1", "c1"));
+        assert!(!own("/sys/fs/cgroup/memory/kubepods", "c1"));
+        assert!(!own("/sys/fs/cgroup/memory", "c1"));
+        // Not the ID: a longer name ending in it, a slice, a scope of another ID.
+        assert!(!own("/sys/fs/cgroup/memory/xc1", "c1"));
+        assert!(!own("/sys/fs/cgroup/memory/c1.slice", "c1"));
+        assert!(!own("/sys/fs/cgroup/memory/cri-containerd-xc1.scope", "c1"));
+        assert!(!own("/sys/fs/cgroup/memory/c1.scope", "c1"));
+        // Through `..`: never.
+        assert!(!own("/sys/fs/cgroup/memory/c1/../../c1", "c1"));
+        assert!(!own("/sys/fs/cgroup/memory/c1", ""));
+    }
 
     const MOUNTINFO: &str = "\
 25 30 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755

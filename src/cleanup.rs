@@ -15,11 +15,11 @@ use crate::bundle::{
     ADDRESS_FILE, BOOTSTRAP_FILE, CONFIG_FILE, ROOTFS_DIR, SHIM_PID_FILE, SOCKET_DIR,
     SOCKET_DIR_LINK, TASK_STATE_FILE,
 };
-use crate::reclaim::{Member, reclaim};
+use crate::reclaim::{Member, reclaim_all};
 use crate::runtime::RuncConfig;
 use crate::socket::{Removal, own_socket_path, remove_if_stale};
 use crate::task::TaskRecord;
-use crate::timing::Budget;
+use crate::timing::{Budget, Undone};
 
 /// What `delete` found.
 #[derive(Debug, Default)]
@@ -27,36 +27,119 @@ pub struct Cleaned {
     pub pid: u32,
 }
 
-/// Cleans up task or sandbox `id` from `bundle`.
+/// Cleans up task or sandbox `id` from `bundle`, by [`DELETE_BUDGET`], and reports what it
+/// could not do (see [`report`]).
 pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
     if crate::validate::id("id", id).is_err() {
         return Cleaned::default();
     }
-    let mut steps = crate::timing::Steps::new(|| format!("delete {id}"));
-    let budget = Budget::new(DELETE_BUDGET);
-    // A hung daemon first: alive, it could still record and `runc create` a container after
-    // the clean-up below has listed the pod's, and that one would run on with nobody to reap it.
-    kill_stale_shim(bundle, &budget);
-    steps.step("stale daemon");
-    let pid = match crate::pod::sandbox::cleanup_from_bundle(namespace, id, bundle, &budget) {
-        Some(pid) => pid,
-        None => {
-            delete_task(namespace, id, bundle, &budget);
-            0
-        }
-    };
-    steps.step("sandbox or task");
-    remove_stale_socket(bundle);
-    steps.step("stale socket");
-    Cleaned { pid }
+    let (cleaned, undone) = delete_within(namespace, id, bundle, &Budget::new(DELETE_BUDGET));
+    report(id, &undone);
+    cleaned
 }
 
-/// containerd gives `delete` 5 s (`io.containerd.timeout.shim.cleanup`) and kills it then:
-/// every wait of it shares this budget, a little under that, so that one slow step (a shim
-/// slow to die, a stuck runc) leaves the later ones less time, not none.
-const DELETE_BUDGET: Duration = Duration::from_millis(4500);
+/// [`delete_from_bundle`] within `budget`, returning what it left undone.
+fn delete_within(namespace: &str, id: &str, bundle: &Path, budget: &Budget) -> (Cleaned, Undone) {
+    let budget = *budget;
+    let mut steps = crate::timing::Steps::new(|| format!("delete {id}"));
+    let mut undone = Undone::default();
+    let Some(_lock) = lock_bundle(bundle, &budget) else {
+        undone.cut_off("all of it: another delete of this bundle still runs");
+        return (Cleaned::default(), undone);
+    };
+    steps.step("bundle lock");
+    // A hung daemon first: alive, it could still record and `runc create` a container after
+    // the clean-up below has listed the pod's. At most its share: once it is SIGKILLed it runs
+    // no more code of its own, and waiting longer for its exit here would take the time of
+    // the pod's containers and network (the socket's removal at the end waits for the rest).
+    let stale = budget.at_most(STALE_SHIM_SHARE);
+    let b = bundle.to_path_buf();
+    if stale
+        .run("rsandbox-stale", move || kill_stale_shim(&b, &stale))
+        .is_none()
+    {
+        undone.cut_off("the stale shim daemon's exit");
+    }
+    steps.step("stale daemon");
+    let pid =
+        match crate::pod::sandbox::cleanup_from_bundle(namespace, id, bundle, &budget, &mut undone)
+        {
+            Some(pid) => pid,
+            None => {
+                delete_task(namespace, id, bundle, &budget, &mut undone);
+                0
+            }
+        };
+    steps.step("sandbox or task");
+    // A killed daemon that a busy machine has not let exit yet (its share above was short)
+    // still holds its socket, which can go only once it has: it gets what is left.
+    if let Some(pid) = exiting_daemon(bundle) {
+        crate::util::wait_for_exit(pid, budget.left());
+    }
+    remove_stale_socket(bundle);
+    steps.step("stale socket");
+    (Cleaned { pid }, undone)
+}
 
-fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget) {
+/// A bundle's delete lock, held until dropped (see [`lock_bundle`]).
+enum BundleLock {
+    /// The bundle directory, locked (closing it unlocks).
+    Held {
+        _dir: std::fs::File,
+    },
+    NoBundle,
+}
+
+/// Takes `bundle`'s delete lock (`flock` on the bundle directory), waiting for it at most
+/// until the end of `budget`. Two `delete`s of one bundle can run at once: the first kills a
+/// hung daemon, and containerd, seeing that daemon's connection close, runs `delete` again.
+/// Both would then kill, unmount and DEL the same things (a CNI plugin's DEL racing another's
+/// fails: "failed to delete eth0: no such device", and then releases nothing); the second one
+/// waits, and finds the work done. `None` when the lock did not come in time. A bundle that
+/// cannot be opened needs no lock: there is nothing in it to clean up.
+fn lock_bundle(bundle: &Path, budget: &Budget) -> Option<BundleLock> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(dir) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(bundle)
+    else {
+        return Some(BundleLock::NoBundle);
+    };
+    loop {
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Some(BundleLock::Held { _dir: dir });
+        }
+        if budget.is_spent() {
+            return None;
+        }
+        std::thread::sleep(budget.bound(Duration::from_millis(20)));
+    }
+}
+
+/// containerd gives `delete` 5 s (`io.containerd.timeout.shim.cleanup`) and kills it then.
+/// This is a hard deadline a little under that: every step is bounded by what is left of it,
+/// the steps that can hang run on threads watched only until it ends, and at the deadline
+/// `delete` stops and reports what it left rather than being killed in the middle of a step
+/// (the network's above all: its veth, IP lease and netns would leak). The ~1 s to spare is
+/// for starting and ending the process on a busy machine.
+pub const DELETE_BUDGET: Duration = Duration::from_millis(4000);
+
+/// What the stale daemon's exit may take of [`DELETE_BUDGET`].
+const STALE_SHIM_SHARE: Duration = Duration::from_secs(1);
+
+/// Says what `delete` could not do: each line on stderr (containerd logs it as "cleanup
+/// warnings") and in the shim log (with `-debug`: the daemon's log fifo, see `cli`).
+fn report(id: &str, undone: &Undone) {
+    for line in undone.lines(DELETE_BUDGET) {
+        eprintln!("delete {id}: {line}");
+        log::warn!("delete {id}: {line}");
+    }
+}
+
+fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget, undone: &mut Undone) {
     let record: Option<TaskRecord> = std::fs::read(bundle.join(TASK_STATE_FILE))
         .ok()
         .and_then(|raw| serde_json::from_slice(&raw).ok());
@@ -64,6 +147,12 @@ fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget) {
     let runc = record
         .map(|r| r.runc)
         .unwrap_or_else(|| RuncConfig::defaults(namespace));
+    // The network keeps its share of the budget whatever the container takes.
+    let reserve = if network.is_some() {
+        crate::network::DELETE_SHARE
+    } else {
+        Duration::ZERO
+    };
     // Only tasks have runc state; a sandbox ID is simply not found by runc.
     if bundle.join(CONFIG_FILE).exists() || bundle.join(TASK_STATE_FILE).exists() {
         let member = Member {
@@ -72,22 +161,18 @@ fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget) {
             runc,
             cgroups_path: cgroups_path_of(bundle),
         };
-        for p in reclaim(&member, budget) {
-            eprintln!("delete {id}: {p}");
-        }
+        reclaim_all(&[member], &budget.before(reserve), undone);
     } else {
         // The idmapped layers' scratch mount too: a shim that died between making it and
         // dropping it (after the overlay mount) left it, and the bundle could not be removed.
         for dir in [ROOTFS_DIR, crate::bundle::IDMAPPED_SCRATCH] {
             if let Err(e) = crate::mount::unmount(&bundle.join(dir)) {
-                eprintln!("delete {id}: {e}");
+                undone.failed(e.to_string());
             }
         }
     }
-    if let Some(net) = network
-        && let Err(e) = crate::network::teardown_within(&net, budget)
-    {
-        eprintln!("delete {id}: {e}");
+    if let Some(net) = network {
+        crate::network::teardown_in_delete(net, budget, undone);
     }
 }
 
@@ -148,26 +233,13 @@ const SHIM_EXIT_WAIT: Duration = Duration::from_secs(10);
 /// `delete` must leave nothing behind: neither a live shim nor the socket of a dead one. The
 /// pid is trusted for a kill only while it still runs our own binary.
 fn kill_stale_shim(bundle: &Path, budget: &Budget) {
-    let Ok(s) = std::fs::read_to_string(bundle.join(SHIM_PID_FILE)) else {
+    let Some(pid) = recorded_daemon(bundle) else {
         return;
     };
-    let Ok(pid) = s.trim().parse::<i32>() else {
-        return;
-    };
-    if pid <= 1 || pid == std::process::id() as i32 {
-        return;
-    }
-    let me = std::env::current_exe().ok().map(|p| without_deleted(&p));
     // The daemon's working directory is the bundle as the kernel resolved it; containerd may
     // name it through a link (/var/run -> /run).
     let bundle = std::fs::canonicalize(bundle).unwrap_or_else(|_| bundle.to_path_buf());
-    let is_our_daemon = || {
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .ok()
-            .map(|p| without_deleted(&p));
-        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
-        exe.is_some() && exe == me && cwd.as_deref() == Some(bundle.as_path())
-    };
+    let is_our_daemon = || is_our_daemon(pid, &bundle);
     if !is_our_daemon() {
         // A zombie main thread has no exe or cwd to check; the other threads of a killed
         // daemon may still be exiting, its socket still open: the socket removal that follows
@@ -186,6 +258,35 @@ fn kill_stale_shim(bundle: &Path, budget: &Budget) {
     if gone && let Some(address) = socket {
         remove_socket_of(&address, &socket_dirs(&bundle));
     }
+}
+
+/// The daemon pid `shim.pid` records (not ours, not init).
+fn recorded_daemon(bundle: &Path) -> Option<i32> {
+    let pid = std::fs::read_to_string(bundle.join(SHIM_PID_FILE))
+        .ok()?
+        .trim()
+        .parse::<i32>()
+        .ok()?;
+    (pid > 1 && pid != std::process::id() as i32).then_some(pid)
+}
+
+/// Whether `pid` runs our binary (also once replaced under it) in `bundle` (resolved).
+fn is_our_daemon(pid: i32, bundle: &Path) -> bool {
+    let me = std::env::current_exe().ok().map(|p| without_deleted(&p));
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|p| without_deleted(&p));
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
+    exe.is_some() && exe == me && cwd.as_deref() == Some(bundle)
+}
+
+/// The recorded daemon if it is still exiting: killed (by [`kill_stale_shim`], or before)
+/// but still running our binary in the bundle, or its main thread a zombie whose other
+/// threads may still hold its socket.
+fn exiting_daemon(bundle: &Path) -> Option<i32> {
+    let pid = recorded_daemon(bundle)?;
+    let bundle = std::fs::canonicalize(bundle).unwrap_or_else(|_| bundle.to_path_buf());
+    (main_thread_exited(pid) || is_our_daemon(pid, &bundle)).then_some(pid)
 }
 
 /// `exe` without the ` (deleted)` the kernel appends to the link of a binary replaced since
@@ -418,7 +519,9 @@ mod tests {
             ForkResult::Child => {
                 let _holder = std::thread::spawn(move || {
                     let _socket = listener;
-                    std::thread::sleep(Duration::from_secs(1));
+                    // Longer than the stale daemon's share of `delete`: the wait for it goes
+                    // on before the socket's removal.
+                    std::thread::sleep(STALE_SHIM_SHARE * 2);
                     // SAFETY: ends the whole child process.
                     unsafe { libc::_exit(0) }
                 });
@@ -446,6 +549,126 @@ mod tests {
                 assert!(!sock.exists(), "delete left the socket of a dying shim");
             }
         }
+    }
+
+    /// Issue 27 item 3, the task path: a standalone task with the shim's network, whose
+    /// `runc delete` hangs and whose network's first-DELed plugin hangs. `delete` ends by its
+    /// deadline, the plugin after the hung one still runs, the netns goes, and what was left
+    /// is named: the container's runc and the plugin.
+    #[test]
+    #[ignore = "needs root"]
+    fn delete_of_a_task_ends_by_its_deadline_and_its_network_goes() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let (bundle, bin, conf) = (
+            tmp.path().join("bundle"),
+            tmp.path().join("bin"),
+            tmp.path().join("conf"),
+        );
+        for d in [&bundle, &bin, &conf] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let ran = tmp.path().join("note-ran");
+        for (name, body) in [
+            ("runc", "exec sleep 600".to_string()),
+            ("hang", "exec sleep 600".to_string()),
+            (
+                "note",
+                format!("echo \"$CNI_COMMAND\" >> {}", ran.display()),
+            ),
+        ] {
+            let p = bin.join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(
+            conf.join("10-net.conflist"),
+            r#"{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"note"},{"type":"hang"}]}"#,
+        )
+        .unwrap();
+        let netns = tmp.path().join("netns");
+        std::fs::write(&netns, "").unwrap();
+        let record = TaskRecord {
+            id: "t1".into(),
+            runc: RuncConfig {
+                binary: bin.join("runc").display().to_string(),
+                root: tmp.path().join("runc-root"),
+                ..RuncConfig::defaults("ns")
+            },
+            rootfs_mounted: false,
+            network: Some(crate::network::NetworkRecord {
+                netns: netns.clone(),
+                container_id: "t1".into(),
+                ifname: "eth0".into(),
+                conf_dir: conf,
+                bin_dirs: vec![bin],
+                cache_dir: tmp.path().join("cache"),
+                timeout_seconds: 600,
+                pod: None,
+                ips: vec![],
+                loopback_only: false,
+                result: None,
+            }),
+        };
+        std::fs::write(
+            bundle.join(TASK_STATE_FILE),
+            serde_json::to_vec(&record).unwrap(),
+        )
+        .unwrap();
+        let start = std::time::Instant::now();
+        let (_, undone) = delete_within("ns", "t1", &bundle, &Budget::new(DELETE_BUDGET));
+        let took = start.elapsed();
+        println!("delete took {took:?}: {undone:?}");
+        // Only a hang takes a minute (the runc's own timeout alone is 4 s, the plugin's 600).
+        assert!(took < Duration::from_secs(60), "{took:?}");
+        let all: Vec<&String> = undone.failed.iter().chain(&undone.cut_off).collect();
+        assert!(all.iter().any(|p| p.contains("container t1")), "{undone:?}");
+        assert!(all.iter().any(|p| p.contains("\"hang\"")), "{undone:?}");
+        assert_eq!(std::fs::read_to_string(&ran).unwrap(), "DEL\n");
+        assert!(!netns.exists(), "the netns was left");
+    }
+
+    /// A second `delete` of a bundle waits for the first (which holds the bundle's lock) and
+    /// does nothing of its own meanwhile; it ends with its budget and says why.
+    #[test]
+    fn a_second_delete_of_a_bundle_waits_for_the_first() {
+        use std::os::fd::AsRawFd;
+        let tmp = tempfile::tempdir().unwrap();
+        let (bundle, sock) = bundle_with_socket(tmp.path());
+        drop(crate::socket::bind(&sock).unwrap());
+        let Some(BundleLock::Held { _dir: first }) =
+            lock_bundle(&bundle, &Budget::new(Duration::from_secs(60)))
+        else {
+            panic!("no lock on the bundle");
+        };
+        let (_, undone) = delete_within(
+            "default",
+            "t1",
+            &bundle,
+            &Budget::new(Duration::from_millis(200)),
+        );
+        assert!(
+            undone.cut_off.iter().any(|c| c.contains("another delete")),
+            "{undone:?}"
+        );
+        assert!(sock.exists(), "the waiting delete acted");
+        // SAFETY: unlocks a descriptor the test owns.
+        assert_eq!(unsafe { libc::flock(first.as_raw_fd(), libc::LOCK_UN) }, 0);
+        until_not_in_use(|| {
+            let (_, undone) = delete_within(
+                "default",
+                "t1",
+                &bundle,
+                &Budget::new(Duration::from_secs(60)),
+            );
+            assert!(undone.is_empty(), "{undone:?}");
+            if sock.exists() {
+                Removal::InUse
+            } else {
+                Removal::Removed
+            }
+        });
+        assert!(!sock.exists());
     }
 
     #[test]

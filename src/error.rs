@@ -247,7 +247,7 @@ impl From<crate::cni::CniError> for Error {
 /// - a value of the request (the container ID, pod metadata in `CNI_ARGS`) that CNI cannot
 ///   carry: InvalidArgument;
 /// - anything else (a plugin's own failure, a crash, output that is not a result, cache I/O, a
-///   timeout): Internal.
+///   timeout, no time left to run it): Internal.
 ///
 /// Never NotFound or Unavailable: containerd treats NotFound from ShutdownSandbox, and NotFound
 /// or Unavailable from StopSandbox, as "already gone", and the netns and IP lease would leak. No
@@ -282,9 +282,10 @@ fn cni_kind(e: &crate::cni::CniError) -> Kind {
         {
             Kind::FailedPrecondition
         }
-        CniError::Exec { .. } | CniError::InvalidResult { .. } | CniError::Cache { .. } => {
-            Kind::Internal
-        }
+        CniError::Exec { .. }
+        | CniError::InvalidResult { .. }
+        | CniError::Cache { .. }
+        | CniError::NoTimeLeft { .. } => Kind::Internal,
     }
 }
 

@@ -267,15 +267,61 @@ pub fn teardown(provider: Option<&Arc<dyn NetworkProvider>>, record: &NetworkRec
     }
 }
 
-/// [`teardown`] without a provider (the `delete` action), each plugin given at most what is
-/// left of `budget`: containerd kills `delete` at 5 s, and a plugin that hangs for its own
-/// timeout (60 s by default) would take every later step of it along.
+/// [`teardown`] for the `delete` action (no provider: plugins run with a direct spawner), by
+/// the end of `budget`: containerd kills `delete` at 5 s, and nobody runs DEL after it.
+/// Every plugin runs (also after one failed) with at most its share of the time left
+/// ([`Cni::del_until`]), so one that hangs for its own timeout (60 s by default) is killed in
+/// time for the others, the bridge's veth and IP lease among them; the netns is removed
+/// whatever DEL did, in the last [`NETNS_REMOVAL_SHARE`].
 pub fn teardown_within(record: &NetworkRecord, budget: &crate::timing::Budget) -> Result<()> {
-    let own = std::time::Duration::from_secs(record.timeout_seconds.max(1));
-    let mut bounded = record.clone();
-    bounded.timeout_seconds = budget.bound(own).as_secs().max(1);
-    teardown(None, &bounded)
+    let mut failures: Vec<String> = Vec::new();
+    if !record.loopback_only {
+        let cni = cni_for(record, Arc::new(SpawnerExec(Spawner::direct())));
+        match cni.load_network() {
+            Ok(net) => {
+                let rt = runtime_conf(record, None);
+                let plugins = budget.before(NETNS_REMOVAL_SHARE);
+                failures.extend(
+                    cni.del_until(&net, &rt, plugins.until())
+                        .into_iter()
+                        .map(|e| e.to_string()),
+                );
+            }
+            Err(e) => failures.push(format!("load CNI config for DEL: {e}")),
+        }
+    }
+    if let Err(e) = NetNs::remove(&record.netns) {
+        failures.push(format!("remove netns: {e}"));
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::internal(format!("CNI DEL: {}", failures.join("; "))))
+    }
 }
+
+/// What `delete` keeps for the network of [`crate::cleanup::DELETE_BUDGET`]: the steps before
+/// it (the containers, the pause) end this much before the deadline, so a `runc delete` that
+/// hangs never leaves CNI DEL without time. It gets more when they end sooner.
+pub const DELETE_SHARE: Duration = Duration::from_millis(1500);
+
+/// `delete`'s network step: [`teardown_within`] on a thread of its own, watched until `budget`
+/// ends; what it could not do goes to `undone`.
+pub fn teardown_in_delete(
+    record: NetworkRecord,
+    budget: &crate::timing::Budget,
+    undone: &mut crate::timing::Undone,
+) {
+    let b = *budget;
+    match budget.run("rsandbox-cni-del", move || teardown_within(&record, &b)) {
+        Some(Ok(())) => {}
+        Some(Err(e)) => undone.failed(e.to_string()),
+        None => undone.cut_off("the pod network (CNI DEL, netns)"),
+    }
+}
+
+/// What [`teardown_within`] keeps of its budget for removing the netns after the plugins.
+pub const NETNS_REMOVAL_SHARE: Duration = Duration::from_millis(100);
 
 /// Tears down `record` with `exec` (the `delete` action uses a direct spawner).
 pub fn teardown_with(record: &NetworkRecord, exec: Arc<dyn PluginExec>) -> Result<()> {
@@ -475,23 +521,33 @@ mod tests {
         }
     }
 
-    /// `delete`'s CNI DEL gets what is left of its budget, not the plugin timeout the record
-    /// names: a plugin that hangs is killed in time for the rest of `delete` to run.
+    /// `delete`'s CNI DEL ends with its budget, not after the plugin timeout the record names:
+    /// a plugin that hangs is killed at its share, and the plugins after it still run (the
+    /// netns's removal: `cleanup`'s root test).
     #[test]
-    fn teardown_within_a_budget_kills_a_hanging_plugin_at_the_budget() {
+    fn teardown_within_a_budget_kills_a_hanging_plugin_and_runs_the_others() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let (conf, bin) = (dir.path().join("conf"), dir.path().join("bin"));
         std::fs::create_dir_all(&conf).unwrap();
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::write(
-            conf.join("10-hang.conf"),
-            r#"{"cniVersion":"1.0.0","name":"hangnet","type":"hang"}"#,
+            conf.join("10-hang.conflist"),
+            r#"{"cniVersion":"1.0.0","name":"hangnet","plugins":[{"type":"note"},{"type":"hang"}]}"#,
         )
         .unwrap();
-        let plugin = bin.join("hang");
-        std::fs::write(&plugin, "#!/bin/sh\nexec sleep 300\n").unwrap();
-        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let ran = dir.path().join("note-ran");
+        for (name, body) in [
+            ("hang", "exec sleep 300".to_string()),
+            (
+                "note",
+                format!("echo \"$CNI_COMMAND\" >> {}", ran.display()),
+            ),
+        ] {
+            let plugin = bin.join(name);
+            std::fs::write(&plugin, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
         let rec = NetworkRecord {
             netns: dir.path().join("netns"),
             conf_dir: conf,
@@ -500,12 +556,15 @@ mod tests {
             timeout_seconds: 600,
             ..record()
         };
-        let budget = crate::timing::Budget::new(std::time::Duration::from_secs(1));
+        let budget = crate::timing::Budget::new(std::time::Duration::from_secs(2));
         let t = std::time::Instant::now();
         let e = teardown_within(&rec, &budget).unwrap_err();
         // The record's 600 s would be 10 minutes; only a hang takes a minute.
         assert!(t.elapsed() < std::time::Duration::from_secs(60), "{e}");
         assert!(format!("{e:#}").contains("CNI DEL"), "{e:#}");
+        assert!(format!("{e:#}").contains("\"hang\""), "{e:#}");
+        assert_eq!(std::fs::read_to_string(&ran).unwrap(), "DEL\n");
+        println!("teardown with a hung plugin took {:?} of 2 s", t.elapsed());
     }
 
     #[test]

@@ -315,6 +315,9 @@ impl Drop for Subscription {
     }
 }
 
+/// How long a direct spawner waits for a helper it killed (see [`Spawner::output`]).
+const KILLED_WAIT_DIRECT: Duration = Duration::from_millis(100);
+
 /// Runs helper processes and waits for them the right way for this process: through the
 /// reaper in the daemon, directly elsewhere.
 #[derive(Clone)]
@@ -365,6 +368,19 @@ impl Spawner {
             status: None,
             group: false,
         })
+    }
+
+    /// How long a helper killed at its timeout is waited for. The daemon reaps it through the
+    /// reaper and waits for its exit (5 s: a SIGKILLed process is gone as soon as it runs).
+    /// A direct spawner (the `delete` action, `-info`) only looks briefly: its process ends
+    /// soon, and a helper that is slow to die (an uninterruptible sleep) must not hold up the
+    /// steps that come after it; its zombie is the subreaper's once this process exits.
+    fn killed_wait(&self) -> Duration {
+        if self.reaper.is_some() {
+            Duration::from_secs(5)
+        } else {
+            KILLED_WAIT_DIRECT
+        }
     }
 
     /// Runs `cmd` to completion with `input` on stdin, capturing stdout and stderr. After
@@ -418,7 +434,7 @@ impl Spawner {
             Ok(out) => out,
             Err(e) => {
                 child.kill();
-                let _ = child.wait(Some(Duration::from_secs(5)));
+                let _ = child.wait(Some(self.killed_wait()));
                 return Err(e);
             }
         };
@@ -430,7 +446,7 @@ impl Spawner {
             }),
             None => {
                 child.kill();
-                let _ = child.wait(Some(Duration::from_secs(5)));
+                let _ = child.wait(Some(self.killed_wait()));
                 Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!("timed out after {timeout:?}"),

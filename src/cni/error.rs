@@ -132,6 +132,14 @@ pub enum CniError {
         /// What happened.
         source: ExecError,
     },
+    /// The plugin was not run: the caller's deadline left it no time ([`super::Cni::del_until`]).
+    #[error("plugin type={plugin:?} not run ({command}): no time left before the deadline")]
+    NoTimeLeft {
+        /// Plugin type.
+        plugin: String,
+        /// The command.
+        command: Command,
+    },
     /// ADD succeeded by exit code but the output is not a valid result.
     #[error("plugin type={plugin:?} returned an invalid result ({command}): {source}")]
     InvalidResult {

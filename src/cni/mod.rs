@@ -319,6 +319,18 @@ impl Cni {
         path: &Path,
         prev: Option<&Value>,
     ) -> Result<Vec<u8>, CniError> {
+        self.run_for(call, plugin, path, prev, self.settings.timeout)
+    }
+
+    /// [`Cni::run`] with its own `timeout`.
+    fn run_for(
+        &self,
+        call: &Call<'_>,
+        plugin: &PluginConfig,
+        path: &Path,
+        prev: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CniError> {
         let Call {
             command,
             net,
@@ -335,7 +347,7 @@ impl Cni {
             rt.container_id
         );
         self.exec
-            .exec(path, &env, &stdin, self.settings.timeout)
+            .exec(path, &env, &stdin, timeout)
             .map_err(|e| plugin_error(&plugin.plugin_type, command, e))
     }
 
@@ -425,18 +437,7 @@ impl Cni {
     /// On a plugin failure the cache entry is kept so a retry still has the `prevResult`.
     pub fn del(&self, net: &NetworkConfig, rt: &RuntimeConf) -> Result<(), CniError> {
         let paths = self.validate(net, rt)?;
-        let cached = if net.uses_cached_result() {
-            match self.cache.read(&net.name, &rt.container_id, &rt.ifname) {
-                Ok(entry) => entry.and_then(|e| e.result),
-                Err(e) => {
-                    log::warn!("ignoring unusable CNI cache entry: {e}");
-                    let _ = self.cache.remove(&net.name, &rt.container_id, &rt.ifname);
-                    None
-                }
-            }
-        } else {
-            None
-        };
+        let cached = self.prev_result_for_del(net, rt);
         let netns = effective_del_netns(&rt.netns);
         let call = Call {
             command: Command::Del,
@@ -451,6 +452,72 @@ impl Cni {
             log::warn!("CNI DEL: {e}");
         }
         Ok(())
+    }
+
+    /// DEL as the last chance, by `deadline` (the `delete` action, which containerd kills after
+    /// 5 s and which nobody retries): every plugin of the list runs, in reverse order, also
+    /// after one before it failed (libcni stops at the first failure and leaves the retry to
+    /// its caller), and each gets at most an equal share of the time left for the plugins
+    /// still to run (and never more than the plugin timeout): a plugin that hangs is killed at
+    /// its share, and those after it still get theirs. The cache entry is removed whatever
+    /// happened: nobody will DEL again (the caller's record of the network goes with it).
+    /// Returns every failure, in the order met.
+    pub fn del_until(
+        &self,
+        net: &NetworkConfig,
+        rt: &RuntimeConf,
+        deadline: std::time::Instant,
+    ) -> Vec<CniError> {
+        let paths = match self.validate(net, rt) {
+            Ok(p) => p,
+            Err(e) => return vec![e],
+        };
+        let cached = self.prev_result_for_del(net, rt);
+        let netns = effective_del_netns(&rt.netns);
+        let call = Call {
+            command: Command::Del,
+            net,
+            rt,
+            netns: &netns,
+        };
+        let mut errors = Vec::new();
+        let count = net.plugins.len();
+        for (i, (plugin, path)) in net.plugins.iter().zip(&paths).rev().enumerate() {
+            let still_to_run = (count - i) as u32;
+            let share =
+                deadline.saturating_duration_since(std::time::Instant::now()) / still_to_run;
+            let timeout = share.min(self.settings.timeout);
+            if timeout.is_zero() {
+                errors.push(CniError::NoTimeLeft {
+                    plugin: plugin.plugin_type.clone(),
+                    command: Command::Del,
+                });
+                continue;
+            }
+            if let Err(e) = self.run_for(&call, plugin, path, cached.as_ref(), timeout) {
+                errors.push(e);
+            }
+        }
+        if let Err(e) = self.cache.remove(&net.name, &rt.container_id, &rt.ifname) {
+            errors.push(e);
+        }
+        errors
+    }
+
+    /// The `prevResult` DEL passes: the cached result (for `cniVersion >= 0.4.0`), none if
+    /// there is no usable cache entry (an unusable one is removed).
+    fn prev_result_for_del(&self, net: &NetworkConfig, rt: &RuntimeConf) -> Option<Value> {
+        if !net.uses_cached_result() {
+            return None;
+        }
+        match self.cache.read(&net.name, &rt.container_id, &rt.ifname) {
+            Ok(entry) => entry.and_then(|e| e.result),
+            Err(e) => {
+                log::warn!("ignoring unusable CNI cache entry: {e}");
+                let _ = self.cache.remove(&net.name, &rt.container_id, &rt.ifname);
+                None
+            }
+        }
     }
 
     /// CHECK: runs the plugins in order with the cached result as `prevResult`. Errors for

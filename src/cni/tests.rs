@@ -421,6 +421,49 @@ fn del_failure_keeps_the_cache_for_a_retry() {
     assert!(w.cache_file("podnet", "sandbox7").exists());
 }
 
+/// `delete`'s DEL (issue 27 item 3): a plugin that hangs is killed at its share of the time
+/// left and the plugins after it still run, so the bridge's veth and IP go although the
+/// plugin DELed first hangs; the cache entry goes too (nobody DELs again).
+#[test]
+fn del_until_gives_each_plugin_its_share_and_goes_on_past_a_hung_one() {
+    let w = three_plugin_world();
+    let net = three_plugins();
+    let rt = w.cni.runtime_conf("sandbox17", "");
+    w.cni.add(&net, &rt).unwrap();
+    w.set("portmap", "DEL", "sleep", "300");
+    let start = Instant::now();
+    let errors = w.cni.del_until(&net, &rt, start + Duration::from_secs(3));
+    let took = start.elapsed();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    // Its share: a third of the time left when it started (the plugin timeout is 20 s).
+    assert!(
+        matches!(&errors[0], CniError::Exec { plugin, source: ExecError::Timeout { timeout, .. }, .. }
+            if plugin == "portmap" && *timeout <= Duration::from_secs(1)),
+        "{:?}",
+        errors[0]
+    );
+    assert_eq!(
+        w.calls()[3..],
+        ["portmap DEL", "tuning DEL", "bridge DEL"].map(String::from)
+    );
+    assert!(!w.cache_file("podnet", "sandbox17").exists());
+    println!("DEL with a hung plugin took {took:?} of a 3 s deadline");
+    // A deadline already past runs nothing and says so for each plugin.
+    let errors = w.cni.del_until(&net, &rt, Instant::now());
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert!(
+        errors.iter().all(|e| matches!(
+            e,
+            CniError::NoTimeLeft {
+                command: Command::Del,
+                ..
+            }
+        )),
+        "{errors:?}"
+    );
+    assert_eq!(w.calls().len(), 6);
+}
+
 #[test]
 fn del_of_old_versions_omits_the_cached_result() {
     let w = World::new();

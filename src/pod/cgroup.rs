@@ -9,8 +9,11 @@
 //! cgroup would keep every container from starting. As runc does (`fs2.CreateCgroupPath`), the
 //! controllers a cgroup offers are enabled in the `cgroup.subtree_control` of every ancestor of
 //! the leaf, so the pod cgroup and the containers beside the pause get memory, cpu, pids, ...
-//! We create what is missing and on teardown remove only the directories we created, deepest
-//! first (the kubelet may own the parents); subtree_control is left as it is, as runc leaves it.
+//! We create what is missing. On teardown we remove the pause's own cgroup (the leaf, where we
+//! made it) and nothing above it: a pod cgroup or other parent made for want of one is shared
+//! with the kubelet and every other pod under it, as runc's fs manager leaves the parents its
+//! `mkdir -p` made (its `Destroy` removes only the container's own paths). subtree_control is
+//! left as it is, as runc leaves it.
 
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
@@ -22,7 +25,8 @@ use crate::error::{Context, Error, Result};
 pub struct PodCgroup {
     /// The pause process's cgroup directory (`<cgroup_parent>/<sandbox id>`) in each hierarchy.
     pub dirs: Vec<PathBuf>,
-    /// Directories this shim created, deepest last.
+    /// Directories this shim created, deepest last. Only those that are the pause's own
+    /// cgroup are ever removed ([`remove`]).
     pub created: Vec<PathBuf>,
     /// The pod cgroup (`cgroup_parent`, absolute in the cgroup namespace: `/kubepods/pod1`),
     /// whose statistics are the pod's; none when the pod has no cgroup_parent.
@@ -111,7 +115,8 @@ pub fn join(roots: &[PathBuf], unified: bool, cgroup: &Path, pid: i32) -> Result
                     );
                 }
             }
-            for left in remove(&cg) {
+            let leaf = rel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            for left in remove(&cg, leaf) {
                 log::warn!("undo pod cgroup: {left}");
             }
             Err(e)
@@ -232,34 +237,21 @@ fn inherit_cpuset(dir: &Path) {
     }
 }
 
-/// On a hybrid host (v1 hierarchies plus the unified one at `unified`), runc also puts each
-/// container in the unified hierarchy and creates the pod cgroup there on the way: the pod
-/// cgroup directories this shim created in v1 are ours there too, so they are added (as
-/// `<unified>/<same path>`) to what teardown removes (missing ones are skipped).
-pub fn add_hybrid_counterparts(cg: &mut PodCgroup, v1_roots: &[PathBuf], unified: &Path) {
-    let mut extra: Vec<PathBuf> = cg
+/// Removes the cgroups of pod `id`'s pause that we created, deepest first: only those that are
+/// its own by [`crate::cgroups::is_own_cgroup`] (`<cgroup_parent>/<id>`, or the scope's
+/// `cri-containerd-<id>.scope` in the v1 hierarchies systemd does not manage), never a pod
+/// cgroup or another parent `join` had to make (records written before this rule list those
+/// too). Busy ones (processes still inside) are reported.
+pub fn remove(cg: &PodCgroup, id: &str) -> Vec<Error> {
+    let mut errors = Vec::new();
+    let mut created: Vec<&PathBuf> = cg
         .created
         .iter()
-        .filter_map(|d| v1_roots.iter().find_map(|r| d.strip_prefix(r).ok()))
-        .map(|rel| unified.join(rel))
+        .filter(|d| crate::cgroups::is_own_cgroup(d, id))
         .collect();
-    extra.sort();
-    extra.dedup();
-    for d in extra {
-        if !cg.created.contains(&d) {
-            cg.created.push(d);
-        }
-    }
-}
-
-/// Removes the directories we created, deepest first. Busy ones (processes still inside)
-/// are reported.
-pub fn remove(cg: &PodCgroup) -> Vec<Error> {
-    let mut errors = Vec::new();
-    let mut created = cg.created.clone();
     created.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for d in created {
-        match std::fs::remove_dir(&d) {
+        match std::fs::remove_dir(d) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => errors.push(Error::from(e).context(format!("remove cgroup {}", d.display()))),
@@ -271,35 +263,6 @@ pub fn remove(cg: &PodCgroup) -> Vec<Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_unified_counterparts_of_created_v1_dirs_are_ours_too() {
-        let roots = vec![
-            PathBuf::from("/sys/fs/cgroup/memory"),
-            PathBuf::from("/sys/fs/cgroup/pids"),
-        ];
-        let mut cg = PodCgroup {
-            created: vec![
-                PathBuf::from("/sys/fs/cgroup/memory/pod1"),
-                PathBuf::from("/sys/fs/cgroup/memory/pod1/sb"),
-                PathBuf::from("/sys/fs/cgroup/pids/pod1"),
-                PathBuf::from("/sys/fs/cgroup/pids/pod1/sb"),
-            ],
-            ..Default::default()
-        };
-        add_hybrid_counterparts(&mut cg, &roots, Path::new("/sys/fs/cgroup/unified"));
-        assert_eq!(
-            cg.created[4..],
-            [
-                PathBuf::from("/sys/fs/cgroup/unified/pod1"),
-                PathBuf::from("/sys/fs/cgroup/unified/pod1/sb")
-            ]
-        );
-        // Nothing created (a kubelet-made pod cgroup): nothing added.
-        let mut none = PodCgroup::default();
-        add_hybrid_counterparts(&mut none, &roots, Path::new("/sys/fs/cgroup/unified"));
-        assert!(none.created.is_empty());
-    }
 
     #[test]
     fn hierarchies_pick_v1_or_v2_mounts() {
@@ -321,7 +284,7 @@ mod tests {
         );
     }
 
-    /// A join that fails in its second hierarchy leaves nothing in the first, where the
+    /// A join that fails in its second hierarchy leaves no pause cgroup in the first, where the
     /// process had already been moved (a real cgroup hierarchy: rmdir is EBUSY while it is in).
     #[test]
     #[ignore = "needs root"]
@@ -347,14 +310,21 @@ mod tests {
             &Path::new("/").join(&top).join("pod/sb"),
             pid,
         );
-        let left = real.join(&top).exists();
+        let left = real.join(&top).join("pod/sb").exists();
+        let parents = real.join(&top).join("pod").is_dir();
         let _ = child.kill();
         let _ = child.wait();
         let _ = std::fs::remove_dir(real.join(&top).join("pod/sb"));
         let _ = std::fs::remove_dir(real.join(&top).join("pod"));
         let _ = std::fs::remove_dir(real.join(&top));
         assert!(r.is_err());
-        assert!(!left, "{} was left behind", real.join(&top).display());
+        assert!(
+            !left,
+            "{} was left behind",
+            real.join(&top).join("pod/sb").display()
+        );
+        // The parents it had to make are not the pod's own (see `remove`): they stay.
+        assert!(parents);
     }
 
     #[test]
@@ -394,9 +364,12 @@ mod tests {
         assert!(!root.path().join("kubepods/pod1/cgroup.procs").exists());
         // rmdir fails on the non-empty stand-in; a real cgroupfs directory has no files to delete.
         std::fs::remove_file(root.path().join("kubepods/pod1/sb1/cgroup.procs")).unwrap();
-        assert!(remove(&cg).is_empty());
-        assert!(root.path().join("kubepods").exists());
-        assert!(!root.path().join("kubepods/pod1").exists());
+        assert!(remove(&cg, "sb1").is_empty());
+        // The pause's own cgroup goes; the pod cgroup join had to make stays (issue 27 item
+        // 11: it is the kubelet's and every other pod's parent), as do the parents above it.
+        assert!(!root.path().join("kubepods/pod1/sb1").exists());
+        assert!(root.path().join("kubepods/pod1").is_dir());
+        assert!(root.path().join("kubepods").is_dir());
     }
 
     #[test]
@@ -412,7 +385,7 @@ mod tests {
         .unwrap();
         assert_eq!(cg.created, vec![root.path().join("kubepods/pod1/sb1")]);
         std::fs::remove_file(root.path().join("kubepods/pod1/sb1/cgroup.procs")).unwrap();
-        assert!(remove(&cg).is_empty());
+        assert!(remove(&cg, "sb1").is_empty());
         assert!(root.path().join("kubepods/pod1").is_dir());
         assert!(!root.path().join("kubepods/pod1/sb1").exists());
     }
@@ -498,6 +471,56 @@ mod tests {
         );
         r.unwrap();
         assert_eq!(procs.unwrap().trim(), pid.to_string());
+    }
+
+    /// Issue 27 item 11: at pod teardown in a Kubernetes run (cgroupfs driver, v1 hybrid) the
+    /// shim tried to remove `kubepods` parents it had made in the `devices` and unified
+    /// hierarchies (a record lists every directory `join` made) and got EBUSY while other pods
+    /// lived there. Only the pause's own cgroup (`<parent>/<id>`, or the systemd scope's
+    /// `cri-containerd-<id>.scope` in a v1 hierarchy systemd does not manage) is removed; a
+    /// record written before this rule, listing parents, loses none of them.
+    #[test]
+    fn teardown_removes_the_pause_s_own_cgroups_and_never_a_parent() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        let dirs = [
+            "devices/kubepods",
+            "devices/kubepods/besteffort",
+            "devices/kubepods/besteffort/pod1",
+            "devices/kubepods/besteffort/pod1/sb1",
+            "unified/kubepods",
+            "unified/kubepods/besteffort",
+            "unified/kubepods/besteffort/pod1",
+            "cpuset/kubepods.slice",
+            "cpuset/kubepods.slice/kubepods-pod1.slice",
+            "cpuset/kubepods.slice/kubepods-pod1.slice/cri-containerd-sb1.scope",
+        ];
+        for d in dirs {
+            std::fs::create_dir_all(r.join(d)).unwrap();
+        }
+        // Another pod's cgroup under the same parents.
+        std::fs::create_dir_all(r.join("devices/kubepods/besteffort/pod2/sb2")).unwrap();
+        let cg = PodCgroup {
+            dirs: vec![r.join("devices/kubepods/besteffort/pod1/sb1")],
+            created: dirs.iter().map(|d| r.join(d)).collect(),
+            ..Default::default()
+        };
+        assert!(remove(&cg, "sb1").is_empty());
+        for (d, gone) in [
+            ("devices/kubepods/besteffort/pod1/sb1", true),
+            (
+                "cpuset/kubepods.slice/kubepods-pod1.slice/cri-containerd-sb1.scope",
+                true,
+            ),
+            ("devices/kubepods/besteffort/pod1", false),
+            ("devices/kubepods", false),
+            ("unified/kubepods/besteffort/pod1", false),
+            ("unified/kubepods", false),
+            ("cpuset/kubepods.slice/kubepods-pod1.slice", false),
+            ("devices/kubepods/besteffort/pod2/sb2", false),
+        ] {
+            assert_eq!(!r.join(d).exists(), gone, "{d}");
+        }
     }
 
     /// The pause's cgroup gets the CPU share containerd gives the runc path's pause container,
@@ -588,7 +611,7 @@ mod tests {
     }
 
     #[test]
-    fn v2_refusing_every_controller_fails_and_removes_what_was_created() {
+    fn v2_refusing_every_controller_fails_and_removes_the_pause_cgroup() {
         let root = tempfile::tempdir().unwrap();
         let r = root.path();
         fake_v2(r, "memory\n", "");
@@ -597,7 +620,9 @@ mod tests {
         std::fs::create_dir(r.join("cgroup.subtree_control")).unwrap();
         let e = join(&[r.to_path_buf()], true, Path::new("/pod1/sb1"), 3).unwrap_err();
         assert!(e.to_string().contains("enable controllers"), "{e}");
-        assert!(!r.join("pod1").exists());
+        // The pause's cgroup goes; the pod cgroup it had to make is no pod's own to remove.
+        assert!(!r.join("pod1/sb1").exists());
+        assert!(r.join("pod1").is_dir());
     }
 
     #[test]

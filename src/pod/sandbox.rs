@@ -51,7 +51,9 @@ pub trait PodHost: Send + Sync {
     /// Moves `pid` into `cgroup` (the pause's: `<cgroup_parent>/<sandbox id>`, see
     /// [`super::cgroup`]), creating what is missing.
     fn join_cgroup(&self, cgroup: &Path, pid: i32) -> Result<PodCgroup>;
-    fn remove_cgroup(&self, cg: &PodCgroup);
+    /// Removes the cgroups of pod `id`'s pause that this shim made (never a pod cgroup or
+    /// other parent: see [`super::cgroup::remove`]).
+    fn remove_cgroup(&self, id: &str, cg: &PodCgroup);
     /// Puts `pid` in the systemd scope `scope` of the pod's slice (a `.slice`
     /// cgroup_parent: systemd cgroup driver, see [`super::scope`]).
     fn join_scope(
@@ -498,7 +500,7 @@ impl SandboxManager {
                         log::warn!("sandbox {id}: {e}");
                     }),
                     None => {
-                        self.host.remove_cgroup(&cg);
+                        self.host.remove_cgroup(id, &cg);
                         Ok(())
                     }
                 };
@@ -895,7 +897,7 @@ impl SandboxManager {
         if let Some(s) = s {
             self.undo(&s.record);
             steps.step("network, /dev/shm, pod files");
-            self.host.remove_cgroup(&s.record.cgroup);
+            self.host.remove_cgroup(&s.id, &s.record.cgroup);
             let _ = std::fs::remove_file(s.bundle.join(SANDBOX_STATE_FILE));
             steps.step("cgroup and record");
         }
@@ -1208,16 +1210,10 @@ impl PodHost for LinuxPodHost {
         let mountinfo =
             std::fs::read_to_string("/proc/self/mountinfo").context("read mountinfo")?;
         let roots = super::cgroup::hierarchies(&mountinfo, self.unified);
-        let mut cg = super::cgroup::join(&roots, self.unified, cgroup, pid)?;
-        if !self.unified
-            && let Some(unified) = super::cgroup::hierarchies(&mountinfo, true).first()
-        {
-            super::cgroup::add_hybrid_counterparts(&mut cg, &roots, unified);
-        }
-        Ok(cg)
+        super::cgroup::join(&roots, self.unified, cgroup, pid)
     }
-    fn remove_cgroup(&self, cg: &PodCgroup) {
-        for e in super::cgroup::remove(cg) {
+    fn remove_cgroup(&self, id: &str, cg: &PodCgroup) {
+        for e in super::cgroup::remove(cg, id) {
             log::warn!("{e}");
         }
     }
@@ -1293,26 +1289,62 @@ impl PodHost for LinuxPodHost {
     }
 }
 
-/// `delete` for a sandbox bundle: take down the pod's containers (a shim's death leaves them
-/// running, see [`crate::reclaim`]), kill the pause process if it still runs (and is still
-/// ours), unmount /dev/shm, remove the pod files and the pod cgroup. Everything is best effort.
+/// `delete` for a sandbox bundle, within `budget`: take down the pod's containers (a shim's
+/// death leaves them running, see [`crate::reclaim`]), in parallel; kill the pause process if
+/// it still runs (and is still ours), unmount /dev/shm, remove the pod files, stop the pod's
+/// systemd scope and remove the pause's cgroup; then the network, which keeps its share of the
+/// budget whatever the steps before it take. Everything is best effort; what could not be done
+/// goes to `undone`. `None` when the bundle holds no sandbox record of `id`.
 pub fn cleanup_from_bundle(
     namespace: &str,
     id: &str,
     bundle: &Path,
     budget: &crate::timing::Budget,
+    undone: &mut crate::timing::Undone,
 ) -> Option<u32> {
     let raw = std::fs::read(bundle.join(SANDBOX_STATE_FILE)).ok()?;
     let record: SandboxRecord = serde_json::from_slice(&raw).ok()?;
     // The record is a file in a bundle: it speaks for the sandbox containerd named, no other.
     if record.id != id {
-        eprintln!(
-            "delete {id}: the bundle's sandbox record is of {:?}: not used",
+        undone.failed(format!(
+            "the bundle's sandbox record is of {:?}: not used",
             record.id
-        );
+        ));
         return None;
     }
-    let mut host = LinuxPodHost {
+    let network_share = if record.network.is_some() {
+        crate::network::DELETE_SHARE
+    } else {
+        Duration::ZERO
+    };
+    crate::reclaim::reclaim_all(
+        &members_of(namespace, &record),
+        &budget.before(network_share + POD_DELETE_SHARE),
+        undone,
+    );
+    let pod_budget = budget.before(network_share);
+    let pod = record.clone();
+    match pod_budget.run("rsandbox-pod", move || take_down_pod(&pod, &pod_budget)) {
+        Some(u) => undone.extend(u),
+        None => undone.cut_off("the pod's pause, /dev/shm, files, systemd scope or cgroup"),
+    }
+    // The network last: its plugins are the one step that can take all of what is left.
+    if let Some(net) = record.network.clone() {
+        crate::network::teardown_in_delete(net, budget, undone);
+    }
+    let _ = std::fs::remove_file(bundle.join(SANDBOX_STATE_FILE));
+    Some(record.pause_pid as u32)
+}
+
+/// What `delete` keeps for the pod's own steps ([`take_down_pod`]) after its containers: the
+/// pause's exit, the systemd scope's stop, a few unmounts and directory removals.
+const POD_DELETE_SHARE: Duration = Duration::from_millis(500);
+
+/// `delete`'s steps for the pod itself once its containers are down (see
+/// [`cleanup_from_bundle`]), within `budget`.
+fn take_down_pod(record: &SandboxRecord, budget: &crate::timing::Budget) -> crate::timing::Undone {
+    let mut undone = crate::timing::Undone::default();
+    let host = LinuxPodHost {
         host_etc: PathBuf::from("/etc"),
         unified: crate::cgroups::is_unified(Path::new("/sys/fs/cgroup")),
         // Unused: `delete` starts no pause process and makes no pod.
@@ -1320,52 +1352,55 @@ pub fn cleanup_from_bundle(
         runc: "runc".into(),
         spawner: crate::reaper::Spawner::direct(),
         selinux: crate::selinux::Selinux::disabled(),
-        scope_stop_timeout: crate::systemd::scope::DELETE_STOP_TIMEOUT,
+        scope_stop_timeout: budget.bound(crate::systemd::scope::DELETE_STOP_TIMEOUT),
         mcs: crate::mcs::Registry::node(),
     };
-    for member in members_of(namespace, &record) {
-        for p in crate::reclaim::reclaim(&member, budget) {
-            eprintln!("delete sandbox {}: {p}", record.id);
-        }
-    }
     if record.pause_pid > 0 {
         // Only while the pid still names the pause process we started.
         let ours =
             || crate::util::process_start_ticks(record.pause_pid) == Some(record.pause_start_ticks);
-        crate::util::kill_and_wait(record.pause_pid, ours, budget.bound(Duration::from_secs(1)));
+        let gone = crate::util::kill_and_wait(
+            record.pause_pid,
+            ours,
+            budget.bound(Duration::from_secs(1)),
+        );
+        if !gone && ours() {
+            undone.failed(format!(
+                "the pause process {} is still there",
+                record.pause_pid
+            ));
+        }
     }
-    if let Some(shm) = &record.shm {
-        let _ = host.unmount_shm(shm);
+    if let Some(shm) = &record.shm
+        && let Err(e) = host.unmount_shm(shm)
+    {
+        undone.failed(e.to_string());
     }
     let _ = host.remove_files(&record.files_dir);
-    // The pause's MCS level: only this pod's entry (the record's owner is the sandbox
-    // containerd named, checked above).
+    // The pause's MCS level: only this pod's entry (the record is of the sandbox containerd
+    // named: checked in `cleanup_from_bundle`).
     if let Some(r) = record.mcs.as_ref().filter(|r| r.owner == record.id) {
         host.release_mcs(r);
     }
-    // The dead shim's systemd scope (the pause is gone: it is empty), then our directories.
+    // The dead shim's systemd scope (the pause is gone: it is empty), then the pause's cgroup.
     // Only the unit this pod's scope is named: a record is a file, not an authority to stop
     // any unit of the node.
-    host.scope_stop_timeout = budget.bound(crate::systemd::scope::DELETE_STOP_TIMEOUT);
     if let Some(scope) = &record.cgroup.scope
         && scope.unit != crate::systemd::names::pod_scope_name(&record.id)
     {
-        eprintln!(
-            "delete sandbox {}: the record names unit {:?}, not the pod's scope: not stopped",
-            record.id, scope.unit
-        );
+        undone.failed(format!(
+            "the record names unit {:?}, not the pod's scope: not stopped",
+            scope.unit
+        ));
+    } else if record.cgroup.scope.is_some() && budget.is_spent() {
+        undone.cut_off("stop the pod's systemd scope");
     } else if let Err(e) = host.stop_scope(&record.cgroup) {
-        eprintln!("delete sandbox {}: {e}", record.id);
+        undone.failed(e.to_string());
     }
-    host.remove_cgroup(&record.cgroup);
-    // The network last: its plugins are the one step that can take all of what is left.
-    if let Some(net) = &record.network
-        && let Err(e) = crate::network::teardown_within(net, budget)
-    {
-        eprintln!("delete sandbox {}: {e}", record.id);
+    for e in super::cgroup::remove(&record.cgroup, &record.id) {
+        undone.failed(e.to_string());
     }
-    let _ = std::fs::remove_file(bundle.join(SANDBOX_STATE_FILE));
-    Some(record.pause_pid as u32)
+    undone
 }
 
 /// The pod's containers: those the record lists, and those runc's state puts in the pod in

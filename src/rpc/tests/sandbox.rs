@@ -202,8 +202,8 @@ impl PodHost for FakePodHost {
         }
         Ok(())
     }
-    fn remove_cgroup(&self, cg: &PodCgroup) {
-        self.log(format!("remove_cgroup {}", cg.created.len()));
+    fn remove_cgroup(&self, id: &str, cg: &PodCgroup) {
+        self.log(format!("remove_cgroup {id} {}", cg.created.len()));
     }
     fn kill(&self, pause: &PauseProcess) {
         self.log(format!("kill {}", pause.pid()));
@@ -645,7 +645,7 @@ fn create_start_status_stop_shutdown() {
         calls.ends_with(&[
             "unmount_shm".into(),
             "remove_files".into(),
-            "remove_cgroup 1".into()
+            "remove_cgroup pod1 1".into()
         ]),
         "{calls:?}"
     );
@@ -786,7 +786,13 @@ fn delete_releases_the_pod_s_mcs_level() {
     )
     .unwrap();
     let budget = crate::timing::Budget::new(std::time::Duration::from_secs(2));
-    cleanup_from_bundle("default", &id, &bundle, &budget);
+    cleanup_from_bundle(
+        "default",
+        &id,
+        &bundle,
+        &budget,
+        &mut crate::timing::Undone::default(),
+    );
     assert_eq!(node.users(level), ["some-other-pod"]);
     node.release(&other);
 }
@@ -800,11 +806,16 @@ fn delete_does_not_act_on_a_record_of_another_sandbox() {
     f.start("pod1").unwrap();
     let bundle = f.dir.path().join("pod1");
     let budget = crate::timing::Budget::new(std::time::Duration::from_secs(1));
+    let mut undone = crate::timing::Undone::default();
     assert_eq!(
-        cleanup_from_bundle("default", "pod2", &bundle, &budget),
+        cleanup_from_bundle("default", "pod2", &bundle, &budget, &mut undone),
         None
     );
     assert!(bundle.join(SANDBOX_STATE_FILE).exists());
+    assert_eq!(
+        undone.failed,
+        vec!["the bundle's sandbox record is of \"pod1\": not used".to_string()]
+    );
 }
 
 /// A slice parent (systemd cgroup driver): the pause goes into the scope
