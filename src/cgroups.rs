@@ -697,8 +697,12 @@ impl WatcherThread {
             .saturating_sub(l.base)
             .saturating_sub(l.taken)
             .saturating_sub(siblings);
+        // All of them: one OOM kill raises the count once per process it ends (an
+        // oom.group kill, kubelet's default on cgroup v2, ends every process of the
+        // container, `__oom_kill_process` counting each), and a kill left behind here would
+        // be taken later for a sibling whose init is SIGKILLed for another reason (a stop).
         if unaccounted > 0 {
-            l.taken += 1;
+            l.taken += unaccounted;
             return true;
         }
         false
@@ -1058,6 +1062,26 @@ mod oom_fallback_tests {
         assert!(!t.check_at_exit("c1", 0), "a normal exit");
         assert!(!t.check_at_exit("c1", KILLED), "a SIGKILL beside c2's kill");
         assert!(t.check_at_exit("c2", KILLED));
+    }
+
+    /// One OOM kill that ends several processes of a container (memory.oom.group, which the
+    /// kubelet sets on cgroup v2: the kernel counts each process it kills) whose scope is gone
+    /// at its init's exit: reported once, and all its kills are taken. Before, one was taken
+    /// and the rest stayed in the ledger, so a sibling later stopped with SIGKILL (its scope
+    /// gone too) was reported OOM-killed.
+    #[test]
+    fn a_kill_of_several_processes_is_taken_whole() {
+        let (tmp, dirs, t) = pod_with(&["c1.scope", "c2.scope"]);
+        let (pod, c1, c2) = (tmp.path(), dirs[0].clone(), dirs[1].clone());
+        std::fs::write(c1.join("memory.events"), "oom 1\noom_kill 3\n").unwrap();
+        std::fs::write(pod.join("memory.events"), "oom 1\noom_kill 3\n").unwrap();
+        std::fs::remove_dir_all(&c1).unwrap();
+        assert!(t.check_at_exit("c1", KILLED));
+        std::fs::remove_dir_all(&c2).unwrap();
+        assert!(
+            !t.check_at_exit("c2", KILLED),
+            "a stop taken for an OOM kill"
+        );
     }
 
     /// The same through the watch of the real thread: files given to `OomWatcher::watch`

@@ -150,23 +150,26 @@ impl Reaper {
         if self.held.locked().is_empty() {
             return Some(-1);
         }
-        // SAFETY: waitid writes one siginfo_t, which we own.
-        let (r, info) = unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let r = libc::waitid(
-                libc::P_ALL,
-                0,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            );
-            (r, info)
+        let (r, info) = loop {
+            // SAFETY: waitid writes one siginfo_t, which we own.
+            let (r, info) = unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                let r = libc::waitid(
+                    libc::P_ALL,
+                    0,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                );
+                (r, info)
+            };
+            // Asked again, never answered by waitpid(-1): that could reap a held child.
+            if r != 0 && Errno::last() == Errno::EINTR {
+                continue;
+            }
+            break (r, info);
         };
         if r != 0 {
-            return match Errno::last() {
-                // waitpid(-1) below answers it again, or finds nothing
-                Errno::EINTR => Some(-1),
-                _ => None,
-            };
+            return None; // ECHILD: no child at all
         }
         // SAFETY: waitid filled the SIGCHLD fields of `info` (or left them zero: no zombie).
         let pid = unsafe { info.si_pid() };
@@ -189,6 +192,9 @@ impl Reaper {
             // SAFETY: waitpid writes one int through the pointer, which outlives the call.
             let pid = unsafe { libc::waitpid(which, &mut raw, libc::WNOHANG) };
             let exit = match pid {
+                // The child looked at was reaped by its spawner (reap_pidfd) and its pid taken
+                // by a new child since: look again, other exits may be pending.
+                0 if which != -1 => continue,
                 0 => return, // children left, none exited
                 -1 => match Errno::last() {
                     Errno::EINTR => continue,

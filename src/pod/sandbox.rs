@@ -558,7 +558,10 @@ impl SandboxManager {
             }
             None => {}
         }
-        drop(held);
+        // The hold is kept until the record and the spec are written: the pause's start time
+        // below is read by pid, and so are the spec's /proc/<pid> paths. A pause that dies
+        // meanwhile stays a zombie until then, so they name it, never a process that got its
+        // pid after a reap (its exit is then reported by the reaper, `s.pid` set).
         steps.step(if scope.is_some() {
             "systemd scope"
         } else {
@@ -595,6 +598,7 @@ impl SandboxManager {
         s.started_spec = Some(Arc::new(spec.clone()));
         self.changed.notify_all();
         drop(guard);
+        drop(held);
         crate::waiters::wake(ended, ExitInfo::unknown());
         Ok((pid as u32, now, spec))
     }
