@@ -39,6 +39,7 @@ pub mod task;
 pub mod timing;
 pub mod util;
 pub mod validate;
+pub mod version;
 pub mod waiters;
 pub mod wire;
 
