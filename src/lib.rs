@@ -32,6 +32,7 @@ pub mod rpc;
 pub mod runtime;
 pub mod selinux;
 pub mod socket;
+pub mod state_file;
 pub mod stdio;
 pub mod sync;
 pub mod systemd;
