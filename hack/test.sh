@@ -11,6 +11,8 @@
 #   6. hack/build.sh: release shim, installed into the bench prefix
 #   7. hack/setup.sh: the bench set up (idempotent, ~1 s when done) and
 #      containerd running; every task/container left by an earlier run removed
+#   7b. the previous release's shim, built once (hack/previous-release.sh, cached under
+#      target/previous-release/): RSANDBOX_PREVIOUS_SHIM for the N-1 upgrade test
 #   8. integration tests: cargo test --manifest-path integration/Cargo.toml --no-fail-fast
 #      -- --test-threads=1 (skipped while integration/ does not exist), with
 #      the bench's env exported (see hack/containerd.sh env, RSANDBOX_PREFIX),
@@ -80,6 +82,15 @@ hack/setup.sh
 reset_objects
 
 failed=()
+section "the previous release (N-1) for the upgrade test: hack/previous-release.sh"
+# Built once from this repository's history (cached under target/); a clone without that
+# commit (a shallow one) cannot: that fails here, and integration/tests/upgrade.rs fails too.
+if RSANDBOX_PREVIOUS_SHIM=$(hack/previous-release.sh); then
+	export RSANDBOX_PREVIOUS_SHIM
+	log "previous release: $RSANDBOX_PREVIOUS_SHIM"
+else
+	failed+=("the previous release's build (hack/previous-release.sh, message above)")
+fi
 if [[ -f integration/Cargo.toml ]]; then
 	eval "$(print_env)"
 	export RSANDBOX_PREFIX
