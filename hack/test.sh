@@ -18,6 +18,10 @@
 #      the bench's env exported (see hack/containerd.sh env, RSANDBOX_PREFIX),
 #      once with runc 1.1 (the host's) and once with runc 1.3 (sid's, see
 #      hack/lib/runc.sh): both CRI handlers and ctr use the selected runc
+#   8a. release artefacts: hack/release.sh (two static release builds of HEAD compared byte
+#      for byte: dist/ binary, .deb, SBOM, SHA256SUMS; RSANDBOX_RELEASE_REPRO=0 builds once),
+#      then hack/release/test-deb.sh (the .deb installs, its binary checks the bench and runs
+#      pods; the installed shim is put back)
 #   8b. the cgroup v2 guest: hack/guest.sh (QEMU, Debian's kernel booted with
 #      cgroup_no_v1=all; the cgroupv2 integration tests inside, both runcs);
 #      RSANDBOX_GUEST=0 skips it
@@ -110,6 +114,18 @@ if [[ -f integration/Cargo.toml ]]; then
 	select_runc
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
+fi
+
+section "release artefacts: hack/release.sh, then hack/release/test-deb.sh"
+# Two release builds of HEAD in two directories, every artefact compared byte for byte (the
+# reproducibility check; RSANDBOX_RELEASE_REPRO=0 builds once), then the .deb installed into a
+# throwaway dpkg root, its binary's check against the bench and pods with it.
+release_flags=()
+[[ "${RSANDBOX_RELEASE_REPRO:-1}" = 0 ]] && release_flags=(--once)
+if hack/release.sh "${release_flags[@]}"; then
+	hack/release/test-deb.sh || failed+=("the release's .deb on the bench")
+else
+	failed+=("release artefacts (hack/release.sh)")
 fi
 
 section "cgroup v2 guest: hack/guest.sh"
