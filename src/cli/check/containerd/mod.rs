@@ -674,11 +674,16 @@ fn judge_files(f: &Facts, inputs: &Inputs) -> Vec<Finding> {
                     higher.join("\n"),
                     root.version
                 ))
-                .fix(format!(
-                    "write the drop-in with `version = {}` and that version's plugin names, or migrate \
-                     the root config (`containerd config migrate`)",
-                    root.version
-                )),
+                .fix(if root.version >= 2 {
+                    format!(
+                        "write the drop-in with `version = {}` and that version's plugin names, or \
+                         migrate the root config (`containerd config migrate`)",
+                        root.version
+                    )
+                } else {
+                    // No `version` (or 1): containerd's deprecated version-1 layout.
+                    "migrate the root config to version 3 (`containerd config migrate`)".to_string()
+                }),
             );
         }
     }
