@@ -18,8 +18,11 @@
 //! - a drop-in whose `version` is higher than the root config's: containerd 2.4 refuses to
 //!   start, earlier ones merge it and then skip migrating the root's older plugin sections.
 
-use std::collections::BTreeSet;
-use std::path::{Component, Path, PathBuf};
+mod effective;
+mod files;
+mod version;
+
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -27,6 +30,10 @@ use serde_json::{Value, json};
 use super::node::Node;
 use super::report::{Finding, Status};
 use crate::bundle::RUNTIME_ID;
+use effective::CRI_RUNTIME;
+pub use effective::{Effective, Handler, parse_effective};
+pub use files::{FileChain, LoadedFile, glob_match, imports_path, walk_files};
+pub use version::{HOST_NETWORK_FIXED, OPTIONS_FIXED, Version};
 
 /// containerd's default root config.
 pub const DEFAULT_CONFIG: &str = "/etc/containerd/config.toml";
@@ -34,80 +41,6 @@ pub const DEFAULT_CONFIG: &str = "/etc/containerd/config.toml";
 pub const DEFAULT_DROP_IN: &str = "/etc/containerd/conf.d/rsandbox.toml";
 /// The shim's binary name, as containerd derives it from the runtime type.
 pub const SHIM_BINARY: &str = "containerd-shim-rsandbox-v1";
-
-/// The CRI runtime plugin's section (config version 3 and later).
-const CRI_RUNTIME: &str = "io.containerd.cri.v1.runtime";
-/// The CRI plugin's section in version 2 configs.
-const CRI_V2: &str = "io.containerd.grpc.v1.cri";
-const SHIM_MANAGER: &str = "io.containerd.shim.v1.manager";
-
-/// Where the fixes landed.
-pub const HOST_NETWORK_FIXED: Version = Version::release(2, 3, 0);
-pub const OPTIONS_FIXED: Version = Version::release(2, 3, 1);
-
-/// A containerd version: `2.1.9`, `v2.2.1`, `2.4.0-beta.0`, `2.1.9~ds1`, `2.1.9+unknown`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Version {
-    pub major: u32,
-    pub minor: u32,
-    pub patch: u32,
-    /// A pre-release (`-beta.0`, `-rc.1`): it counts as before the release.
-    pub pre: bool,
-}
-
-impl Version {
-    pub const fn release(major: u32, minor: u32, patch: u32) -> Version {
-        Version {
-            major,
-            minor,
-            patch,
-            pre: false,
-        }
-    }
-
-    /// Parses one version word.
-    pub fn parse(word: &str) -> Option<Version> {
-        let w = word.strip_prefix('v').unwrap_or(word);
-        let end = w
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(w.len());
-        let (digits, rest) = w.split_at(end);
-        let mut it = digits.split('.');
-        let major = it.next()?.parse().ok()?;
-        let minor = it.next()?.parse().ok()?;
-        let patch = it.next().map_or(Some(0), |p| p.parse().ok())?;
-        Some(Version {
-            major,
-            minor,
-            patch,
-            pre: rest.starts_with('-'),
-        })
-    }
-
-    /// The version in `containerd --version`'s line (`containerd <package> <version>
-    /// [<revision>]`): the first word after the name that parses.
-    pub fn from_output(out: &str) -> Option<Version> {
-        let line = out.lines().find(|l| !l.trim().is_empty())?;
-        line.split_whitespace().skip(1).find_map(Version::parse)
-    }
-
-    /// Whether this is at least `other` (a pre-release of `other` is not).
-    pub fn at_least(&self, other: Version) -> bool {
-        let a = (self.major, self.minor, self.patch);
-        let b = (other.major, other.minor, other.patch);
-        a > b || (a == b && !self.pre)
-    }
-}
-
-impl std::fmt::Display for Version {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)?;
-        if self.pre {
-            write!(f, " (pre-release)")?;
-        }
-        Ok(())
-    }
-}
 
 /// What `check` is told about containerd.
 #[derive(Debug, Clone)]
@@ -119,54 +52,6 @@ pub struct Inputs {
     /// `--runtime`: a handler that must exist.
     pub runtime: Option<String>,
     pub timeout: Duration,
-}
-
-/// One file containerd loads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadedFile {
-    pub path: PathBuf,
-    /// Its `version` (0 when absent).
-    pub version: i64,
-}
-
-/// The config files as containerd walks them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FileChain {
-    pub root_exists: bool,
-    /// Every file loaded, root first, in containerd's order.
-    pub files: Vec<LoadedFile>,
-    /// Every import pattern, resolved to an absolute path (relative ones against their file's
-    /// directory).
-    pub patterns: Vec<PathBuf>,
-    /// Problems that stop containerd from starting (an imported file missing, a file that
-    /// does not parse).
-    pub errors: Vec<String>,
-}
-
-/// An rsandbox handler of the effective config.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Handler {
-    pub name: String,
-    pub sandboxer: String,
-    pub has_options: bool,
-    /// `options.BinaryName` (containerd >= 2.3.1 passes it to the shim).
-    pub binary_name: Option<String>,
-    pub runtime_path: Option<String>,
-}
-
-/// What the effective config says.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Effective {
-    pub version: i64,
-    pub default_runtime: Option<String>,
-    /// Handlers with `runtime_type = io.containerd.rsandbox.v1`.
-    pub handlers: Vec<Handler>,
-    /// `runtime_type` of every handler, by name.
-    pub runtime_types: Vec<(String, String)>,
-    /// A handler of runc's type with `SystemdCgroup = true`.
-    pub runc_systemd_cgroup: bool,
-    /// `RSANDBOX_CONFIG=` in the shim manager's `env`.
-    pub shim_config_env: Option<String>,
 }
 
 /// Everything found about containerd.
@@ -252,245 +137,6 @@ pub fn gather(node: &dyn Node, inputs: &Inputs) -> Facts {
             });
     }
     f
-}
-
-/// containerd's `LoadConfig` walk: the root file, then each file's `imports` in order
-/// (relative to the file's directory; with a `*` a glob, else the path itself), each file
-/// once.
-pub fn walk_files(node: &dyn Node, root: &Path) -> FileChain {
-    let mut chain = FileChain::default();
-    let mut pending = vec![root.to_path_buf()];
-    let mut loaded = BTreeSet::new();
-    let mut first = true;
-    while !pending.is_empty() {
-        let path = pending.remove(0);
-        if !loaded.insert(path.clone()) {
-            continue;
-        }
-        let text = match node.read(&path) {
-            Ok(t) => t,
-            Err(e) if first && e.kind() == std::io::ErrorKind::NotFound => {
-                // containerd runs with its defaults, which import nothing.
-                return chain;
-            }
-            Err(e) => {
-                chain.errors.push(format!("read {}: {e}", path.display()));
-                continue;
-            }
-        };
-        if first {
-            chain.root_exists = true;
-            first = false;
-        }
-        let table: toml::Table = match toml::from_str(&text) {
-            Ok(t) => t,
-            Err(e) => {
-                chain
-                    .errors
-                    .push(format!("{} is not valid TOML: {e}", path.display()));
-                continue;
-            }
-        };
-        let version = table
-            .get("version")
-            .and_then(|v| v.as_integer())
-            .unwrap_or(0);
-        chain.files.push(LoadedFile {
-            path: path.clone(),
-            version,
-        });
-        let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
-        let imports = table.get("imports").and_then(|v| v.as_array());
-        for import in imports.into_iter().flatten().filter_map(|v| v.as_str()) {
-            let p = clean(&dir.join(import));
-            chain.patterns.push(p.clone());
-            if import.contains('*') {
-                let mut matches = glob(node, &p);
-                matches.sort();
-                pending.extend(matches);
-            } else {
-                pending.push(p);
-            }
-        }
-    }
-    chain
-}
-
-/// Go's `filepath.Clean` for absolute paths: no `.`, `..` resolved lexically.
-fn clean(p: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-/// Go's `filepath.Glob` for an absolute pattern whose wildcards are in its last component
-/// (what containerd's drop-in patterns are); a wildcard in a directory component is matched
-/// component by component.
-fn glob(node: &dyn Node, pattern: &Path) -> Vec<PathBuf> {
-    let mut current = vec![PathBuf::from("/")];
-    for c in pattern.components().skip(1) {
-        let part = c.as_os_str().to_string_lossy();
-        let mut next = Vec::new();
-        for dir in &current {
-            if !part.contains(['*', '?', '[']) {
-                let p = dir.join(&*part);
-                if node.exists(&p) {
-                    next.push(p);
-                }
-                continue;
-            }
-            for name in node.list_dir(dir).unwrap_or_default() {
-                if glob_match(&part, &name) {
-                    next.push(dir.join(name));
-                }
-            }
-        }
-        current = next;
-    }
-    current
-}
-
-/// Go's `filepath.Match` for one path component: `*`, `?`, `[...]` (with `^` negation and
-/// ranges), `\` escapes.
-pub fn glob_match(pattern: &str, name: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let n: Vec<char> = name.chars().collect();
-    fn class(p: &[char], c: char) -> Option<(bool, usize)> {
-        // p starts after '['; returns (matched, length of the class including ']').
-        let mut i = 0;
-        let negate = p.first() == Some(&'^');
-        if negate {
-            i += 1;
-        }
-        let mut matched = false;
-        let mut first = true;
-        while i < p.len() {
-            if p[i] == ']' && !first {
-                return Some((matched != negate, i + 1));
-            }
-            first = false;
-            let mut lo = p[i];
-            if lo == '\\' {
-                i += 1;
-                lo = *p.get(i)?;
-            }
-            let mut hi = lo;
-            if p.get(i + 1) == Some(&'-') && p.get(i + 2).is_some_and(|c| *c != ']') {
-                hi = p[i + 2];
-                if hi == '\\' {
-                    hi = *p.get(i + 3)?;
-                    i += 1;
-                }
-                i += 2;
-            }
-            if lo <= c && c <= hi {
-                matched = true;
-            }
-            i += 1;
-        }
-        None
-    }
-    fn go(p: &[char], n: &[char]) -> bool {
-        match p.first() {
-            None => n.is_empty(),
-            Some('*') => (0..=n.len()).any(|k| go(&p[1..], &n[k..])),
-            Some('?') => !n.is_empty() && go(&p[1..], &n[1..]),
-            Some('[') => match (n.first(), class(&p[1..], *n.first().unwrap_or(&'\0'))) {
-                (Some(_), Some((true, len))) => go(&p[1 + len..], &n[1..]),
-                _ => false,
-            },
-            Some('\\') if p.len() > 1 => n.first() == Some(&p[1]) && go(&p[2..], &n[1..]),
-            Some(c) => n.first() == Some(c) && go(&p[1..], &n[1..]),
-        }
-    }
-    go(&p, &n)
-}
-
-/// Whether one of the resolved import patterns names `path` (which need not exist yet).
-pub fn imports_path(patterns: &[PathBuf], path: &Path) -> bool {
-    let path = clean(path);
-    patterns.iter().any(|pat| {
-        let pc: Vec<_> = pat.components().collect();
-        let fc: Vec<_> = path.components().collect();
-        pc.len() == fc.len()
-            && pc.iter().zip(&fc).all(|(a, b)| {
-                glob_match(
-                    &a.as_os_str().to_string_lossy(),
-                    &b.as_os_str().to_string_lossy(),
-                )
-            })
-    })
-}
-
-/// Reads the effective config printed by `config dump`.
-pub fn parse_effective(dump: &str) -> Result<Effective, String> {
-    let t: toml::Table =
-        toml::from_str(dump).map_err(|e| format!("config dump is not valid TOML: {e}"))?;
-    let mut eff = Effective {
-        version: t.get("version").and_then(|v| v.as_integer()).unwrap_or(0),
-        ..Default::default()
-    };
-    let plugins = t.get("plugins").and_then(|v| v.as_table());
-    let plugin = |name: &str| plugins.and_then(|p| p.get(name)).and_then(|v| v.as_table());
-    // The CRI runtime section: version 3+ (`io.containerd.cri.v1.runtime`), else a version 2
-    // dump (`io.containerd.grpc.v1.cri`).
-    let containerd = plugin(CRI_RUNTIME)
-        .and_then(|c| c.get("containerd"))
-        .or_else(|| plugin(CRI_V2).and_then(|c| c.get("containerd")))
-        .and_then(|v| v.as_table());
-    if let Some(c) = containerd {
-        eff.default_runtime = c
-            .get("default_runtime_name")
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-            .map(String::from);
-        let runtimes = c.get("runtimes").and_then(|v| v.as_table());
-        for (name, r) in runtimes.into_iter().flatten() {
-            let Some(r) = r.as_table() else { continue };
-            let get = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
-            let runtime_type = get("runtime_type");
-            let options = r.get("options").and_then(|v| v.as_table());
-            if runtime_type == RUNTIME_ID {
-                eff.handlers.push(Handler {
-                    name: name.clone(),
-                    sandboxer: get("sandboxer"),
-                    has_options: options.is_some(),
-                    binary_name: options
-                        .and_then(|o| o.get("BinaryName"))
-                        .and_then(|v| v.as_str())
-                        .filter(|s| !s.is_empty())
-                        .map(String::from),
-                    runtime_path: Some(get("runtime_path")).filter(|s| !s.is_empty()),
-                });
-            } else if runtime_type == "io.containerd.runc.v2"
-                && options
-                    .and_then(|o| o.get("SystemdCgroup"))
-                    .and_then(|v| v.as_bool())
-                    == Some(true)
-            {
-                eff.runc_systemd_cgroup = true;
-            }
-            eff.runtime_types.push((name.clone(), runtime_type));
-        }
-    }
-    let env = plugin(SHIM_MANAGER)
-        .and_then(|m| m.get("env"))
-        .and_then(|v| v.as_array());
-    eff.shim_config_env = env
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.as_str())
-        .find_map(|e| e.strip_prefix(&format!("{}=", crate::config::CONFIG_ENV)))
-        .map(String::from);
-    Ok(eff)
 }
 
 /// The facts as JSON (`facts.containerd`).

@@ -2,6 +2,8 @@
 //! versions CI does not run (2.2, 2.3, 2.4) from their real `--version` lines and `config
 //! dump` layout (the bench's 2.1.9 dump, abridged; 2.2+ adds the default `imports`).
 
+use std::path::Path;
+
 use super::super::node::fake::{FakeNode, failed, ok};
 use super::*;
 
