@@ -10,14 +10,15 @@ use super::*;
 const CONTAINERD: &str = "/usr/bin/containerd";
 const CONFIG: &str = "/etc/containerd/config.toml";
 
-/// `containerd --version` of each release (upstream builds print `v` and the commit; Debian's
-/// prints `+unknown`; Docker's containerd.io names itself).
+/// `containerd --version` of each release: `<name> <package> <version> <revision>`
+/// (cmd/containerd/command/main.go's VersionPrinter; the Makefile's `git describe` version and
+/// the tag's commit, from the mirror). Debian's build prints `+unknown` and no revision (the
+/// bench's binary); Docker's containerd.io names itself.
 const V2_1_9_DEBIAN: &str = "containerd github.com/containerd/containerd/v2 2.1.9+unknown \n";
 const V2_2_1: &str = "containerd github.com/containerd/containerd/v2 v2.2.1 dea7da592f5d1d2b7755e3a161be07f43fad8f75\n";
-const V2_3_0: &str = "containerd github.com/containerd/containerd/v2 v2.3.0 9a6c5e8ab1b24d4d9c1d5b9b5a5d1e8c2f0b6a11\n";
-const V2_3_4: &str = "containerd github.com/containerd/containerd/v2 v2.3.4 0b7c3e3e2c3b1c6d0a4b8c1e5f7a9d2b4c6e8f01\n";
-const V2_4_BETA: &str =
-    "containerd github.com/containerd/containerd/v2 v2.4.0-beta.0 4f6d1b4c9e2a\n";
+const V2_3_0: &str = "containerd github.com/containerd/containerd/v2 v2.3.0 2976f38ccbfcda5ef1364d63d60b0a304e4bf94a\n";
+const V2_3_4: &str = "containerd github.com/containerd/containerd/v2 v2.3.4 db8809540e1a7a9da5d518876894933ff55692ab\n";
+const V2_4_BETA: &str = "containerd github.com/containerd/containerd/v2 v2.4.0-beta.0 58e6cee9dee67ee87ee2f727d3570009050f9954\n";
 const V1_7_DOCKER: &str =
     "containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da\n";
 
@@ -391,15 +392,16 @@ fn version_window() {
     for (line, want) in [
         (V1_7_DOCKER, Status::Block),
         (
-            "containerd github.com/containerd/containerd/v2 v2.0.7 abc\n",
+            "containerd github.com/containerd/containerd/v2 v2.0.7 4ac6c20c7bbf8177f29e46bbdc658fec02ffb8ad\n",
             Status::Warn,
         ),
         (V2_1_9_DEBIAN, Status::Ok),
         (V2_2_1, Status::Ok),
         (V2_3_4, Status::Ok),
         (V2_4_BETA, Status::Ok),
+        // No such release yet: one newer than the window.
         (
-            "containerd github.com/containerd/containerd/v2 v2.5.0 abc\n",
+            "containerd github.com/containerd/containerd/v2 v2.5.0 0000000\n",
             Status::Warn,
         ),
         ("containerd (devel)\n", Status::Warn),
