@@ -28,15 +28,28 @@ bin=dist/$SHIM_NAME-$version-linux-amd64
 (cd dist && sha256sum --check --quiet SHA256SUMS) || die "dist/SHA256SUMS does not match dist/"
 
 root=$(mktemp -d /tmp/rsandbox-deb.XXXXXX)
-saved=$(mktemp /tmp/rsandbox-shim.XXXXXX)
-cp "$BIN/$SHIM_NAME" "$saved"
+saved=$root.shim
+had_shim=0
 restore() {
 	local rc=$?
-	install_shim "$saved" >/dev/null 2>&1 || log "warning: could not put back $BIN/$SHIM_NAME (from $saved)"
+	# install_shim dies on failure: in a subshell, so the clean-up below still runs
+	if ((had_shim)); then
+		(install_shim "$saved") >/dev/null 2>&1 || {
+			log "error: could not put back $BIN/$SHIM_NAME (a copy is in $saved)"
+			exit 1
+		}
+		log "put back the shim that was installed before ($BIN/$SHIM_NAME)"
+	else
+		rm -f "$BIN/$SHIM_NAME"
+	fi
 	rm -rf "$root" "$saved"
 	exit "$rc"
 }
 trap restore EXIT
+if [[ -x "$BIN/$SHIM_NAME" ]]; then
+	install -m 0755 "$BIN/$SHIM_NAME" "$saved"
+	had_shim=1
+fi
 
 section "dpkg -i $deb (root $root)"
 mkdir -p "$root/var/lib/dpkg/info" "$root/var/lib/dpkg/updates" "$root/var/log"
