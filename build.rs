@@ -4,14 +4,88 @@
 //! 2. builds the pause program (`pause/pause.rs`: `no_std`, no libc, static) with the
 //!    toolchain's own `rustc` into `$OUT_DIR/rsandbox-pause`, embedded in the shim by
 //!    `src/pod/pause_image.rs`. It is our own code, a few kilobytes: the pause process runs it
-//!    from a sealed memfd instead of a copy of the shim.
+//!    from a sealed memfd instead of a copy of the shim;
+//! 3. records what `-v` prints besides the version (`src/version.rs`): the git revision the
+//!    binary is built from and the Rust compiler that builds it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
     cri_types();
     pause_program();
+    build_info();
+}
+
+/// `RSANDBOX_REVISION`: the commit (`git rev-parse HEAD`), with containerd's `.m` suffix when
+/// tracked files differ from it (containerd's Makefile: `git diff --no-ext-diff --quiet`); a
+/// non-empty `RSANDBOX_REVISION` in the build's environment wins (a packager building from a
+/// tarball that knows its commit; `hack/release.sh` builds from a `git archive` export);
+/// `unknown` without either (a tarball: no `.git`). `RSANDBOX_RUSTC`: `$RUSTC --version`.
+fn build_info() {
+    const ENV: &str = "RSANDBOX_REVISION";
+    println!("cargo:rerun-if-env-changed={ENV}");
+    let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let revision = match std::env::var(ENV) {
+        Ok(r) if !r.trim().is_empty() => r.trim().to_string(),
+        _ => git_revision(&dir).unwrap_or_else(|| "unknown".into()),
+    };
+    println!("cargo:rustc-env={ENV}={revision}");
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let version = Command::new(rustc)
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=RSANDBOX_RUSTC={version}");
+}
+
+/// The commit of the checkout at `dir` (only when `dir` is its top: a tarball unpacked inside
+/// another repository is no checkout of ours), `.m` appended when tracked files changed.
+/// Watches what changes the answer: HEAD, the branch it names, the index and the crate's
+/// inputs (for the `.m`).
+fn git_revision(dir: &Path) -> Option<String> {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .arg("--no-optional-locks")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim_end().to_string())
+    };
+    let top = git(&["rev-parse", "--show-toplevel"])?;
+    if Path::new(&top).canonicalize().ok()? != dir.canonicalize().ok()? {
+        return None;
+    }
+    let head = git(&["rev-parse", "--verify", "HEAD"])?;
+    let mut watched = vec!["HEAD".to_string(), "index".into(), "packed-refs".into()];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watched.push(branch);
+    }
+    for name in watched {
+        // A path that does not exist would rerun the script on every build.
+        if let Some(p) = git(&["rev-parse", "--git-path", &name]).map(|p| dir.join(p))
+            && p.exists()
+        {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+    }
+    for input in ["src", "pause", "protos", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={input}");
+    }
+    let changes = git(&["status", "--porcelain", "--untracked-files=no"])?;
+    Some(if changes.is_empty() {
+        head
+    } else {
+        format!("{head}.m")
+    })
 }
 
 fn cri_types() {

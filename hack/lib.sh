@@ -90,9 +90,10 @@ NAMESPACES=(default k8s.io)
 GUARD_RULE=(FORWARD -s "$RSANDBOX_SUBNET" ! -d "$RSANDBOX_SUBNET" -m comment --comment rsandbox-bench -j DROP)
 SHIM_GUARD_RULE=(FORWARD -s "$RSANDBOX_SHIM_SUBNET" ! -d "$RSANDBOX_SHIM_SUBNET" -m comment --comment rsandbox-bench -j DROP)
 # host packages, from the host's own release (protobuf-compiler: the
-# integration tests build tonic/prost code; gcc + libc6-dev: the static pause)
+# integration tests build tonic/prost code; gcc + libc6-dev: the static pause and the static
+# release binary; jq, file, binutils: hack/release.sh's SBOM and static checks)
 HOST_PACKAGES=(runc iptables iproute2 util-linux procps gcc libc6-dev protobuf-compiler pkg-config
-	tar gzip ca-certificates debian-archive-keyring)
+	tar gzip ca-certificates debian-archive-keyring jq file binutils)
 
 # rustup's cargo lives in ~/.cargo/bin, which non-login shells (sudo, CI) may lack
 if ! command -v cargo >/dev/null 2>&1 && [[ -x "${HOME:-/root}/.cargo/bin/cargo" ]]; then

@@ -14,6 +14,8 @@
 #   6. hack/build.sh: release shim, installed into the bench prefix
 #   7. hack/setup.sh: the bench set up (idempotent, ~1 s when done) and
 #      containerd running; every task/container left by an earlier run removed
+#   7b. the previous release's shim, built once (hack/previous-release.sh, cached under
+#      target/previous-release/): RSANDBOX_PREVIOUS_SHIM for the N-1 upgrade test
 #   8. integration tests: cargo test --manifest-path integration/Cargo.toml --no-fail-fast
 #      -- --test-threads=1 (skipped while integration/ does not exist), with
 #      the bench's env exported (see hack/containerd.sh env, RSANDBOX_PREFIX),
@@ -23,10 +25,14 @@
 #      new namespaces on this host, booted in about a second; containerd as a unit; the
 #      systemd integration tests inside, both CRI handlers, both runcs, and the shim's
 #      ignored live_systemd unit tests); RSANDBOX_NODE=0 skips it
-#   8b. the cgroup v2 guest: hack/guest.sh (QEMU, Debian's kernel booted with
+#   8b. release artefacts: hack/release.sh (two static release builds of HEAD compared byte
+#      for byte: dist/ binary, .deb, SBOM, SHA256SUMS; RSANDBOX_RELEASE_REPRO=0 builds once),
+#      then hack/release/test-deb.sh (the .deb installs, its binary checks the bench and runs
+#      pods; the installed shim is put back)
+#   8c. the cgroup v2 guest: hack/guest.sh (QEMU, Debian's kernel booted with
 #      cgroup_no_v1=all; the cgroupv2 integration tests inside, both runcs);
 #      RSANDBOX_GUEST=0 skips it
-#   8c. the systemd guest: hack/guest.sh --systemd (the same kernel, systemd as
+#   8d. the systemd guest: hack/guest.sh --systemd (the same kernel, systemd as
 #      PID 1 on cgroup v2, containerd as a unit; the systemd integration tests
 #      inside, both CRI handlers, both runcs); RSANDBOX_GUEST=0 skips it too
 #   9. bench smoke run: hack/bench.sh --quick (rsandbox vs the runc path, under
@@ -92,6 +98,15 @@ hack/setup.sh
 reset_objects
 
 failed=()
+section "the previous release (N-1) for the upgrade test: hack/previous-release.sh"
+# Built once from this repository's history (cached under target/); a clone without that
+# commit (a shallow one) cannot: that fails here, and integration/tests/upgrade.rs fails too.
+if RSANDBOX_PREVIOUS_SHIM=$(hack/previous-release.sh); then
+	export RSANDBOX_PREVIOUS_SHIM
+	log "previous release: $RSANDBOX_PREVIOUS_SHIM"
+else
+	failed+=("the previous release's build (hack/previous-release.sh, message above)")
+fi
 if [[ -f integration/Cargo.toml ]]; then
 	eval "$(print_env)"
 	export RSANDBOX_PREFIX
@@ -123,6 +138,18 @@ elif [[ -f integration/Cargo.toml ]]; then
 	hack/node.sh -n test run-tests || failed+=("systemd node (cgroup v1)")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
+fi
+
+section "release artefacts: hack/release.sh, then hack/release/test-deb.sh"
+# Two release builds of HEAD in two directories, every artefact compared byte for byte (the
+# reproducibility check; RSANDBOX_RELEASE_REPRO=0 builds once), then the .deb installed into a
+# throwaway dpkg root, its binary's check against the bench and pods with it.
+release_flags=()
+[[ "${RSANDBOX_RELEASE_REPRO:-1}" = 0 ]] && release_flags=(--once)
+if hack/release.sh "${release_flags[@]}"; then
+	hack/release/test-deb.sh || failed+=("the release's .deb on the bench")
+else
+	failed+=("release artefacts (hack/release.sh)")
 fi
 
 section "cgroup v2 guest: hack/guest.sh"

@@ -140,9 +140,15 @@ fn report(id: &str, undone: &Undone) {
 }
 
 fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget, undone: &mut Undone) {
+    // Any release's record (crate::state_file): a task of an older shim is cleaned up too.
     let record: Option<TaskRecord> = std::fs::read(bundle.join(TASK_STATE_FILE))
         .ok()
-        .and_then(|raw| serde_json::from_slice(&raw).ok());
+        .and_then(|raw| {
+            crate::state_file::decode(&crate::state_file::TASK_RECORD, &raw)
+                .inspect_err(|e| eprintln!("delete {id}: {e}: not used"))
+                .ok()
+        })
+        .map(|d| d.record);
     let network = record.as_ref().and_then(|r| r.network.clone());
     let runc = record
         .map(|r| r.runc)
@@ -325,6 +331,57 @@ fn socket_of(cmdline: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pod::sandbox::SandboxRecord;
+    use crate::state_file::{self, Decoded, SANDBOX_RECORD, TASK_RECORD};
+
+    /// Files the previous release (0.1.0, 148d184) wrote, taken from a real run of its binary
+    /// on the bench (a CRI pod with one container; integration/tests/upgrade.rs makes the same
+    /// pod): no schema version. `delete` reads them as version 0 with every field.
+    #[test]
+    fn records_of_the_previous_release_load_as_version_0() {
+        let raw = include_bytes!("testdata/state-0.1.0/rsandbox-sandbox.json");
+        let d: Decoded<SandboxRecord> = state_file::decode(&SANDBOX_RECORD, raw).unwrap();
+        assert_eq!(d.version, 0);
+        let r = d.record;
+        assert_eq!(
+            r.id,
+            "229c52c2fd69c5ce31a1bbcf0727f7c3105a937e06c7cd3b5d30c28781c64263"
+        );
+        assert_eq!((r.pause_pid, r.pause_start_ticks), (9911, 376659));
+        assert!(r.shm.unwrap().ends_with("shm"));
+        assert_eq!(r.members.len(), 1);
+        let m = &r.members[0];
+        assert_eq!(m.runc.root, PathBuf::from("/run/containerd/runc/k8s.io"));
+        assert_eq!(
+            m.cgroups_path.as_deref(),
+            Some("/k8s.io/3e279dea6dfff2cc13bf7da5d1118fe5717ec2ac91cc4eda4669b17770cbbdd0")
+        );
+
+        let raw = include_bytes!("testdata/state-0.1.0/rsandbox-task.json");
+        let d: Decoded<TaskRecord> = state_file::decode(&TASK_RECORD, raw).unwrap();
+        assert_eq!(d.version, 0);
+        assert_eq!(d.record.id, m.id);
+        assert!(d.record.rootfs_mounted && d.record.network.is_none());
+        assert_eq!(d.record.runc, m.runc);
+    }
+
+    /// What this release writes, the previous release reads: the same fields (it ignores
+    /// `schema_version`, as serde ignores any unknown key), so a downgrade's `delete` works.
+    #[test]
+    fn records_of_this_release_load_in_the_previous_one() {
+        let raw = include_bytes!("testdata/state-0.1.0/rsandbox-sandbox.json");
+        let old: SandboxRecord = serde_json::from_slice(raw).unwrap();
+        let new = state_file::encode(&SANDBOX_RECORD, &old).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&new).unwrap();
+        assert_eq!(v["schema_version"], 1);
+        // The previous release's reader: plain serde of the same struct.
+        let back: SandboxRecord = serde_json::from_slice(&new).unwrap();
+        assert_eq!(back, old);
+        let raw = include_bytes!("testdata/state-0.1.0/rsandbox-task.json");
+        let old: TaskRecord = serde_json::from_slice(raw).unwrap();
+        let new = state_file::encode(&TASK_RECORD, &old).unwrap();
+        assert_eq!(serde_json::from_slice::<TaskRecord>(&new).unwrap(), old);
+    }
 
     const HASH: &str = "0ddfbd72d02b3551e75f3a0ed90b9965b533401be618f43a568bc522764e0ad0";
 

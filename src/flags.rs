@@ -35,8 +35,11 @@ pub struct Flags {
     pub address: String,
     /// `-publish-binary`: containerd's binary (the Go shim library ignores it too).
     pub publish_binary: String,
-    /// The first argument after the flags: `start`, `delete`, or empty for the daemon.
+    /// The first argument after the flags: `start`, `delete`, `check`, or empty for the
+    /// daemon.
     pub action: String,
+    /// The arguments after the action (`check`'s own flags); containerd passes none.
+    pub args: Vec<String>,
 }
 
 /// Why a command line was rejected; the messages are Go's.
@@ -60,6 +63,7 @@ pub enum FlagError {
 /// The flags' usage text (for `-h`).
 pub const USAGE: &str = "\
 Usage: containerd-shim-rsandbox-v1 [flags] [start|delete]
+       containerd-shim-rsandbox-v1 check [-json] [check flags] (a node's preflight: check -h)
   -address string         grpc address back to main containerd
   -bundle string          path to the bundle if not workdir
   -debug                  enable debug output in logs
@@ -72,12 +76,20 @@ Usage: containerd-shim-rsandbox-v1 [flags] [start|delete]
   -v, -version            show the shim version and exit
 ";
 
-enum Slot<'a> {
+/// Where a flag's value goes.
+pub enum Slot<'a> {
     Bool(&'a mut bool),
     Text(&'a mut String),
 }
 
-impl Flags {
+/// A set of flags parsed with Go's rules ([`parse_into`]): the shim's own ([`Flags`]), or a
+/// subcommand's (`check`).
+pub trait FlagSet {
+    /// The slot of flag `name` (without dashes), `None` if the set has no such flag.
+    fn slot(&mut self, name: &str) -> Option<Slot<'_>>;
+}
+
+impl FlagSet for Flags {
     fn slot(&mut self, name: &str) -> Option<Slot<'_>> {
         Some(match name {
             "debug" => Slot::Bool(&mut self.debug),
@@ -106,12 +118,21 @@ fn parse_bool(s: &str) -> Option<bool> {
 
 /// Parses the arguments after the program name.
 pub fn parse(args: &[OsString]) -> Result<Flags, FlagError> {
-    let mut args = args
+    let args = args
         .iter()
         .map(|a| a.to_str().ok_or_else(|| FlagError::NotUtf8(a.clone())))
-        .collect::<Result<Vec<&str>, _>>()?
-        .into_iter();
+        .collect::<Result<Vec<&str>, _>>()?;
     let mut flags = Flags::default();
+    let mut rest = parse_into(&args, &mut flags)?.into_iter();
+    flags.action = rest.next().unwrap_or_default();
+    flags.args = rest.collect();
+    Ok(flags)
+}
+
+/// Parses `args` into `set` with Go's rules; returns the arguments after the flags (from the
+/// first one that is no flag, or after `--`).
+pub fn parse_into(args: &[&str], set: &mut dyn FlagSet) -> Result<Vec<String>, FlagError> {
+    let mut args = args.iter().copied();
     let mut rest = Vec::new();
     while let Some(arg) = args.next() {
         // Not a flag ("start", "-"): the flags end here.
@@ -131,7 +152,7 @@ pub fn parse(args: &[OsString]) -> Result<Flags, FlagError> {
             Some((n, v)) => (n, Some(v)),
             None => (name, None),
         };
-        match flags.slot(name) {
+        match set.slot(name) {
             Some(Slot::Bool(b)) => {
                 *b = match value {
                     None => true,
@@ -156,8 +177,7 @@ pub fn parse(args: &[OsString]) -> Result<Flags, FlagError> {
         }
     }
     rest.extend(args);
-    flags.action = rest.first().map(|s| s.to_string()).unwrap_or_default();
-    Ok(flags)
+    Ok(rest.into_iter().map(String::from).collect())
 }
 
 #[cfg(test)]
@@ -259,6 +279,7 @@ mod tests {
     fn parsing_stops_at_the_action_or_double_dash() {
         let f = p(&["-id", "x", "delete", "-debug", "extra"]).unwrap();
         assert_eq!((f.action.as_str(), f.debug), ("delete", false));
+        assert_eq!(f.args, ["-debug", "extra"]);
         let f = p(&["-id", "x", "--", "-debug"]).unwrap();
         assert_eq!((f.action.as_str(), f.debug), ("-debug", false));
         // A lone "-" is an argument, not a flag.

@@ -34,6 +34,7 @@ pub mod rpc;
 pub mod runtime;
 pub mod selinux;
 pub mod socket;
+pub mod state_file;
 pub mod stdio;
 pub mod sync;
 pub mod systemd;
@@ -41,6 +42,7 @@ pub mod task;
 pub mod timing;
 pub mod util;
 pub mod validate;
+pub mod version;
 pub mod waiters;
 pub mod wire;
 

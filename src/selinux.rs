@@ -166,13 +166,23 @@ impl Selinux {
 
     /// [`Selinux::detect`] with the mount table and the policy directory given.
     pub fn detect_in(mountinfo: &str, etc_selinux: &Path) -> Selinux {
+        Self::detect_with(mountinfo, etc_selinux, &|p| std::fs::read_to_string(p))
+    }
+
+    /// [`Selinux::detect_in`] with every file read through `read` (the node preflight,
+    /// `check`, reads a node its tests can fake).
+    pub fn detect_with(
+        mountinfo: &str,
+        etc_selinux: &Path,
+        read: &dyn Fn(&Path) -> io::Result<String>,
+    ) -> Selinux {
         let Some(fs) = selinuxfs(mountinfo) else {
             return Selinux::disabled();
         };
-        if std::fs::read_to_string(fs.join("enforce")).is_err() {
+        if read(&fs.join("enforce")).is_err() {
             return Selinux::disabled();
         }
-        let lxc = lxc_contexts(etc_selinux).unwrap_or_default();
+        let lxc = lxc_contexts(etc_selinux, read).unwrap_or_default();
         let context = |key: &str| config_value(&lxc, key).and_then(|v| Label::parse(&v));
         Selinux {
             file_context: context("file"),
@@ -280,7 +290,7 @@ impl Selinux {
 }
 
 /// The mount point of selinuxfs in `mountinfo`.
-fn selinuxfs(mountinfo: &str) -> Option<PathBuf> {
+pub fn selinuxfs(mountinfo: &str) -> Option<PathBuf> {
     mountinfo.lines().find_map(|l| {
         let (pre, post) = l.split_once(" - ")?;
         (post.split_whitespace().next()? == "selinuxfs")
@@ -289,13 +299,13 @@ fn selinuxfs(mountinfo: &str) -> Option<PathBuf> {
 }
 
 /// The configured policy's `lxc_contexts` (`<etc_selinux>/<SELINUXTYPE>/contexts/lxc_contexts`).
-fn lxc_contexts(etc_selinux: &Path) -> Option<String> {
-    let config = std::fs::read_to_string(etc_selinux.join("config")).ok()?;
+fn lxc_contexts(etc_selinux: &Path, read: &dyn Fn(&Path) -> io::Result<String>) -> Option<String> {
+    let config = read(&etc_selinux.join("config")).ok()?;
     let policy = config_value(&config, "SELINUXTYPE")?;
     if policy.contains('/') || policy.starts_with('.') {
         return None;
     }
-    std::fs::read_to_string(etc_selinux.join(policy).join("contexts/lxc_contexts")).ok()
+    read(&etc_selinux.join(policy).join("contexts/lxc_contexts")).ok()
 }
 
 /// Two distinct MCS categories of 0..1024, the lower first: `s0:cX,cY` (go-selinux's

@@ -60,7 +60,8 @@ pub fn runtime_info(stdin: &[u8], path_var: Option<&OsStr>) -> Result<RuntimeInf
     let mut info = RuntimeInfo {
         name: RUNTIME_ID.to_string(),
         version: MessageField::some(RuntimeVersion {
-            version: env!("CARGO_PKG_VERSION").to_string(),
+            version: crate::version::VERSION.to_string(),
+            revision: crate::version::REVISION.to_string(),
             ..Default::default()
         }),
         ..Default::default()
@@ -257,6 +258,8 @@ mod tests {
         let (info, features) = decode(&info);
         assert_eq!(info.name, RUNTIME_ID);
         assert_eq!(info.version.version, env!("CARGO_PKG_VERSION"));
+        // As the runc shim's Info: the revision the binary was built from.
+        assert_eq!(info.version.revision, crate::version::REVISION);
         assert!(info.options.is_none());
         let f = features.unwrap();
         assert!(

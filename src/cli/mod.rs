@@ -6,12 +6,15 @@
 //!   the socket and the daemon ([`start`]), `ShimCgroup` included ([`shim_cgroup`]).
 //! - `delete`: clean up one ID from its bundle alone, after the daemon is gone
 //!   ([`crate::cleanup`]); prints a protobuf `DeleteResponse`.
+//! - `check`: the node preflight for people and installers ([`check`]); containerd never
+//!   runs it.
 //! - no action: the daemon, see [`crate::daemon`].
 //!
 //! Everything `start` and `delete` print on stdout is their reply: containerd reads it (for
 //! `start`, stdout and stderr combined). Errors go to stderr with exit status 1.
 
 pub mod bootstrap;
+pub mod check;
 pub mod info;
 pub mod shim_cgroup;
 pub mod start;
@@ -43,10 +46,14 @@ pub fn main() {
         }
     };
     if flags.version {
-        println!(
-            "containerd-shim-rsandbox-v1:\n  Version: {}\n  Runtime: {RUNTIME_ID}",
-            env!("CARGO_PKG_VERSION")
-        );
+        // containerd's shims name themselves by argv[0]'s base name.
+        let argv0 = std::env::args_os().next().map(PathBuf::from);
+        let name = argv0
+            .as_deref()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "containerd-shim-rsandbox-v1".into());
+        print!("{}", crate::version::text(&name));
         return;
     }
     let result = if flags.info {
@@ -56,8 +63,9 @@ pub fn main() {
             "" => crate::daemon::serve(&flags).inspect_err(|e| log::error!("shim failed: {e}")),
             "start" => run_start(&flags),
             "delete" => run_delete(&flags),
+            "check" => std::process::exit(check::main(&flags.args)),
             other => Err(Error::invalid(format!(
-                "unknown action {other:?} (want start or delete)"
+                "unknown action {other:?} (want start, delete or check)"
             ))),
         }
     };

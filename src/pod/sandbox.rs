@@ -984,7 +984,7 @@ impl SandboxManager {
 }
 
 fn save_record(bundle: &Path, record: &SandboxRecord) -> Result<()> {
-    let data = serde_json::to_vec(record).map_err(|e| Error::internal(e.to_string()))?;
+    let data = crate::state_file::encode(&crate::state_file::SANDBOX_RECORD, record)?;
     write_file_atomic(&bundle.join(SANDBOX_STATE_FILE), &data, 0o600).context("save sandbox record")
 }
 
@@ -1307,7 +1307,15 @@ pub fn cleanup_from_bundle(
     undone: &mut crate::timing::Undone,
 ) -> Option<u32> {
     let raw = std::fs::read(bundle.join(SANDBOX_STATE_FILE)).ok()?;
-    let record: SandboxRecord = serde_json::from_slice(&raw).ok()?;
+    // Any release's record (crate::state_file): a pod of an older shim is cleaned up too.
+    let record: SandboxRecord =
+        match crate::state_file::decode(&crate::state_file::SANDBOX_RECORD, &raw) {
+            Ok(d) => d.record,
+            Err(e) => {
+                eprintln!("delete {id}: {e}: not used");
+                return None;
+            }
+        };
     // The record is a file in a bundle: it speaks for the sandbox containerd named, no other.
     if record.id != id {
         undone.failed(format!(

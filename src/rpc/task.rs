@@ -322,7 +322,7 @@ impl Task for TaskService {
         Ok(ConnectResponse {
             shim_pid: std::process::id(),
             task_pid,
-            version: env!("CARGO_PKG_VERSION").into(),
+            version: crate::version::VERSION.into(),
             ..Default::default()
         })
     }

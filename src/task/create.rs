@@ -129,7 +129,7 @@ impl TaskManager {
             network: network.clone(),
         };
         let record_path = req.bundle.join(TASK_STATE_FILE);
-        let data = serde_json::to_vec(&record).map_err(|e| Error::internal(e.to_string()))?;
+        let data = crate::state_file::encode(&crate::state_file::TASK_RECORD, &record)?;
         write_file_atomic(&record_path, &data, 0o600).context("write task record")?;
         undo.push("remove the task record", move || {
             let _ = std::fs::remove_file(&record_path);

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# hack/release.sh [--once] [--clean] - build the release artefacts of HEAD into dist/:
+#
+#   dist/containerd-shim-rsandbox-v1-<version>-linux-amd64   static x86_64 binary
+#   dist/rsandbox_<version>_amd64.deb                         the binary, the containerd drop-in
+#                                                             snippet, README, CHANGELOG, license
+#   dist/rsandbox-<version>.cdx.json                          SBOM (CycloneDX 1.5, hack/release/sbom.sh)
+#   dist/SHA256SUMS                                           sha256sum of the three
+#
+# The release is HEAD's tree (`git archive`: what is not committed is not in it), built twice,
+# in two directories (target/release-work/{a,b}: path, target dir and all), and every artefact
+# of both builds must be the same bytes, or the script fails naming the files that differ.
+# `--once` builds once and skips that check; `--clean` empties the work directories first (a
+# second run otherwise reuses their compiled dependencies).
+#
+# Determinism: SOURCE_DATE_EPOCH is the commit's time (dpkg-deb's member times, the SBOM's
+# timestamp); --remap-path-prefix maps the source, the target dir and $CARGO_HOME to fixed
+# names; the revision comes from RSANDBOX_REVISION (no .git in an archive); build.rs builds
+# the embedded pause program with fixed flags from a relative path; the .deb's files get fixed
+# modes, owners and times, and one compressor thread.
+#
+# Static: the gnu target with `-C target-feature=+crt-static` and glibc's static libraries
+# (libc6-dev): the one toolchain (1.95.0) has no musl target, and the shim calls glibc's
+# mallopt. The shim resolves no user, group or host name (no NSS) and loads nothing (no
+# dlopen), which a static glibc cannot do; the link's warnings would name such calls and the
+# script fails on them. `file`, `ldd` and `readelf` must all say: no interpreter, no NEEDED.
+#
+# Needs: cargo (the repository's toolchain), git, jq, dpkg-deb, file, binutils (readelf).
+set -euo pipefail
+# shellcheck source=hack/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$RSANDBOX_REPO"
+
+once=0 clean=0
+for arg in "$@"; do
+	case "$arg" in
+	--once) once=1 ;;
+	--clean) clean=1 ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+		exit 0
+		;;
+	*) die "unknown argument $arg (want --once, --clean)" ;;
+	esac
+done
+for tool in git jq dpkg-deb file readelf sha256sum; do
+	command -v "$tool" >/dev/null || die "$tool is missing (hack/setup.sh installs it)"
+done
+
+TARGET=x86_64-unknown-linux-gnu
+commit=$(git rev-parse HEAD)
+version=$(git show HEAD:Cargo.toml | sed -n 's/^version = "\(.*\)"$/\1/p' | head -n 1)
+[[ -n "$version" ]] || die "no version in HEAD's Cargo.toml"
+export SOURCE_DATE_EPOCH
+SOURCE_DATE_EPOCH=$(git log -1 --format=%ct HEAD)
+if ! git diff --quiet HEAD -- 2>/dev/null; then
+	log "note: the working tree differs from HEAD; the release is HEAD's tree ($commit)"
+fi
+work=${RSANDBOX_RELEASE_WORK:-$RSANDBOX_REPO/target/release-work}
+bin_name=$SHIM_NAME-$version-linux-amd64
+deb_name=rsandbox_${version}_amd64.deb
+sbom_name=rsandbox-$version.cdx.json
+cargo_home=${CARGO_HOME:-${HOME:-/root}/.cargo}
+
+# build DIR: HEAD's tree into DIR/src, built into DIR/target, artefacts into DIR/dist.
+build() {
+	local dir=$1 src target out start warnings
+	src=$dir/src target=$dir/target out=$dir/dist
+	((clean)) && rm -rf "$target"
+	rm -rf "$src" "$out" "$dir/pkg"
+	mkdir -p "$src" "$out"
+	git archive "$commit" | tar -x -C "$src"
+	start=$(date +%s)
+	section "cargo build --release --target $TARGET (+crt-static) in $dir"
+	warnings=$dir/link-warnings.txt
+	(
+		cd "$src"
+		RUSTFLAGS="-C target-feature=+crt-static \
+--remap-path-prefix=$src=/rsandbox --remap-path-prefix=$target=/target \
+--remap-path-prefix=$cargo_home=/cargo" \
+			RSANDBOX_REVISION=$commit CARGO_TARGET_DIR=$target \
+			cargo build --locked --release --target "$TARGET" --bin "$SHIM_NAME" 2>&1
+	) | tee "$warnings" >&2
+	log "build took $(($(date +%s) - start)) s"
+	# glibc's static link warns about each NSS or dlopen use ("Using 'getpwnam' in
+	# statically linked applications requires at runtime the shared libraries ...").
+	if grep -q "statically linked applications requires" "$warnings"; then
+		grep "statically linked applications requires" "$warnings" >&2
+		die "the static binary calls into NSS or dlopen (above): it would break on other glibc versions"
+	fi
+	local bin=$target/$TARGET/release/$SHIM_NAME
+	check_static "$bin"
+	install -m 0755 "$bin" "$out/$bin_name"
+	hack/release/sbom.sh "$src" "$out/$bin_name" "$version" "$commit" "$SOURCE_DATE_EPOCH" >"$out/$sbom_name"
+	make_deb "$dir" "$out/$bin_name" "$out/$deb_name"
+	(cd "$out" && sha256sum "$bin_name" "$deb_name" "$sbom_name" >SHA256SUMS)
+}
+
+# check_static BINARY: no interpreter, no shared library, runs and names HEAD's commit.
+check_static() {
+	local bin=$1 kind
+	kind=$(file -b "$bin")
+	log "file: $kind"
+	[[ "$kind" == *"static-pie linked"* || "$kind" == *"statically linked"* ]] || die "not static: $kind"
+	[[ "$kind" != *interpreter* ]] || die "has an ELF interpreter: $kind"
+	[[ "$kind" == *x86-64* ]] || die "not x86-64: $kind"
+	if readelf -d "$bin" | grep -q NEEDED; then
+		readelf -d "$bin" | grep NEEDED >&2
+		die "$bin needs shared libraries"
+	fi
+	# ldd exits 1 on a static binary ("not a dynamic executable"), or says "statically linked"
+	local ldd_out
+	ldd_out=$(ldd "$bin" 2>&1 || true)
+	log "ldd: $ldd_out"
+	[[ "$ldd_out" == *"not a dynamic executable"* || "$ldd_out" == *"statically linked"* ]] ||
+		die "ldd lists libraries: $ldd_out"
+	local v
+	v=$("$bin" -v)
+	[[ "$v" == *"Version:  $version"* && "$v" == *"Revision: $commit"$'\n'* ]] ||
+		die "$bin -v does not name $version and $commit: $v"
+}
+
+# make_deb DIR BINARY OUT: the package tree under DIR/pkg, then dpkg-deb.
+make_deb() {
+	local dir=$1 bin=$2 deb=$3 root size
+	root=$dir/pkg
+	rm -rf "$root"
+	(
+		umask 022
+		mkdir -p "$root/DEBIAN" "$root/usr/bin" "$root/usr/share/rsandbox/conf.d" "$root/usr/share/doc/rsandbox"
+		install -m 0755 "$bin" "$root/usr/bin/$SHIM_NAME"
+		install -m 0644 hack/release/rsandbox.toml "$root/usr/share/rsandbox/conf.d/rsandbox.toml"
+		install -m 0644 hack/release/copyright "$root/usr/share/doc/rsandbox/copyright"
+		git show "$commit:README.md" >"$root/usr/share/doc/rsandbox/README.md"
+		git show "$commit:CHANGELOG.md" >"$root/usr/share/doc/rsandbox/CHANGELOG.md"
+		chmod 0644 "$root/usr/share/doc/rsandbox/README.md" "$root/usr/share/doc/rsandbox/CHANGELOG.md"
+		size=$(du -sk --apparent-size --exclude=DEBIAN "$root" | cut -f1)
+		sed -e "s/@VERSION@/$version/" -e "s/@INSTALLED_SIZE@/$size/" -e "s/@REVISION@/$commit/" \
+			hack/release/control.in >"$root/DEBIAN/control"
+		(cd "$root" && find usr -type f | LC_ALL=C sort | xargs md5sum >DEBIAN/md5sums)
+		chmod 0644 "$root/DEBIAN/control" "$root/DEBIAN/md5sums"
+		find "$root" -type d -exec chmod 0755 {} +
+		find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+	)
+	dpkg-deb --root-owner-group --threads-max=1 -Zxz --build "$root" "$deb" >/dev/null
+	dpkg-deb --info "$deb" >/dev/null
+	log "built $(basename "$deb"): $(dpkg-deb -c "$deb" | wc -l) entries"
+}
+
+total_start=$(date +%s)
+build "$work/a"
+if ((once)); then
+	log "--once: no reproducibility check"
+else
+	build "$work/b"
+	section "reproducibility: build a vs build b"
+	differ=()
+	for f in "$bin_name" "$deb_name" "$sbom_name" SHA256SUMS; do
+		if cmp -s "$work/a/dist/$f" "$work/b/dist/$f"; then
+			log "same bytes: $f"
+		else
+			differ+=("$f")
+		fi
+	done
+	if ((${#differ[@]})); then
+		die "not reproducible: ${differ[*]} differ between $work/a/dist and $work/b/dist (diffoscope shows how)"
+	fi
+fi
+
+rm -rf dist
+mkdir -p dist
+cp "$work/a/dist/"* dist/
+section "dist/ (HEAD $commit, version $version, SOURCE_DATE_EPOCH $SOURCE_DATE_EPOCH)"
+(cd dist && ls -l && cat SHA256SUMS) >&2
+log "hack/release.sh took $(($(date +%s) - total_start)) s"
