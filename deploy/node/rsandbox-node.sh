@@ -17,6 +17,8 @@
 #              when nobody changed it since), containerd restarted, the binary removed once no
 #              rsandbox pod is left on the node (kept, and said so, while one is).
 #   status     what is installed, what containerd reports, which pods still need the binary.
+#   run ACTION ACTION (install or uninstall), then stay (a DaemonSet's container): touch
+#              $READY_FILE (the readiness probe's) and sleep until terminated.
 #
 # Options (the environment variable of the same name, upper case, works too):
 #   --binary PATH           the shim binary to install (default: containerd-shim-rsandbox-v1
@@ -65,6 +67,12 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 
 ACTION=${1:-}
 [[ $# -gt 0 ]] && shift
+STAY=0
+if [[ "$ACTION" == run ]]; then
+	STAY=1
+	ACTION=${1:-}
+	[[ $# -gt 0 ]] && shift
+fi
 BINARY=${BINARY:-$SELF_DIR/$SHIM_NAME}
 HOST_ROOT=${HOST_ROOT:-}
 HOST_EXEC=${HOST_EXEC:-}
@@ -171,24 +179,33 @@ shim_resolution_problem() {
 	echo "$INSTALL_DIR is neither on containerd's PATH (${path:-unset}) nor containerd's own directory: pass --install-dir with one of them"
 }
 
-# preflight STAGED: `check` of the new binary, run on the host (its kernel, cgroups, runc,
-# systemd and containerd config); a blocking verdict refuses the install
+# preflight STAGED [--runtime HANDLER]: `containerd-shim-rsandbox-v1 check` of the new binary,
+# run on the host (its kernel, cgroups, runc, systemd, containerd binary and config files):
+# once before anything is changed, and once more with --runtime after the config is written
+# and before containerd is restarted (check reads the files, so it judges what containerd is
+# about to load). Its report goes to the log; exit status 1 = a blocking finding, 2 = it could
+# not run (usage).
 preflight() {
 	local staged=$1 out rc=0
+	shift
 	if [[ "$NO_CHECK" == 1 ]]; then
 		log "WARNING: --no-check: the preflight is skipped"
 		return 0
 	fi
-	out=$(host_run "${staged#"$HOST_ROOT"}" check 2>&1) || rc=$?
+	out=$(host_run "${staged#"$HOST_ROOT"}" check --containerd "$(containerd_binary)" \
+		--containerd-config "$CONFIG" --drop-in "$DROPIN" "$@" 2>&1) || rc=$?
 	[[ -n "$out" ]] && printf '  check: %s\n' "${out//$'\n'/$'\n'  check: }" >&2
 	if ((rc != 0)); then
-		rm -f "$staged"
 		if grep -q 'unknown action "check"' <<<"$out"; then
-			refuse "$BINARY has no \`check\` (a release before the preflight): pass --no-check to install it anyway"
+			echo "$BINARY has no \`check\` (a release before the preflight): pass --no-check to install it anyway"
+		elif ((rc == 1)); then
+			echo "\`$SHIM_NAME check${*:+ $*}\` found a blocking problem on this node (see its report above)"
+		else
+			echo "\`$SHIM_NAME check\` could not run (exit status $rc, see above)"
 		fi
-		refuse "\`$SHIM_NAME check\` found a blocking problem on this node (exit status $rc, see above)"
+		return 1
 	fi
-	log "preflight passed"
+	log "preflight passed${*:+ ($*)}"
 }
 
 # stage_binary: a copy of the new binary beside the installed path (the same file system,
@@ -241,11 +258,12 @@ node_labels() { # the labels the installer sets (JSON object)
 }
 
 do_install() {
-	local staged version changed=0 dump problem
+	local staged version changed=0 dump problem why text prev import_added=0
 	[[ -f "$BINARY" && -x "$BINARY" ]] || fail "find the binary" "$BINARY is not an executable file"
 	locate_containerd
 	log "containerd: unit $CONTAINERD_UNIT, config $CONFIG, CRI $CONTAINERD_SOCKET; drop-in $DROPIN; shim $SHIM_PATH"
 
+	# 1. what the node is: nothing is changed before these pass
 	version=$(root_config_version)
 	[[ "$version" == 2 || "$version" == 3 ]] ||
 		refuse "$CONFIG is config version $version: only versions 2 and 3 (containerd 2.x) are supported; migrate it with \`containerd config migrate\`"
@@ -256,9 +274,56 @@ do_install() {
 	fi
 	problem=$(shim_resolution_problem)
 	[[ -z "$problem" ]] || refuse "$problem"
-
 	staged=$(stage_binary)
-	preflight "$staged"
+	if ! why=$(preflight "$staged"); then
+		rm -f "$staged"
+		refuse "$why"
+	fi
+
+	# 2. the config: the drop-in, and an imports entry where containerd would not read it
+	mkdir -p "$(hp "$STATE_DIR")"
+	if [[ ! -d "$(hp "$(dirname "$DROPIN")")" ]]; then
+		mkdir -p "$(hp "$(dirname "$DROPIN")")"
+		: >"$(hp "$STATE_DIR")/dropin-dir-created"
+	fi
+	prev=$(mktemp)
+	if [[ -e "$(hp "$DROPIN")" ]]; then cp "$(hp "$DROPIN")" "$prev"; else rm -f "$prev"; fi
+	text=$(mktemp)
+	dropin_text "$version" >"$text"
+	if write_if_changed "$text" "$(hp "$DROPIN")" 644; then
+		changed=1
+		log "drop-in written: $DROPIN"
+	else
+		log "drop-in $DROPIN unchanged"
+	fi
+	rm -f "$text"
+	config_dump "$dump" || {
+		undo_config "$prev" 0
+		fail "check the config" "containerd cannot load its config with $DROPIN (undone)"
+	}
+	if ! dump_reads_dropin "$dump"; then
+		add_import
+		changed=1
+		import_added=1
+		if ! config_dump "$dump" || ! dump_reads_dropin "$dump"; then
+			undo_config "$prev" 1
+			fail "check the config" "containerd still does not read $DROPIN after the imports entry in $CONFIG (undone)"
+		fi
+	fi
+	if ! dump_defines_handler "$dump"; then
+		undo_config "$prev" "$import_added"
+		fail "check the config" "the loaded config does not define runtimes.$HANDLER as runtime_type $RSANDBOX_RUNTIME_TYPE with sandboxer shim (another file overrides it?) (undone)"
+	fi
+	rm -f "$dump" "$dump.err"
+	# check again, now on the config containerd is about to load
+	if ! why=$(preflight "$staged" --runtime "$HANDLER"); then
+		undo_config "$prev" "$import_added"
+		rm -f "$staged"
+		refuse "$why (the config changes were undone)"
+	fi
+	rm -f "$prev"
+
+	# 3. the binary, before containerd knows the handler
 	if cmp -s "$staged" "$(hp "$SHIM_PATH")"; then
 		rm -f "$staged"
 		log "binary $SHIM_PATH unchanged"
@@ -269,38 +334,10 @@ do_install() {
 		}
 		log "binary installed: $SHIM_PATH (running shims keep the binary they started with; new pods get this one)"
 	fi
-
-	local text
-	mkdir -p "$(hp "$STATE_DIR")"
-	if [[ ! -d "$(hp "$(dirname "$DROPIN")")" ]]; then
-		mkdir -p "$(hp "$(dirname "$DROPIN")")"
-		: >"$(hp "$STATE_DIR")/dropin-dir-created"
-	fi
-	text=$(mktemp)
-	dropin_text "$version" >"$text"
-	if write_if_changed "$text" "$(hp "$DROPIN")" 644; then
-		changed=1
-		log "drop-in written: $DROPIN"
-	else
-		log "drop-in $DROPIN unchanged"
-	fi
-	rm -f "$text"
-
-	config_dump "$dump" || fail "check the config" "containerd cannot load its config with $DROPIN"
-	if ! dump_reads_dropin "$dump"; then
-		add_import
-		changed=1
-		if ! config_dump "$dump" || ! dump_reads_dropin "$dump"; then
-			remove_import || true
-			fail "check the config" "containerd still does not read $DROPIN after the imports entry in $CONFIG (undone)"
-		fi
-	fi
-	dump_defines_handler "$dump" ||
-		fail "check the config" "the loaded config does not define runtimes.$HANDLER as runtime_type $RSANDBOX_RUNTIME_TYPE with sandboxer shim (another file overrides it?)"
-	rm -f "$dump" "$dump.err"
-	mkdir -p "$(hp "$STATE_DIR")"
 	printf 'shim=%s\ndropin=%s\nconfig=%s\n' "$SHIM_PATH" "$DROPIN" "$CONFIG" >"$(hp "$STATE_DIR")/installed"
 
+	# 4. containerd: restarted only when its config files changed, or when it does not serve
+	# the handler although they did not (a run that stopped between the write and the restart)
 	if ((changed)); then
 		restart_containerd
 	elif ! handler_reported; then
@@ -311,12 +348,30 @@ do_install() {
 	fi
 	wait_cri_handler present
 
+	# 5. the Node: labelled once the kubelet reports the handler
 	if kube_configured; then
 		[[ -n "$NODE_NAME" ]] || fail "label the Node" "no node name (--node-name or NODE_NAME)"
 		wait_node_handler
 		label_node "$(node_labels)"
 	fi
 	log "install done"
+}
+
+# undo_config PREVIOUS_DROPIN IMPORT_ADDED: take back this run's config changes (the imports
+# entry first, then the drop-in: its previous bytes, or none)
+undo_config() {
+	local prev=$1 import_added=$2
+	((import_added)) && { remove_import || true; }
+	if [[ -f "$prev" ]]; then
+		write_if_changed "$prev" "$(hp "$DROPIN")" 644 || true
+		rm -f "$prev"
+	else
+		rm -f "$(hp "$DROPIN")"
+		if [[ -f "$(hp "$STATE_DIR")/dropin-dir-created" ]]; then
+			rmdir "$(hp "$(dirname "$DROPIN")")" 2>/dev/null || true
+			rm -f "$(hp "$STATE_DIR")/dropin-dir-created"
+		fi
+	fi
 }
 
 # load_installed: what the install recorded (the uninstall works on those paths, whatever
@@ -418,3 +473,10 @@ status) do_status ;;
 	exit 2
 	;;
 esac
+if ((STAY)); then
+	[[ -n "${READY_FILE:-}" ]] && : >"$READY_FILE"
+	log "$ACTION done: staying (terminating this pod changes nothing on the node)"
+	trap 'exit 0' TERM INT
+	sleep infinity &
+	wait
+fi
