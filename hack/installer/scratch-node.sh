@@ -40,9 +40,11 @@ s_start() {
 	mkdir -p "$D/run" "$D/log"
 	rm -f "$S_SOCK" "$S_SOCK.ttrpc" "$S_PID"
 	# shellcheck disable=SC2016 # $$ and $1 belong to the inner shell
-	(cd / && PATH="$S_BIN:$BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" setsid bash -c \
+	# as a unit's process: working directory /, a PATH of its own (the node's "/usr/local/bin"
+	# first), no descriptor of the caller (a tool waiting for its output would wait forever)
+	(cd / && PATH="$S_BIN:$BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" exec setsid bash -c \
 		'for fd in /proc/$$/fd/*; do fd=${fd##*/}; ((fd > 2)) && eval "exec $fd>&-"; done; echo $$ >"$1" && shift && exec "$@"' \
-		scratch-containerd "$S_PID" "$BIN/containerd" --config "$S_CONFIG" </dev/null >>"$S_LOG" 2>&1 &)
+		scratch-containerd "$S_PID" "$BIN/containerd" --config "$S_CONFIG") </dev/null >>"$S_LOG" 2>&1 &
 	for _ in $(seq 1 300); do
 		if pid=$(s_pid) && [[ -S "$S_SOCK" ]] && "$BIN/ctr" --address "$S_SOCK" version >/dev/null 2>&1; then
 			return 0

@@ -79,33 +79,41 @@ proto_fields() {
 	END { P = 0; walk(N, "", "") }'
 }
 
-# cri_runtime_handlers: the handler names containerd's CRI reports (one a line; the default
+# runtime_handlers_in STATUS_RESPONSE_FILE: the handler names in it (one a line; the default
 # handler has no name and is left out)
+runtime_handlers_in() {
+	proto_fields "$1" 3 | sed -n 's/^3\[[0-9]*\]\.1 //p'
+}
+
+# pods_on_handler_in LIST_POD_SANDBOX_RESPONSE_FILE HANDLER: "<id> <namespace>/<name> <state>"
+# of each pod sandbox on HANDLER (state 0 = READY, 1 = NOTREADY), one a line
+pods_on_handler_in() {
+	proto_fields "$1" 1 1.2 | awk -v h="$2" '
+	{ split($1, p, "."); item = p[1]; field = substr($1, length(item) + 2); $1 = ""; v = substr($0, 2) }
+	field == "1" { id[item] = v }
+	field ~ /^2\[1\]\.1$/ { name[item] = v }
+	field ~ /^2\[1\]\.3$/ { ns[item] = v }
+	field == "3" { state[item] = v }
+	field == "7" { handler[item] = v }
+	END { for (i in id) if (handler[i] == h) print id[i], ns[i] "/" name[i], (state[i] == "" ? 0 : state[i]) }'
+}
+
+# cri_runtime_handlers: the handler names containerd's CRI reports now
 cri_runtime_handlers() {
 	local msg rc=0
 	msg=$(mktemp)
 	cri_call Status "" "$msg" || rc=$?
-	((rc == 0)) && proto_fields "$msg" 3 | sed -n 's/^3\[[0-9]*\]\.1 //p'
+	((rc == 0)) && runtime_handlers_in "$msg"
 	rm -f "$msg"
 	return "$rc"
 }
 
-# cri_pods_on_handler HANDLER: the pod sandboxes (any state) CRI knows on HANDLER, one a line:
-# "<id> <namespace>/<name> <state>" (state 0 = READY, 1 = NOTREADY)
+# cri_pods_on_handler HANDLER: the pod sandboxes (any state) CRI knows on HANDLER now
 cri_pods_on_handler() {
-	local handler=$1 msg rc=0
+	local msg rc=0
 	msg=$(mktemp)
 	cri_call ListPodSandbox "" "$msg" || rc=$?
-	if ((rc == 0)); then
-		proto_fields "$msg" 1 1.2 | awk -v h="$handler" '
-		{ split($1, p, "."); item = p[1]; field = substr($1, length(item) + 2); $1 = ""; v = substr($0, 2) }
-		field == "1" { id[item] = v }
-		field ~ /^2\[1\]\.1$/ { name[item] = v }
-		field ~ /^2\[1\]\.3$/ { ns[item] = v }
-		field == "3" { state[item] = v }
-		field == "7" { handler[item] = v }
-		END { for (i in id) if (handler[i] == h) print id[i], ns[i] "/" name[i], (state[i] == "" ? 0 : state[i]) }'
-	fi
+	((rc == 0)) && pods_on_handler_in "$msg" "$1"
 	rm -f "$msg"
 	return "$rc"
 }
