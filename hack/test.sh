@@ -22,6 +22,10 @@
 #   8c. the systemd guest: hack/guest.sh --systemd (the same kernel, systemd as
 #      PID 1 on cgroup v2, containerd as a unit; the systemd integration tests
 #      inside, both CRI handlers, both runcs); RSANDBOX_GUEST=0 skips it too
+#   8d. the node installer: hack/installer/test.sh (deploy/kubernetes built with
+#      kustomize and validated against Kubernetes' schemas; deploy/node/rsandbox-node.sh's
+#      install / re-run / upgrade with a running pod / uninstall on a systemd node,
+#      hack/node.sh; on a scratch containerd where hack/node.sh does not exist yet)
 #   9. bench smoke run: hack/bench.sh --quick (rsandbox vs the runc path, under
 #      a minute; fails on a failed workload or anything it leaves behind)
 #  10. hack/leftovers.sh with containerd running (tests must clean up), then
@@ -117,6 +121,16 @@ elif [[ -f integration/Cargo.toml ]]; then
 	hack/guest.sh --systemd || failed+=("systemd guest")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
+fi
+
+section "node installer: hack/installer/test.sh"
+if [[ ! -f integration/Cargo.toml ]]; then
+	log "SKIPPED: integration/Cargo.toml does not exist yet"
+elif [[ -x hack/node.sh ]]; then
+	hack/installer/test.sh || failed+=("node installer")
+else
+	log "no hack/node.sh: the installer's tests run on a scratch containerd"
+	hack/installer/test.sh --scratch || failed+=("node installer (scratch)")
 fi
 
 section "bench smoke run: hack/bench.sh --quick"

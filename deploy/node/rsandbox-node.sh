@@ -12,10 +12,11 @@
 #              restarted only when a config file changed (or the handler is missing), the
 #              wait for CRI to report the rsandbox handler, then the Node's labels.
 #              A re-run that finds everything in place changes and restarts nothing.
-#   uninstall  the Node's labels removed (no new rsandbox pods are scheduled here), the
-#              imports entry and the drop-in removed (config.toml as before, byte for byte,
-#              when nobody changed it since), containerd restarted, the binary removed once no
-#              rsandbox pod is left on the node (kept, and said so, while one is).
+#   uninstall  the Node's labels removed (no new rsandbox pods are scheduled here), with
+#              --wait-for-pods the node's rsandbox pods awaited (drain it), the imports entry
+#              and the drop-in removed (config.toml as before, byte for byte, when nobody
+#              changed it since), containerd restarted, the binary removed once no rsandbox
+#              pod is left on the node (kept, and said so, while one is).
 #   status     what is installed, what containerd reports, which pods still need the binary.
 #   run ACTION ACTION (install or uninstall), then stay (a DaemonSet's container): touch
 #              $READY_FILE (the readiness probe's) and sleep until terminated.
@@ -38,8 +39,9 @@
 #                           the downward API)
 #   --wait SECONDS          deadline of each wait: containerd's restart, the CRI handler, the
 #                           Node's status (120); a deadline only catches a hang
-#   --wait-for-pods SECONDS uninstall: wait that long for the last rsandbox pod to go, then
-#                           remove the binary (0, the default: do not wait; -1: no limit)
+#   --wait-for-pods SECONDS uninstall: wait that long for the node's rsandbox pods to go
+#                           before the config is removed (exec into a pod needs its handler
+#                           configured); 0, the default: do not wait; -1: no limit
 #   --no-check              skip the preflight (only for a binary older than `check`)
 # Kubernetes API: in-cluster (service account) by default; KUBE_API=URL points elsewhere (a
 # test's stub); with neither, the labels are skipped with a log line.
@@ -246,7 +248,9 @@ handler_reported() { cri_runtime_handlers 2>/dev/null | grep -qxF "$HANDLER"; }
 
 node_labels() { # the labels the installer sets (JSON object)
 	local version cver crash=null
-	version=$(host_run "$SHIM_PATH" -v 2>/dev/null | sed -n 's/^ *Version: *//p' | head -n1 | tr -c 'A-Za-z0-9_.-\n' '_' | cut -c1-63)
+	# a label value: at most 63 of [A-Za-z0-9_.-], alphanumeric at both ends
+	version=$(host_run "$SHIM_PATH" -v 2>/dev/null | sed -n 's/^ *Version: *//p' | head -n1 |
+		tr -c 'A-Za-z0-9_.\n-' '_' | cut -c1-63 | sed 's/^[^A-Za-z0-9]*//; s/[^A-Za-z0-9]*$//')
 	cver=$(containerd_version)
 	# containerd 2.1/2.2 crash on a hostNetwork pod with a shim sandboxer (fixed in 2.3): the
 	# label lets the admission policy's switch be decided by looking (see deploy/kubernetes)
@@ -394,12 +398,28 @@ do_uninstall() {
 	[[ -n "$CONTAINERD_SOCKET" ]] || locate_containerd
 	log "containerd: config $CONFIG, CRI $CONTAINERD_SOCKET; drop-in $DROPIN; shim $SHIM_PATH"
 
+	# 1. no new rsandbox pod is scheduled here
 	if kube_configured; then
 		[[ -n "$NODE_NAME" ]] || fail "unlabel the Node" "no node name (--node-name or NODE_NAME)"
 		label_node "{\"$LABEL_PREFIX/installed\":null,\"$LABEL_PREFIX/shim-version\":null,\"$LABEL_PREFIX/containerd-hostnetwork-crash\":null}"
 	fi
 
-	# the imports entry first: an entry naming a missing file stops containerd from starting
+	# 2. with --wait-for-pods, the pods go first: while the handler is configured they stay
+	# fully manageable (containerd 2.1.9's ExecSync looks the pod's handler up in the config:
+	# once it is gone, exec into a remaining pod fails "no runtime for ... is configured";
+	# stop and remove still work)
+	end=$(deadline_in "$((WAIT_FOR_PODS < 0 ? 0 : WAIT_FOR_PODS))")
+	while ((WAIT_FOR_PODS != 0)) && need=$(binary_in_use) && [[ -n "$need" ]]; do
+		if ((WAIT_FOR_PODS > 0)) && ! before "$end"; then
+			log "rsandbox pods still here after ${WAIT_FOR_PODS}s ($need): removing the config anyway"
+			break
+		fi
+		log "waiting for the node's rsandbox pods to go (drain the node): $need"
+		sleep 5
+	done
+
+	# 3. the config: the imports entry first (an entry naming a missing file stops containerd
+	# from starting), then the drop-in
 	if remove_import; then changed=1; fi
 	if [[ -e "$(hp "$DROPIN")" ]]; then
 		if head -n1 "$(hp "$DROPIN")" | grep -qF "$MARK"; then
@@ -426,16 +446,14 @@ do_uninstall() {
 		log "no config of the installer left: containerd not restarted"
 	fi
 
-	end=$(deadline_in "$((WAIT_FOR_PODS < 0 ? 0 : WAIT_FOR_PODS))")
-	while need=$(binary_in_use) && [[ -n "$need" ]]; do
-		if ((WAIT_FOR_PODS >= 0)) && ! before "$end"; then
-			log "binary $SHIM_PATH kept: $need. Run the uninstall again once they are gone (drain the node)."
-			printf 'shim=%s\ndropin=%s\nconfig=%s\n' "$SHIM_PATH" "$DROPIN" "$CONFIG" >"$(hp "$STATE_DIR")/installed"
-			return 0
-		fi
-		log "waiting for the node's rsandbox pods to go ($need)"
-		sleep 5
-	done
+	# 4. the binary, once no pod can need it
+	need=$(binary_in_use)
+	if [[ -n "$need" ]]; then
+		log "binary $SHIM_PATH kept: $need. Run the uninstall again once they are gone (drain the node)."
+		mkdir -p "$(hp "$STATE_DIR")"
+		printf 'shim=%s\ndropin=%s\nconfig=%s\n' "$SHIM_PATH" "$DROPIN" "$CONFIG" >"$(hp "$STATE_DIR")/installed"
+		return 0
+	fi
 	if [[ -e "$(hp "$SHIM_PATH")" ]]; then
 		rm -f "$(hp "$SHIM_PATH")"
 		log "binary removed: $SHIM_PATH"

@@ -26,6 +26,10 @@ S_PID=$D/run/containerd.pid
 S_LOG=$D/log/containerd.log
 S_BIN=$D/bin # the node's "/usr/local/bin": on containerd's PATH, before the bench's binaries
 
+S_SUBNET=10.92.0.0/16
+# pod traffic stays on this machine, as on the bench (hack/lib/net.sh)
+S_GUARD=(FORWARD -s "$S_SUBNET" ! -d "$S_SUBNET" -m comment --comment rsandbox-installer-scratch -j DROP)
+
 s_pid() {
 	local pid
 	pid=$(cat "$S_PID" 2>/dev/null) || return 1
@@ -39,6 +43,8 @@ s_start() {
 	s_pid >/dev/null && return 0
 	mkdir -p "$D/run" "$D/log"
 	rm -f "$S_SOCK" "$S_SOCK.ttrpc" "$S_PID"
+	[[ -f "$D/ip_forward.orig" ]] || cat /proc/sys/net/ipv4/ip_forward >"$D/ip_forward.orig"
+	iptables -C "${S_GUARD[@]}" 2>/dev/null || iptables -I "${S_GUARD[@]}"
 	# shellcheck disable=SC2016 # $$ and $1 belong to the inner shell
 	# as a unit's process: working directory /, a PATH of its own (the node's "/usr/local/bin"
 	# first), no descriptor of the caller (a tool waiting for its output would wait forever)
@@ -109,14 +115,22 @@ temp = '$D/tmp'
   [plugins.'io.containerd.image-verifier.v1.bindir']
     bin_dir = '$D/image-verifier'
 TOML
-	NET_NAME=rsinst NET_BRIDGE=rsinst0 NET_SUBNET=10.92.0.0/16 IPAM_DIR=$D/cni/ipam render bridge.conflist.in >"$D/cni/net.d/10-rsinst.conflist"
+	NET_NAME=rsinst NET_BRIDGE=rsinst0 NET_SUBNET=$S_SUBNET IPAM_DIR=$D/cni/ipam render bridge.conflist.in >"$D/cni/net.d/10-rsinst.conflist"
 	;;
 start)
 	s_start
 	"$BIN/ctr" --address "$S_SOCK" -n k8s.io images ls -q | grep -qxF "$BUSYBOX_IMAGE" ||
 		"$BIN/ctr" --address "$S_SOCK" -n k8s.io images import --snapshotter "$(snapshotter)" "$IMG_DIR/busybox.oci.tar" >/dev/null
 	;;
-stop) s_stop ;;
+stop)
+	s_stop
+	ip link del rsinst0 2>/dev/null || true
+	while iptables -C "${S_GUARD[@]}" 2>/dev/null; do iptables -D "${S_GUARD[@]}"; done
+	if [[ -f "$D/ip_forward.orig" ]]; then
+		cat "$D/ip_forward.orig" >/proc/sys/net/ipv4/ip_forward
+		rm -f "$D/ip_forward.orig"
+	fi
+	;;
 env)
 	cat <<ENV
 CONTAINERD_CONFIG=$S_CONFIG

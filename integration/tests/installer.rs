@@ -20,7 +20,10 @@
 //! - `CONTAINERD_ADDRESS`: containerd's socket (CRI);
 //! - `SYSTEMCTL`, `INSTALL_DIR`, `STATE_DIR`: as the installer reads them (default
 //!   `systemctl`, `/usr/local/bin`, `/var/lib/rsandbox-node`); every other variable of the
-//!   installer passes through to it too.
+//!   installer passes through to it too;
+//! - `KUBE_API`, `NODE_NAME` and `RSANDBOX_INSTALLER_KUBE_STATE`: the Kubernetes API stub
+//!   (`hack/installer/kube-stub.py`) and the file where it keeps the Node's labels: when set,
+//!   the labels are checked after each step.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -270,7 +273,10 @@ fn prepare(n: &Node, flavour: Flavour) -> R<Vec<u8>> {
     let _ = fs::remove_file(n.shim_path());
     n.restart_containerd()?;
     let hs = handlers();
-    ensure!(!hs.iter().any(|h| h == HANDLER), "the prepared node still serves {HANDLER}: {hs:?}");
+    ensure!(
+        !hs.iter().any(|h| h == HANDLER),
+        "the prepared node still serves {HANDLER}: {hs:?}"
+    );
     Ok(text.into_bytes())
 }
 
@@ -283,6 +289,124 @@ fn restore(n: &Node) {
     let _ = n.restart_containerd();
 }
 
+/// The Node's labels as the API stub keeps them (None without a stub).
+fn stub_labels() -> Option<serde_json::Map<String, serde_json::Value>> {
+    let f = std::env::var("RSANDBOX_INSTALLER_KUBE_STATE").ok()?;
+    let text = fs::read_to_string(f).unwrap_or_else(|_| "{}".into());
+    serde_json::from_str(&text).ok()
+}
+
+/// major.minor of the node's containerd (its `--version`)
+fn containerd_version(n: &Node) -> R<(u32, u32)> {
+    let out = run_timeout(
+        {
+            let mut c = Command::new(containerd_exe(n)?);
+            c.arg("--version");
+            c
+        },
+        None,
+        HANG,
+    );
+    // "containerd github.com/containerd/containerd/v2 2.1.9+unknown ..."
+    let v = out
+        .stdout
+        .split_whitespace()
+        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.contains('.'))
+        .ok_or_else(|| format!("no version in {:?}", out.stdout))?;
+    let mut it = v
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>());
+    match (it.next(), it.next()) {
+        (Some(Ok(a)), Some(Ok(b))) => Ok((a, b)),
+        _ => Err(format!("cannot read a version from {v:?}")),
+    }
+}
+
+/// The running containerd's executable (its MainPID's /proc/<pid>/exe).
+fn containerd_exe(n: &Node) -> R<PathBuf> {
+    let pid = n.main_pid()?;
+    fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| format!("containerd's exe: {e}"))
+}
+
+/// The `rsandbox.io/shim-version` label the installer derives from `<binary> -v` (its
+/// "Version:" line, made a label value).
+fn version_label(bin: &Path) -> String {
+    let out = run_timeout(
+        {
+            let mut c = Command::new(bin);
+            c.arg("-v");
+            c
+        },
+        None,
+        HANG,
+    );
+    let v = out
+        .stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Version:"))
+        .unwrap_or("")
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(63)
+        .collect::<String>();
+    let v = v
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string();
+    if v.is_empty() { "unknown".into() } else { v }
+}
+
+/// With the API stub: the installer's labels are there (for the binary `installed`) or all gone.
+fn check_labels(n: &Node, installed: Option<&Path>, when: &str) -> R {
+    let Some(labels) = stub_labels() else {
+        return Ok(());
+    };
+    let ours: Vec<_> = labels
+        .keys()
+        .filter(|k| k.starts_with("rsandbox.io/"))
+        .collect();
+    if let Some(bin) = installed {
+        ensure!(
+            labels.get("rsandbox.io/installed").and_then(|v| v.as_str()) == Some("true"),
+            "{when}: the Node is not labelled rsandbox.io/installed=true: {labels:?}"
+        );
+        let want = version_label(bin);
+        ensure!(
+            labels
+                .get("rsandbox.io/shim-version")
+                .and_then(|v| v.as_str())
+                == Some(want.as_str()),
+            "{when}: rsandbox.io/shim-version is not {want:?}: {labels:?}"
+        );
+        // containerd 2.1/2.2 crash on hostNetwork pods of a shim sandboxer (fixed in 2.3.0)
+        let crash = labels
+            .get("rsandbox.io/containerd-hostnetwork-crash")
+            .and_then(|v| v.as_str());
+        let (major, minor) = containerd_version(n)?;
+        let want = (major, minor) < (2, 3);
+        ensure!(
+            (crash == Some("true")) == want && (crash.is_none() || crash == Some("true")),
+            "{when}: rsandbox.io/containerd-hostnetwork-crash is {crash:?} on containerd {major}.{minor}"
+        );
+    } else {
+        ensure!(
+            ours.is_empty(),
+            "{when}: labels of the installer left: {ours:?}"
+        );
+    }
+    ensure!(
+        labels.contains_key("kubernetes.io/hostname"),
+        "{when}: a label of someone else's went: {labels:?}"
+    );
+    Ok(())
+}
+
 fn exe_of(pid: i32) -> String {
     fs::read_link(format!("/proc/{pid}/exe"))
         .map(|p| p.to_string_lossy().into_owned())
@@ -291,7 +415,9 @@ fn exe_of(pid: i32) -> String {
 
 fn inode_of_exe(pid: i32) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    fs::metadata(format!("/proc/{pid}/exe")).ok().map(|m| m.ino())
+    fs::metadata(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|m| m.ino())
 }
 
 /// Whether the new binary has the preflight (`check`); the previous release predates it.
@@ -328,7 +454,10 @@ async fn lifecycle(n: &Node, flavour: Flavour) -> R {
     let check_new: &[&str] = if has_check(&n.new_bin) {
         &[]
     } else {
-        eprintln!("NOTE: {} has no `check`: installed with --no-check", n.new_bin.display());
+        eprintln!(
+            "NOTE: {} has no `check`: installed with --no-check",
+            n.new_bin.display()
+        );
         &["--no-check"]
     };
 
@@ -337,13 +466,20 @@ async fn lifecycle(n: &Node, flavour: Flavour) -> R {
     let r = n.install(&n.old_bin, &["--no-check"]);
     ensure!(r.code == Some(0), "fresh install failed:\n{}", r.log);
     let pid1 = n.main_pid()?;
-    ensure!(pid1 != pid0, "the fresh install did not restart containerd (MainPID {pid0})");
+    ensure!(
+        pid1 != pid0,
+        "the fresh install did not restart containerd (MainPID {pid0})"
+    );
     ensure!(
         fs::read(n.shim_path()).ok() == fs::read(&n.old_bin).ok(),
         "{} is not the old binary",
         n.shim_path().display()
     );
-    ensure!(n.dropin().exists(), "no drop-in at {}", n.dropin().display());
+    ensure!(
+        n.dropin().exists(),
+        "no drop-in at {}",
+        n.dropin().display()
+    );
     let after_install = fs::read(&n.config).map_err(|e| e.to_string())?;
     match flavour {
         Flavour::ImportsConfD => ensure!(
@@ -359,6 +495,7 @@ async fn lifecycle(n: &Node, flavour: Flavour) -> R {
     }
     let hs = n.wait_handlers(|h| h.iter().any(|x| x == HANDLER))?;
     eprintln!("handlers after the install: {hs:?}");
+    check_labels(n, Some(&n.old_bin), "after the install")?;
 
     // 2. a re-run with everything in place restarts nothing and writes nothing
     let r = n.install(&n.old_bin, &["--no-check"]);
@@ -373,8 +510,19 @@ async fn lifecycle(n: &Node, flavour: Flavour) -> R {
     let logs = n.scratch.join(format!("{flavour:?}"));
     fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
     let guard = Guard::new();
-    let mut old_pod = SleepingPod::start(&unique_id(&format!("inst-old-{flavour:?}")), &logs).await?;
-    let result = upgrade_and_uninstall(n, flavour, &before, pid1, check_new, &logs, &mut old_pod, &guard).await;
+    let mut old_pod =
+        SleepingPod::start(&unique_id(&format!("inst-old-{flavour:?}")), &logs).await?;
+    let result = upgrade_and_uninstall(
+        n,
+        flavour,
+        &before,
+        pid1,
+        check_new,
+        &logs,
+        &mut old_pod,
+        &guard,
+    )
+    .await;
     if result.is_err() {
         let _ = old_pod.remove_or_kill().await;
     }
@@ -404,7 +552,11 @@ async fn upgrade_and_uninstall(
     // 4. upgrade: the binary changes, the config does not: nothing is restarted
     let r = n.install(&n.new_bin, check_new);
     ensure!(r.code == Some(0), "upgrade failed:\n{}", r.log);
-    ensure!(n.main_pid()? == pid1, "the upgrade restarted containerd (only the binary changed)");
+    ensure!(
+        n.main_pid()? == pid1,
+        "the upgrade restarted containerd (only the binary changed)"
+    );
+    check_labels(n, Some(&n.new_bin), "after the upgrade")?;
     ensure!(
         fs::read(n.shim_path()).ok() == fs::read(&n.new_bin).ok(),
         "{} is not the new binary after the upgrade",
@@ -416,11 +568,15 @@ async fn upgrade_and_uninstall(
         "the old pod's shim now runs {:?}",
         exe_of(old_shim)
     );
-    ensure!(inode_of_exe(old_shim) == old_inode, "the old shim's binary changed under it");
+    ensure!(
+        inode_of_exe(old_shim) == old_inode,
+        "the old shim's binary changed under it"
+    );
     exec_ok(old_pod, "the old pod after the upgrade").await?;
 
     // 5. a new pod runs the new binary
-    let mut new_pod = SleepingPod::start(&unique_id(&format!("inst-new-{flavour:?}")), logs).await?;
+    let mut new_pod =
+        SleepingPod::start(&unique_id(&format!("inst-new-{flavour:?}")), logs).await?;
     let rest = async {
         let new_shim = new_pod.shim_pid().ok_or("no shim daemon for the new pod")?;
         ensure!(
@@ -450,11 +606,35 @@ async fn upgrade_and_uninstall(
             n.shim_path().exists(),
             "the binary was removed while pods still run"
         );
-        ensure!(r.log.contains("binary") && r.log.contains("kept"), "the uninstall did not say why it kept the binary:\n{}", r.log);
+        check_labels(n, None, "after the uninstall")?;
+        ensure!(
+            r.log.contains("binary") && r.log.contains("kept"),
+            "the uninstall did not say why it kept the binary:\n{}",
+            r.log
+        );
 
-        // 7. both pods stay manageable without the handler, and go away cleanly
-        exec_ok(old_pod, "the old pod after the uninstall").await?;
-        exec_ok(&mut new_pod, "the new pod after the uninstall").await?;
+        // 7. both pods keep running and go away cleanly without the handler. Exec into them
+        // does not work any more: containerd 2.1.9's ExecSync looks the pod's handler up in
+        // its config (GetSandboxRuntime), whatever the runtime (pinned, so that a change is
+        // seen; the installer's --wait-for-pods drains before the config goes for this reason)
+        for (pod, what) in [(&mut *old_pod, "old"), (&mut new_pod, "new")] {
+            match pod.exec(&["echo", "alive"], 10).await {
+                Err(s)
+                    if s.message()
+                        .contains("no runtime for \"rsandbox\" is configured") => {}
+                other => {
+                    return Err(format!(
+                        "exec into the {what} pod after the uninstall: {:?}, expected containerd's \
+                         \"no runtime for \\\"rsandbox\\\" is configured\"",
+                        other.map(|r| r.exit_code)
+                    ));
+                }
+            }
+        }
+        ensure!(
+            old_pod.shim_pid().is_some() && new_pod.shim_pid().is_some(),
+            "a pod's shim went away with the uninstall"
+        );
         Ok::<_, String>(pid2)
     }
     .await;
@@ -470,8 +650,14 @@ async fn upgrade_and_uninstall(
     // 8. the second uninstall finds no pod: the binary goes, nothing is restarted
     let r = n.installer(&["uninstall"]);
     ensure!(r.code == Some(0), "the second uninstall failed:\n{}", r.log);
-    ensure!(!n.shim_path().exists(), "the binary is still there with no pod left");
-    ensure!(n.main_pid()? == pid2, "the second uninstall restarted containerd");
+    ensure!(
+        !n.shim_path().exists(),
+        "the binary is still there with no pod left"
+    );
+    ensure!(
+        n.main_pid()? == pid2,
+        "the second uninstall restarted containerd"
+    );
     ensure!(
         fs::read(&n.config).ok().as_deref() == Some(before),
         "config.toml changed by the second uninstall"
@@ -511,9 +697,20 @@ async fn a_blocking_check_changes_nothing() {
         .map_err(|e| e.to_string())?;
         let _ = Command::new("chmod").arg("755").arg(&fake).status();
         let r = n.install(&fake, &[]);
-        ensure!(r.code == Some(3), "install over a blocking check exited {:?}:\n{}", r.code, r.log);
-        ensure!(r.log.contains("containerd.default-runtime: block"), "the check's report is not in the log");
-        ensure!(fs::read(&n.config).ok() == Some(before), "config.toml changed");
+        ensure!(
+            r.code == Some(3),
+            "install over a blocking check exited {:?}:\n{}",
+            r.code,
+            r.log
+        );
+        ensure!(
+            r.log.contains("containerd.default-runtime: block"),
+            "the check's report is not in the log"
+        );
+        ensure!(
+            fs::read(&n.config).ok() == Some(before),
+            "config.toml changed"
+        );
         ensure!(!n.dropin().exists(), "a drop-in was written");
         ensure!(!n.shim_path().exists(), "a binary was installed");
         let staged: Vec<_> = fs::read_dir(&n.install_dir)
