@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/installer/image.sh [--binary PATH] [--tag TAG] [OUT] - the installer image
+# hack/installer/image.sh [--binary PATH] [--tag TAG] [--rootfs DIR] [OUT] - the installer image
 # (deploy/kubernetes's DaemonSet runs it), built locally as an OCI image layout tarball, from
 # Debian packages of this host's release and the static shim binary; no registry is reached.
 #
@@ -11,6 +11,8 @@
 #   their dependencies: downloaded with apt-get download, unpacked with dpkg-deb -x (no
 #   maintainer script runs; the two links those would make, /bin/sh and awk, are made here)
 #
+# --rootfs DIR: also leave the image's file system unpacked in DIR (the installer's tests run
+# the DaemonSet's container from it).
 # OUT: default target/installer-image/rsandbox-node-installer-TAG.oci.tar; TAG: the shim's
 # version (`-v`). The image name inside: localhost/rsandbox-node-installer:TAG. The layer is
 # reproducible for the same packages (fixed owners and mtimes, sorted).
@@ -27,10 +29,12 @@ PACKAGES=(bash coreutils curl jq util-linux sed grep mawk diffutils)
 binary=
 tag=
 out=
+keep_root=
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--binary) binary=$2 && shift 2 ;;
 	--tag) tag=$2 && shift 2 ;;
+	--rootfs) keep_root=$2 && shift 2 ;;
 	-h | --help)
 		sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
 		exit 0
@@ -94,4 +98,9 @@ chroot "$root" nsenter --version >/dev/null
 chroot "$root" "/opt/rsandbox-node/$SHIM_NAME" -v >/dev/null
 
 oci_archive "localhost/rsandbox-node-installer:$tag" "$root" "$out" '["/opt/rsandbox-node/rsandbox-node.sh"]' '["--help"]'
+if [[ -n "$keep_root" ]]; then
+	rm -rf "$keep_root"
+	mkdir -p "$(dirname "$keep_root")"
+	cp -a "$root" "$keep_root"
+fi
 log "installer image: $out ($(du -h "$out" | cut -f1)), ${#closure[@]} Debian packages from $codename + $binary"

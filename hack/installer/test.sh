@@ -88,15 +88,23 @@ cri_reader() {
 node_tests() {
 	local new=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/release/$SHIM_NAME old exe rc=0 started
 	[[ -x "$new" ]] || die "no release build at $new: hack/build.sh"
-	old=${RSANDBOX_INSTALLER_OLD:-}
-	if [[ -z "$old" ]]; then
-		# until the previous release is built (RSANDBOX_INSTALLER_OLD), a copy of the new
-		# binary with one byte appended: another file (the upgrade's rename and the old pod's
-		# "(deleted)" binary are exercised), but not another release
-		old=$P/tmp/installer-old-$SHIM_NAME
-		cat "$new" >"$old" && printf '\n' >>"$old" && chmod 755 "$old"
-		log "WARNING: RSANDBOX_INSTALLER_OLD is not set: the upgrade starts from a copy of the new binary"
+	# the previous release (hack/previous-release.sh builds it once; hack/test.sh exports
+	# RSANDBOX_PREVIOUS_SHIM)
+	old=${RSANDBOX_INSTALLER_OLD:-${RSANDBOX_PREVIOUS_SHIM:-}}
+	if [[ -z "$old" && -x hack/previous-release.sh ]]; then
+		old=$(hack/previous-release.sh) || die "hack/previous-release.sh could not build the previous release"
 	fi
+	if [[ -z "$old" ]]; then
+		# without a previous release: a copy of the new binary with one byte appended, another
+		# file (the upgrade's rename and the old pod's "(deleted)" binary are exercised), not
+		# another release. Under target/: the node sees the repository and its target
+		# directory, not the prefix's tmp/
+		old=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/installer/old-$SHIM_NAME
+		mkdir -p "$(dirname "$old")"
+		cat "$new" >"$old" && printf '\n' >>"$old" && chmod 755 "$old"
+		log "WARNING: no previous release (hack/previous-release.sh, RSANDBOX_INSTALLER_OLD): the upgrade starts from a copy of the new binary"
+	fi
+	[[ -x "$old" ]] || die "no previous release's binary at $old"
 	log "building the installer's integration test"
 	exe=$(cargo test --manifest-path integration/Cargo.toml --test installer --no-run --message-format=json 2>/dev/null |
 		jq -r 'select(.reason == "compiler-artifact" and .target.name == "installer" and .executable != null) | .executable' | tail -n1)
@@ -117,6 +125,11 @@ node_tests() {
 		hack/installer/scratch-node.sh "$d" stop
 		rm -rf "$d"
 	else
+		# the DaemonSet's container: the installer image's file system, unpacked where the
+		# node sees it (the target directory)
+		export RSANDBOX_INSTALLER_IMAGE_ROOT=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/installer/image-root
+		hack/installer/image.sh --binary "$new" --tag test --rootfs "$RSANDBOX_INSTALLER_IMAGE_ROOT" \
+			"${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/installer/rsandbox-node-installer-test.oci.tar"
 		hack/node.sh -n installer boot
 		hack/node.sh -n installer exec -- bash hack/installer/in-node.sh "$exe" "$new" "$old" || rc=$?
 		hack/node.sh -n installer stop || rc=1

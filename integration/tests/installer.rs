@@ -21,6 +21,9 @@
 //! - `SYSTEMCTL`, `INSTALL_DIR`, `STATE_DIR`: as the installer reads them (default
 //!   `systemctl`, `/usr/local/bin`, `/var/lib/rsandbox-node`); every other variable of the
 //!   installer passes through to it too;
+//! - `RSANDBOX_INSTALLER_IMAGE_ROOT`: the installer image's file system, unpacked
+//!   (`hack/installer/image.sh --rootfs`): the DaemonSet's container is run from it (see
+//!   `the_daemonset_container_installs_and_uninstalls`; systemd node only);
 //! - `KUBE_API`, `NODE_NAME` and `RSANDBOX_INSTALLER_KUBE_STATE`: the Kubernetes API stub
 //!   (`hack/installer/kube-stub.py`) and the file where it keeps the Node's labels: when set,
 //!   the labels are checked after each step.
@@ -720,6 +723,140 @@ async fn a_blocking_check_changes_nothing() {
             .collect();
         ensure!(staged.is_empty(), "a staged binary was left: {staged:?}");
         ensure!(n.main_pid()? == pid, "containerd was restarted");
+        Ok(())
+    })();
+    restore(&n);
+    r.unwrap();
+}
+
+/// The DaemonSet's container, as deploy/kubernetes/base/daemonset.yaml makes it: the installer
+/// image's file system as `/`, the node's `/` at `/host`, the node's PID namespace (hostPID: a
+/// fresh /proc shows the node's processes, PID 1 is its systemd) and network, privileged; the
+/// container's command and arguments. Runs `rsandbox-node.sh ACTION` there, with the
+/// environment the pod has (its node name, the API; nothing of this test's).
+fn in_installer_pod(rootfs: &Path, action: &str, extra: &[&str]) -> Run {
+    let script = r#"set -e
+r=$1; shift
+mount --make-rprivate /
+mount --rbind / "$r/host"
+mount --rbind /dev "$r/dev"
+mount -t proc proc "$r/proc"
+mount -t tmpfs tmpfs "$r/tmp"
+exec chroot "$r" /opt/rsandbox-node/rsandbox-node.sh "$@""#;
+    let mut c = Command::new("unshare");
+    c.args([
+        "--mount",
+        "--fork",
+        "--",
+        "bash",
+        "-c",
+        script,
+        "installer-pod",
+    ])
+    .arg(rootfs)
+    .args([
+        action,
+        "--host-root=/host",
+        "--host-exec=nsenter --target 1 --all --",
+        "--binary=/opt/rsandbox-node/containerd-shim-rsandbox-v1",
+    ])
+    .args(extra)
+    .env_clear()
+    .env(
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    );
+    for v in ["NODE_NAME", "KUBE_API"] {
+        if let Ok(val) = std::env::var(v) {
+            c.env(v, val);
+        }
+    }
+    let out = run_timeout(c, None, Duration::from_secs(300));
+    let run = Run {
+        code: out.code,
+        log: format!("{}{}", out.stderr, out.stdout),
+    };
+    eprintln!(
+        "--- (installer pod) rsandbox-node.sh {action} (exit {:?})\n{}",
+        run.code, run.log
+    );
+    run
+}
+
+/// The installer image in the DaemonSet's shape installs and uninstalls on the node: the image's
+/// own tools (curl, jq, nsenter), the host's systemctl and containerd through nsenter into PID
+/// 1, every node path through /host; `check` of the image's binary run on the node.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemonset_container_installs_and_uninstalls() {
+    let n = node_or_skip!();
+    let Ok(rootfs) = std::env::var("RSANDBOX_INSTALLER_IMAGE_ROOT") else {
+        eprintln!(
+            "SKIPPED: RSANDBOX_INSTALLER_IMAGE_ROOT is not set (hack/installer/test.sh sets it on a systemd node)"
+        );
+        return;
+    };
+    if !Path::new("/run/systemd/system").is_dir() {
+        eprintln!("SKIPPED: systemd is not PID 1 here: the DaemonSet's container needs a node");
+        return;
+    }
+    let rootfs = PathBuf::from(rootfs);
+    let r = (|| -> R {
+        let before = prepare(&n, Flavour::NoImports)?;
+        let image_bin = rootfs.join("opt/rsandbox-node").join(SHIM);
+        let no_check: &[&str] = if has_check(&image_bin) {
+            &[]
+        } else {
+            eprintln!("NOTE: the image's binary has no `check`: installed with --no-check");
+            &["--no-check"]
+        };
+        let pid0 = n.main_pid()?;
+        let r = in_installer_pod(&rootfs, "install", no_check);
+        ensure!(
+            r.code == Some(0),
+            "install from the installer pod failed:\n{}",
+            r.log
+        );
+        ensure!(n.main_pid()? != pid0, "containerd was not restarted");
+        n.wait_handlers(|h| h.iter().any(|x| x == HANDLER))?;
+        ensure!(
+            fs::read(n.shim_path()).ok() == fs::read(&image_bin).ok(),
+            "{} is not the image's binary",
+            n.shim_path().display()
+        );
+        ensure!(
+            n.dropin().exists(),
+            "no drop-in at {}",
+            n.dropin().display()
+        );
+        check_labels(&n, Some(&image_bin), "after the installer pod's install")?;
+        let pid1 = n.main_pid()?;
+        let r = in_installer_pod(&rootfs, "install", no_check);
+        ensure!(
+            r.code == Some(0),
+            "the installer pod's re-run failed:\n{}",
+            r.log
+        );
+        ensure!(
+            n.main_pid()? == pid1,
+            "the installer pod's re-run restarted containerd"
+        );
+        let r = in_installer_pod(&rootfs, "uninstall", &[]);
+        ensure!(
+            r.code == Some(0),
+            "uninstall from the installer pod failed:\n{}",
+            r.log
+        );
+        ensure!(
+            fs::read(&n.config).ok() == Some(before),
+            "config.toml is not as before after the installer pod's uninstall"
+        );
+        ensure!(!n.dropin().exists(), "the drop-in is still there");
+        ensure!(
+            !n.shim_path().exists(),
+            "the binary is still there (no pod needed it)"
+        );
+        n.wait_handlers(|h| !h.iter().any(|x| x == HANDLER))?;
+        check_labels(&n, None, "after the installer pod's uninstall")?;
         Ok(())
     })();
     restore(&n);
