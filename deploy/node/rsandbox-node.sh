@@ -196,6 +196,11 @@ preflight() {
 	fi
 	out=$(host_run "${staged#"$HOST_ROOT"}" check --containerd "$(containerd_binary)" \
 		--containerd-config "$CONFIG" --drop-in "$DROPIN" "$@" 2>&1) || rc=$?
+	if ((rc == 0)); then
+		# passed: the findings worth a look (warnings and worse, with their detail lines) and
+		# the verdict; the whole report when it refuses
+		out=$(awk '/^\[/ { show = ($0 !~ /^\[ *(ok|info)\]/) } /^verdict:/ { show = 1 } show && NF' <<<"$out")
+	fi
 	[[ -n "$out" ]] && printf '  check: %s\n' "${out//$'\n'/$'\n'  check: }" >&2
 	if ((rc != 0)); then
 		if grep -q 'unknown action "check"' <<<"$out"; then
