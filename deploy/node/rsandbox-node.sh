@@ -486,6 +486,15 @@ do_status() {
 	log "run as root"
 	exit 1
 }
+# one installer at a time on a node (a hand-run beside the DaemonSet's pod); the lock lives in
+# the host's /run/lock (a tmpfs): a refused run leaves nothing on disk
+if [[ "$ACTION" == install || "$ACTION" == uninstall ]]; then
+	mkdir -p "$(hp /run/lock)"
+	exec 9>"$(hp /run/lock/rsandbox-node-installer.lock)"
+	flock -w "$WAIT_SECONDS" 9 || fail "lock" "another rsandbox-node.sh holds /run/lock/rsandbox-node-installer.lock"
+	# a binary staged by a run that was killed before its rename
+	rm -f "$(hp "$INSTALL_DIR")/.$SHIM_NAME.rsandbox-new."*
+fi
 case "$ACTION" in
 install) do_install ;;
 uninstall) do_uninstall ;;

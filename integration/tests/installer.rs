@@ -47,6 +47,7 @@ struct Node {
     old_bin: PathBuf,
     config: PathBuf,
     install_dir: PathBuf,
+    state_dir: PathBuf,
     systemctl: Vec<String>,
     scratch: PathBuf,
 }
@@ -74,6 +75,7 @@ fn node() -> Result<Node, String> {
         old_bin: old_bin.into(),
         config: config.into(),
         install_dir: env_or("INSTALL_DIR", "/usr/local/bin").into(),
+        state_dir: env_or("STATE_DIR", "/var/lib/rsandbox-node").into(),
         systemctl: env_or("SYSTEMCTL", "systemctl")
             .split_whitespace()
             .map(String::from)
@@ -691,6 +693,7 @@ async fn a_blocking_check_changes_nothing() {
     let r = (|| -> R {
         let before = prepare(&n, Flavour::NoImports)?;
         let pid = n.main_pid()?;
+        let state_before = n.state_dir.exists();
         // a binary whose `check` reports a blocking problem, as the real one does (exit 1)
         let fake = n.scratch.join("blocking-shim");
         fs::write(
@@ -723,6 +726,11 @@ async fn a_blocking_check_changes_nothing() {
             .collect();
         ensure!(staged.is_empty(), "a staged binary was left: {staged:?}");
         ensure!(n.main_pid()? == pid, "containerd was restarted");
+        ensure!(
+            n.state_dir.exists() == state_before,
+            "the refused install made {}",
+            n.state_dir.display()
+        );
         Ok(())
     })();
     restore(&n);
