@@ -195,43 +195,6 @@ initramfs_build() { # busybox + the modules that mount / over 9p
 	mv -f "$G/initramfs.cpio.tmp" "$G/initramfs.cpio"
 }
 
-# systemd_layer: prints the directory of a guest-only layer holding systemd and dbus (and what
-# they need) extracted with dpkg-deb when this machine lacks them; nothing when it has them.
-# Never installed here, never started here.
-systemd_layer() {
-	local layer=$G/systemd-layer dl=$G/debs-systemd pkgs d
-	[[ -x /lib/systemd/systemd && -x /usr/bin/dbus-daemon && -x /usr/bin/busctl ]] && return 0
-	if [[ ! -f "$layer/.complete" ]]; then
-		# what installing them would add: apt's simulation (nothing is installed)
-		pkgs=$(apt-get -s -q install --no-install-recommends systemd dbus | awk '/^Inst / { print $2 }')
-		[[ -n "$pkgs" ]] || die "systemd guest: /lib/systemd/systemd is missing, but apt would install nothing"
-		log "systemd guest: extracting $(echo "$pkgs" | tr '\n' ' ')into $layer (not installed)"
-		rm -rf "$layer" "$dl"
-		mkdir -p "$layer" "$dl"
-		# shellcheck disable=SC2086 # one package per word
-		(cd "$dl" && apt-get -q -o APT::Sandbox::User=root download $pkgs)
-		for d in "$dl"/*.deb; do dpkg-deb -x "$d" "$layer"; done
-		touch "$layer/.complete"
-	fi
-	echo "$layer"
-}
-
-lib_test_binary() { # builds the shim crate's unit-test binary; prints its path
-	local exe
-	exe=$(cargo test --lib --no-run --message-format=json 2>/dev/null |
-		sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
-	[[ -x "$exe" ]] || die "could not build the shim's unit tests (cargo test --lib --no-run)"
-	echo "$exe"
-}
-
-test_binary() { # NAME: builds integration test binary NAME; prints its path
-	local exe
-	exe=$(cargo test --manifest-path integration/Cargo.toml --test "$1" --no-run --message-format=json 2>/dev/null |
-		grep "\"name\":\"$1\"" | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)
-	[[ -x "$exe" ]] || die "could not build the $1 test binary (cargo test --test $1 --no-run)"
-	echo "$exe"
-}
-
 qemu_install
 kernel_fetch
 initramfs_build
@@ -243,7 +206,7 @@ if [[ $MODE == systemd ]]; then
 	EXE=$(test_binary systemd)
 	HS_EXE=
 	LIB_EXE=$(lib_test_binary)
-	LAYER=$(systemd_layer)
+	LAYER=$(systemd_layer "$G")
 	containerd_config true >"$OUT/containerd.toml"
 	RUN=$RSANDBOX_REPO/hack/guest/systemd-boot.sh
 	# show_status=0: PID 1 writes no unit status lines to the serial console (slow under

@@ -27,6 +27,8 @@
 #   images.sh  the local OCI images, built from busybox-static and
 #              hack/images/ (pause.c, pgrep, ipcs)
 #   runc.sh    the second runc (sid's 1.3.x) and which runc the bench uses
+#   testbin.sh the test executables the guests and the systemd node run
+#   systemd.sh systemd and dbus extracted for the guest and the node when missing here
 #   guest.sh   the cgroup v2 guest (QEMU, Debian's kernel): hack/guest.sh
 #
 # Environment (all optional):
@@ -121,3 +123,7 @@ need_root() { [[ $EUID -eq 0 ]] || die "run as root (containerd, runc, mounts an
 . "$RSANDBOX_REPO/hack/lib/images.sh"
 # shellcheck source=hack/lib/runc.sh
 . "$RSANDBOX_REPO/hack/lib/runc.sh"
+# shellcheck source=hack/lib/testbin.sh
+. "$RSANDBOX_REPO/hack/lib/testbin.sh"
+# shellcheck source=hack/lib/systemd.sh
+. "$RSANDBOX_REPO/hack/lib/systemd.sh"

@@ -16,6 +16,10 @@
 #      the bench's env exported (see hack/containerd.sh env, RSANDBOX_PREFIX),
 #      once with runc 1.1 (the host's) and once with runc 1.3 (sid's, see
 #      hack/lib/runc.sh): both CRI handlers and ctr use the selected runc
+#   8a. the systemd node (cgroup v1): hack/node.sh run-tests (systemd 252 as PID 1 of
+#      new namespaces on this host, booted in about a second; containerd as a unit; the
+#      systemd integration tests inside, both CRI handlers, both runcs, and the shim's
+#      ignored live_systemd unit tests); RSANDBOX_NODE=0 skips it
 #   8b. the cgroup v2 guest: hack/guest.sh (QEMU, Debian's kernel booted with
 #      cgroup_no_v1=all; the cgroupv2 integration tests inside, both runcs);
 #      RSANDBOX_GUEST=0 skips it
@@ -101,6 +105,18 @@ if [[ -f integration/Cargo.toml ]]; then
 	reset_objects
 	RSANDBOX_RUNC=1.1
 	select_runc
+else
+	log "SKIPPED: integration/Cargo.toml does not exist yet"
+fi
+
+section "systemd node (cgroup v1): hack/node.sh run-tests"
+if [[ "${RSANDBOX_NODE:-1}" = 0 ]]; then
+	log "SKIPPED: RSANDBOX_NODE=0"
+elif ! why=$(hack/node.sh check); then
+	log "SKIPPED: $why"
+elif [[ -f integration/Cargo.toml ]]; then
+	# the node runs the shim hack/build.sh installed above (copied at its boot)
+	hack/node.sh -n test run-tests || failed+=("systemd node (cgroup v1)")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
 fi

@@ -33,23 +33,28 @@ const SCOPE_PROPS: &str = "Id,Slice,ControlGroup,ActiveState,Delegate,DefaultDep
                            MemoryAccounting,CPUAccounting,IOAccounting,TasksAccounting,CPUWeight";
 
 /// Why this binary cannot test anything here, if it cannot: systemd must be PID 1 (as the
-/// kubelet's systemd driver wants) and `/sys/fs/cgroup` the unified hierarchy.
+/// kubelet's systemd driver wants) and `/sys/fs/cgroup` the unified hierarchy, or the v1
+/// hybrid layout (`name=systemd` at `/sys/fs/cgroup/systemd`: hack/node.sh's node).
 fn not_a_systemd_node() -> Option<String> {
     if !Path::new("/run/systemd/system").is_dir() {
         return Some("systemd is not PID 1 (no /run/systemd/system)".into());
     }
-    let unified = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(CG) && l.contains(" - cgroup2 "));
-    (!unified).then(|| format!("{CG} is not cgroup2"))
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mounted = |dir: &str, fstype: &str| {
+        mountinfo
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(dir) && l.contains(fstype))
+    };
+    let unified = mounted(CG, " - cgroup2 ");
+    let hybrid = mounted("/sys/fs/cgroup/systemd", " - cgroup ");
+    (!unified && !hybrid).then(|| format!("{CG} is neither cgroup2 nor v1 with name=systemd"))
 }
 
 /// Skips the calling test (with the reason on stderr) unless this is a systemd node.
 macro_rules! systemd_node_or_skip {
     () => {
         if let Some(why) = not_a_systemd_node() {
-            eprintln!("SKIPPED: {why}; hack/guest.sh --systemd runs these tests");
+            eprintln!("SKIPPED: {why}; hack/node.sh run-tests (v1) and hack/guest.sh --systemd (v2) run these tests");
             return;
         }
     };
