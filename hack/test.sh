@@ -28,8 +28,9 @@
 #      inside, both CRI handlers, both runcs); RSANDBOX_GUEST=0 skips it too
 #   8d. the node installer: hack/installer/test.sh (deploy/kubernetes built with
 #      kustomize and validated against Kubernetes' schemas; deploy/node/rsandbox-node.sh's
-#      install / re-run / upgrade with a running pod / uninstall on a systemd node,
-#      hack/node.sh; on a scratch containerd where hack/node.sh does not exist yet)
+#      install / re-run / upgrade with a running pod / uninstall, and the DaemonSet's
+#      container, on a systemd node, hack/node.sh -n installer; on a scratch containerd
+#      where no node can run), after the node's stage, ~1.5-2 min
 #   9. bench smoke run: hack/bench.sh --quick (rsandbox vs the runc path, under
 #      a minute; fails on a failed workload or anything it leaves behind)
 #  10. hack/leftovers.sh with containerd running (tests must clean up), then
@@ -121,6 +122,16 @@ else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
 fi
 
+section "node installer: hack/installer/test.sh"
+if [[ ! -f integration/Cargo.toml ]]; then
+	log "SKIPPED: integration/Cargo.toml does not exist yet"
+elif [[ "${RSANDBOX_NODE:-1}" != 0 ]] && why=$(hack/node.sh check); then
+	hack/installer/test.sh || failed+=("node installer")
+else
+	log "no systemd node here (${why:-RSANDBOX_NODE=0}): the installer's tests run on a scratch containerd"
+	hack/installer/test.sh --scratch || failed+=("node installer (scratch)")
+fi
+
 section "cgroup v2 guest: hack/guest.sh"
 if [[ "${RSANDBOX_GUEST:-1}" = 0 ]]; then
 	log "SKIPPED: RSANDBOX_GUEST=0"
@@ -137,16 +148,6 @@ elif [[ -f integration/Cargo.toml ]]; then
 	hack/guest.sh --systemd || failed+=("systemd guest")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
-fi
-
-section "node installer: hack/installer/test.sh"
-if [[ ! -f integration/Cargo.toml ]]; then
-	log "SKIPPED: integration/Cargo.toml does not exist yet"
-elif [[ -x hack/node.sh ]]; then
-	hack/installer/test.sh || failed+=("node installer")
-else
-	log "no hack/node.sh: the installer's tests run on a scratch containerd"
-	hack/installer/test.sh --scratch || failed+=("node installer (scratch)")
 fi
 
 section "bench smoke run: hack/bench.sh --quick"
