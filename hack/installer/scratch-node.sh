@@ -151,6 +151,7 @@ systemctl)
 		s_pid || echo 0
 		;;
 	is-active) s_pid >/dev/null ;;
+	reset-failed) ;; # no start rate limit here
 	*)
 		echo "scratch systemctl: unsupported: $*" >&2
 		exit 1

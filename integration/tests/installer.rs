@@ -103,7 +103,15 @@ struct Run {
 }
 
 impl Node {
+    /// systemd allows a unit 5 starts in 10 s (containerd.service keeps the defaults): this
+    /// test restarts containerd more often than any node would, so before each step that may
+    /// restart it, it resets the counter (`reset-failed` does; an active unit is untouched).
+    fn reset_start_limit(&self) {
+        let _ = self.systemctl(&["reset-failed", UNIT]);
+    }
+
     fn installer(&self, args: &[&str]) -> Run {
+        self.reset_start_limit();
         let mut c = Command::new("bash");
         c.arg(&self.script).args(args);
         let out = run_timeout(c, None, Duration::from_secs(300));
@@ -144,6 +152,7 @@ impl Node {
     }
 
     fn restart_containerd(&self) -> R {
+        self.reset_start_limit();
         let out = self.systemctl(&["restart", UNIT]);
         ensure!(out.ok(), "systemctl restart {UNIT}: {out:?}");
         self.wait_handlers(|_| true)?;
@@ -751,6 +760,9 @@ mount --rbind /dev "$r/dev"
 mount -t proc proc "$r/proc"
 mount -t tmpfs tmpfs "$r/tmp"
 exec chroot "$r" /opt/rsandbox-node/rsandbox-node.sh "$@""#;
+    let _ = Command::new("systemctl")
+        .args(["reset-failed", UNIT])
+        .status();
     let mut c = Command::new("unshare");
     c.args([
         "--mount",
