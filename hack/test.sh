@@ -25,14 +25,19 @@
 #      new namespaces on this host, booted in about a second; containerd as a unit; the
 #      systemd integration tests inside, both CRI handlers, both runcs, and the shim's
 #      ignored live_systemd unit tests); RSANDBOX_NODE=0 skips it
-#   8b. release artefacts: hack/release.sh (two static release builds of HEAD compared byte
+#   8b. the node installer: hack/installer/test.sh (deploy/kubernetes built with
+#      kustomize and validated against Kubernetes' schemas; deploy/node/rsandbox-node.sh's
+#      install / re-run / upgrade with a running pod / uninstall, and the DaemonSet's
+#      container, on a systemd node, hack/node.sh -n installer; on a scratch containerd
+#      where no node can run), after the node's stage, ~1.5-2 min
+#   8c. release artefacts: hack/release.sh (two static release builds of HEAD compared byte
 #      for byte: dist/ binary, .deb, SBOM, SHA256SUMS; RSANDBOX_RELEASE_REPRO=0 builds once),
 #      then hack/release/test-deb.sh (the .deb installs, its binary checks the bench and runs
 #      pods; the installed shim is put back)
-#   8c. the cgroup v2 guest: hack/guest.sh (QEMU, Debian's kernel booted with
+#   8d. the cgroup v2 guest: hack/guest.sh (QEMU, Debian's kernel booted with
 #      cgroup_no_v1=all; the cgroupv2 integration tests inside, both runcs);
 #      RSANDBOX_GUEST=0 skips it
-#   8d. the systemd guest: hack/guest.sh --systemd (the same kernel, systemd as
+#   8e. the systemd guest: hack/guest.sh --systemd (the same kernel, systemd as
 #      PID 1 on cgroup v2, containerd as a unit; the systemd integration tests
 #      inside, both CRI handlers, both runcs); RSANDBOX_GUEST=0 skips it too
 #   9. bench smoke run: hack/bench.sh --quick (rsandbox vs the runc path, under
@@ -138,6 +143,16 @@ elif [[ -f integration/Cargo.toml ]]; then
 	hack/node.sh -n test run-tests || failed+=("systemd node (cgroup v1)")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
+fi
+
+section "node installer: hack/installer/test.sh"
+if [[ ! -f integration/Cargo.toml ]]; then
+	log "SKIPPED: integration/Cargo.toml does not exist yet"
+elif [[ "${RSANDBOX_NODE:-1}" != 0 ]] && why=$(hack/node.sh check); then
+	hack/installer/test.sh || failed+=("node installer")
+else
+	log "no systemd node here (${why:-RSANDBOX_NODE=0}): the installer's tests run on a scratch containerd"
+	hack/installer/test.sh --scratch || failed+=("node installer (scratch)")
 fi
 
 section "release artefacts: hack/release.sh, then hack/release/test-deb.sh"

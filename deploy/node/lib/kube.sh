@@ -1,0 +1,76 @@
+# shellcheck shell=bash
+# deploy/node/lib/kube.sh - the Node object: wait for its status.runtimeHandlers, set and
+# remove the installer's labels. The DaemonSet's service account may patch Nodes only as its
+# ValidatingAdmissionPolicy lets it (its own Node, labels under rsandbox.io/ only).
+#
+# Where the API is: KUBE_API (e.g. a test's stub, http allowed), else the in-cluster
+# service (KUBERNETES_SERVICE_HOST/PORT, the service account's token and CA). With neither,
+# labelling is skipped with a log line: everything else still runs (the CI node has no API
+# server).
+
+SA_DIR=${SA_DIR:-/var/run/secrets/kubernetes.io/serviceaccount}
+# shellcheck disable=SC2034 # read by rsandbox-node.sh
+LABEL_PREFIX=rsandbox.io
+
+kube_api() { # the API's base URL, empty when none is configured
+	if [[ -n "${KUBE_API:-}" ]]; then
+		echo "${KUBE_API%/}"
+	elif [[ -n "${KUBERNETES_SERVICE_HOST:-}" ]]; then
+		local host=$KUBERNETES_SERVICE_HOST
+		[[ "$host" == *:* ]] && host="[$host]"
+		echo "https://$host:${KUBERNETES_SERVICE_PORT:-443}"
+	fi
+}
+
+# kube METHOD PATH [BODY_JSON]: one request; prints the response body, fails on a non-2xx
+kube() {
+	local method=$1 path=$2 body=${3:-} url args=() out code
+	url=$(kube_api)
+	# the token is read at each call: the kubelet rotates the projected token
+	[[ -r "$SA_DIR/token" ]] && args+=(-H "Authorization: Bearer $(<"$SA_DIR/token")")
+	[[ -r "$SA_DIR/ca.crt" && "$url" == https:* ]] && args+=(--cacert "$SA_DIR/ca.crt")
+	[[ -n "$body" ]] && args+=(-H 'Content-Type: application/merge-patch+json' --data-binary "$body")
+	out=$(mktemp)
+	code=$(curl --silent --show-error --max-time 20 -o "$out" -w '%{http_code}' -X "$method" \
+		-H 'Accept: application/json' "${args[@]}" "$url$path") || code=000
+	if [[ "$code" != 2?? ]]; then
+		log "Kubernetes API $method $path: HTTP $code $(jq -r '.message? // empty' "$out" 2>/dev/null | head -c 300)"
+		rm -f "$out"
+		return 1
+	fi
+	cat "$out"
+	rm -f "$out"
+}
+
+kube_configured() {
+	[[ -n "$(kube_api)" ]] && return 0
+	log "no Kubernetes API configured (KUBERNETES_SERVICE_HOST and KUBE_API unset): the Node is not labelled"
+	return 1
+}
+
+# wait_node_handler: until the kubelet reports the handler in the Node's
+# status.runtimeHandlers (Kubernetes >= 1.30; older API servers have no such field: skipped)
+wait_node_handler() {
+	local end node
+	end=$(deadline_in "$WAIT_SECONDS")
+	while :; do
+		node=$(kube GET "/api/v1/nodes/$NODE_NAME") || fail "wait for the Node" "cannot read Node $NODE_NAME"
+		if [[ "$(jq '.status | has("runtimeHandlers")' <<<"$node")" != true ]]; then
+			log "Node $NODE_NAME has no status.runtimeHandlers (Kubernetes < 1.30): not waiting for it"
+			return 0
+		fi
+		jq -e --arg h "$HANDLER" '.status.runtimeHandlers | any(.name == $h)' <<<"$node" >/dev/null && {
+			log "Node $NODE_NAME reports the $HANDLER runtime handler"
+			return 0
+		}
+		before "$end" || fail "wait for the Node" "the kubelet did not report the $HANDLER handler in Node $NODE_NAME's status.runtimeHandlers within ${WAIT_SECONDS}s"
+		sleep 2
+	done
+}
+
+# label_node JSON_LABELS: merge-patch the Node's labels (null removes one)
+label_node() {
+	kube PATCH "/api/v1/nodes/$NODE_NAME" "{\"metadata\":{\"labels\":$1}}" >/dev/null ||
+		fail "label the Node" "PATCH of Node $NODE_NAME's labels failed"
+	log "Node $NODE_NAME labels: $1"
+}

@@ -1,0 +1,514 @@
+#!/usr/bin/env bash
+# deploy/node/rsandbox-node.sh - install, upgrade or remove rsandbox on one Kubernetes node
+# (containerd 2.x as the systemd unit containerd.service). Run as root on the node, or from the
+# installer DaemonSet (deploy/kubernetes), which runs it with the host's / at /host.
+#
+# Usage: rsandbox-node.sh install|uninstall|status [options]
+#
+#   install    preflight (`containerd-shim-rsandbox-v1 check` of the new binary, on the host),
+#              the binary (a new file renamed over the old: running shims keep theirs),
+#              the runtime as a drop-in in containerd's conf.d (plus one `imports` entry in
+#              config.toml where containerd would not read it otherwise), containerd
+#              restarted only when a config file changed (or the handler is missing), the
+#              wait for CRI to report the rsandbox handler, then the Node's labels.
+#              A re-run that finds everything in place changes and restarts nothing.
+#   uninstall  the Node's labels removed (no new rsandbox pods are scheduled here), with
+#              --wait-for-pods the node's rsandbox pods awaited (drain it), the imports entry
+#              and the drop-in removed (config.toml as before, byte for byte, when nobody
+#              changed it since), containerd restarted, the binary removed once no rsandbox
+#              pod is left on the node (kept, and said so, while one is).
+#   status     what is installed, what containerd reports, which pods still need the binary.
+#   run ACTION ACTION (install or uninstall), then stay (a DaemonSet's container): touch
+#              $READY_FILE (the readiness probe's) and sleep until terminated.
+#
+# Options (the environment variable of the same name, upper case, works too):
+#   --binary PATH           the shim binary to install (default: containerd-shim-rsandbox-v1
+#                           next to this script)
+#   --host-root DIR         where the host's / is for this process (default /; the DaemonSet: /host)
+#   --host-exec CMD         prefix that runs a host binary (systemctl, containerd, the staged
+#                           shim's `check`) in the host's namespaces (default: none; the
+#                           DaemonSet: "nsenter --target 1 --all --")
+#   --systemctl CMD         (default: "<host-exec> systemctl")
+#   --unit NAME             containerd's unit (containerd.service)
+#   --containerd-config P   (default: containerd's --config argument, else /etc/containerd/config.toml)
+#   --containerd-socket P   CRI endpoint (default: [grpc] address of the loaded config)
+#   --install-dir DIR       where the shim goes, on containerd's PATH (/usr/local/bin)
+#   --state-dir DIR         what the installer remembers for the uninstall (/var/lib/rsandbox-node)
+#   --handler NAME          the CRI runtime handler and RuntimeClass handler (rsandbox)
+#   --node-name NAME        the Node to label (default: $NODE_NAME; the DaemonSet sets it from
+#                           the downward API)
+#   --wait SECONDS          deadline of each wait: containerd's restart, the CRI handler, the
+#                           Node's status (120); a deadline only catches a hang
+#   --wait-for-pods SECONDS uninstall: wait that long for the node's rsandbox pods to go
+#                           before the config is removed (exec into a pod needs its handler
+#                           configured); 0, the default: do not wait; -1: no limit
+#   --no-check              skip the preflight (only for a binary older than `check`)
+# Kubernetes API: in-cluster (service account) by default; KUBE_API=URL points elsewhere (a
+# test's stub); with neither, the labels are skipped with a log line.
+#
+# Exit status: 0 done; 1 a step failed (the message names it); 2 usage; 3 refused (the
+# preflight found a blocking problem, or the node's config is one the installer will not edit:
+# nothing was changed).
+set -euo pipefail
+
+SELF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=deploy/node/lib/common.sh
+. "$SELF_DIR/lib/common.sh"
+# shellcheck source=deploy/node/lib/unit.sh
+. "$SELF_DIR/lib/unit.sh"
+# shellcheck source=deploy/node/lib/config.sh
+. "$SELF_DIR/lib/config.sh"
+# shellcheck source=deploy/node/lib/cri.sh
+. "$SELF_DIR/lib/cri.sh"
+# shellcheck source=deploy/node/lib/binary.sh
+. "$SELF_DIR/lib/binary.sh"
+# shellcheck source=deploy/node/lib/kube.sh
+. "$SELF_DIR/lib/kube.sh"
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+
+ACTION=${1:-}
+[[ $# -gt 0 ]] && shift
+STAY=0
+if [[ "$ACTION" == run ]]; then
+	STAY=1
+	ACTION=${1:-}
+	[[ $# -gt 0 ]] && shift
+fi
+BINARY=${BINARY:-$SELF_DIR/$SHIM_NAME}
+HOST_ROOT=${HOST_ROOT:-}
+HOST_EXEC=${HOST_EXEC:-}
+SYSTEMCTL=${SYSTEMCTL:-}
+CONTAINERD_UNIT=${CONTAINERD_UNIT:-containerd.service}
+CONTAINERD_CONFIG=${CONTAINERD_CONFIG:-}
+CONTAINERD_SOCKET=${CONTAINERD_SOCKET:-}
+INSTALL_DIR=${INSTALL_DIR:-/usr/local/bin}
+STATE_DIR=${STATE_DIR:-/var/lib/rsandbox-node}
+HANDLER=${HANDLER:-rsandbox}
+NODE_NAME=${NODE_NAME:-}
+WAIT_SECONDS=${WAIT_SECONDS:-120}
+WAIT_FOR_PODS=${WAIT_FOR_PODS:-0}
+NO_CHECK=${NO_CHECK:-0}
+while [[ $# -gt 0 ]]; do
+	opt=$1
+	case "$opt" in
+	--no-check)
+		NO_CHECK=1
+		shift
+		continue
+		;;
+	--*=*)
+		set -- "${opt%%=*}" "${opt#*=}" "${@:2}"
+		continue
+		;;
+	esac
+	[[ $# -ge 2 ]] || {
+		usage >&2
+		exit 2
+	}
+	case "$opt" in
+	--binary) BINARY=$2 ;;
+	--host-root) HOST_ROOT=${2%/} ;;
+	--host-exec) HOST_EXEC=$2 ;;
+	--systemctl) SYSTEMCTL=$2 ;;
+	--unit) CONTAINERD_UNIT=$2 ;;
+	--containerd-config) CONTAINERD_CONFIG=$2 ;;
+	--containerd-socket) CONTAINERD_SOCKET=$2 ;;
+	--install-dir) INSTALL_DIR=$2 ;;
+	--state-dir) STATE_DIR=$2 ;;
+	--handler) HANDLER=$2 ;;
+	--node-name) NODE_NAME=$2 ;;
+	--wait) WAIT_SECONDS=$2 ;;
+	--wait-for-pods) WAIT_FOR_PODS=$2 ;;
+	*)
+		usage >&2
+		exit 2
+		;;
+	esac
+	shift 2
+done
+HOST_ROOT=${HOST_ROOT%/}
+SYSTEMCTL=${SYSTEMCTL:-${HOST_EXEC:+$HOST_EXEC }systemctl}
+SHIM_PATH=${INSTALL_DIR%/}/$SHIM_NAME
+[[ "$WAIT_SECONDS" =~ ^[0-9]+$ && "$WAIT_FOR_PODS" =~ ^-?[0-9]+$ ]] || {
+	usage >&2
+	exit 2
+}
+[[ "$HANDLER" =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || {
+	log "--handler $HANDLER: not a DNS label (a RuntimeClass handler must be one)"
+	exit 2
+}
+
+# where containerd's config and the drop-in are, and which socket serves CRI
+locate_containerd() {
+	CONFIG=$(containerd_config_path)
+	[[ "$CONFIG" == /* ]] || fail "locate containerd's config" "not an absolute path: $CONFIG"
+	DROPIN=$(dirname "$CONFIG")/conf.d/$HANDLER.toml
+	if [[ -z "$CONTAINERD_SOCKET" ]]; then
+		local dump
+		dump=$(mktemp)
+		config_dump "$dump" || fail "read containerd's config" "containerd cannot load $CONFIG"
+		CONTAINERD_SOCKET=$(awk '/^\[grpc\]/ { g = 1; next } /^\[/ { g = 0 } g && $1 == "address" { gsub(/'\''/, "", $3); print $3; exit }' "$dump")
+		rm -f "$dump" "$dump.err"
+		CONTAINERD_SOCKET=${CONTAINERD_SOCKET:-/run/containerd/containerd.sock}
+	fi
+}
+
+# shim_resolution_problem: why containerd would not run $SHIM_PATH for the handler (nothing
+# when it would). containerd (core/runtime/v2 resolveRuntimePath) takes the first of: the
+# binary name in its working directory, then its PATH, then its own executable's directory.
+shim_resolution_problem() {
+	local pid path dirs=() d cwd exe
+	pid=$(containerd_main_pid)
+	[[ -n "$pid" ]] || return 0 # not running: nothing to ask (its unit's PATH is systemd's default)
+	cwd=$(readlink "/proc/$pid/cwd") || cwd=/
+	path=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^PATH=//p')
+	exe=$(readlink "/proc/$pid/exe") || exe=
+	dirs=("$cwd")
+	IFS=: read -r -a d <<<"$path"
+	dirs+=("${d[@]}")
+	[[ -n "$exe" ]] && dirs+=("$(dirname "${exe% (deleted)}")")
+	for d in "${dirs[@]}"; do
+		[[ -n "$d" ]] || continue
+		if [[ "${d%/}/$SHIM_NAME" == "$SHIM_PATH" ]]; then
+			return 0
+		fi
+		if [[ -e "$(hp "${d%/}/$SHIM_NAME")" ]]; then
+			echo "containerd (pid $pid) would run ${d%/}/$SHIM_NAME, found before $SHIM_PATH (its PATH: ${path:-unset}); remove it or pass --install-dir ${d%/}"
+			return 0
+		fi
+	done
+	echo "$INSTALL_DIR is neither on containerd's PATH (${path:-unset}) nor containerd's own directory: pass --install-dir with one of them"
+}
+
+# preflight STAGED [--runtime HANDLER]: `containerd-shim-rsandbox-v1 check` of the new binary,
+# run on the host (its kernel, cgroups, runc, systemd, containerd binary and config files):
+# once before anything is changed, and once more with --runtime after the config is written
+# and before containerd is restarted (check reads the files, so it judges what containerd is
+# about to load). Its report goes to the log; exit status 1 = a blocking finding, 2 = it could
+# not run (usage).
+preflight() {
+	local staged=$1 out rc=0
+	shift
+	if [[ "$NO_CHECK" == 1 ]]; then
+		log "WARNING: --no-check: the preflight is skipped"
+		return 0
+	fi
+	out=$(host_run "${staged#"$HOST_ROOT"}" check --containerd "$(containerd_binary)" \
+		--containerd-config "$CONFIG" --drop-in "$DROPIN" "$@" 2>&1) || rc=$?
+	if ((rc == 0)); then
+		# passed: the findings worth a look (warnings and worse, with their detail lines) and
+		# the verdict; the whole report when it refuses
+		out=$(awk '/^\[/ { show = ($0 !~ /^\[ *(ok|info)\]/) } /^verdict:/ { show = 1 } show && NF' <<<"$out")
+	fi
+	[[ -n "$out" ]] && printf '  check: %s\n' "${out//$'\n'/$'\n'  check: }" >&2
+	if ((rc != 0)); then
+		if grep -q 'unknown action "check"' <<<"$out"; then
+			echo "$BINARY has no \`check\` (a release before the preflight): pass --no-check to install it anyway"
+		elif ((rc == 1)); then
+			echo "\`$SHIM_NAME check${*:+ $*}\` found a blocking problem on this node (see its report above)"
+		else
+			echo "\`$SHIM_NAME check\` could not run (exit status $rc, see above)"
+		fi
+		return 1
+	fi
+	log "preflight passed${*:+ ($*)}"
+}
+
+# stage_binary: a copy of the new binary beside the installed path (the same file system,
+# so that the rename is atomic); prints its path for this process
+stage_binary() {
+	local dir staged
+	dir=$(hp "$INSTALL_DIR")
+	mkdir -p "$dir"
+	staged=$(mktemp "$dir/.$SHIM_NAME.rsandbox-new.XXXXXX")
+	if ! { cat "$BINARY" >"$staged" && chmod 755 "$staged" && sync "$staged"; }; then
+		rm -f "$staged"
+		fail "stage the binary" "cannot write $staged"
+	fi
+	echo "$staged"
+}
+
+wait_cri_handler() { # WANT (present|absent)
+	local want=$1 end handlers
+	end=$(deadline_in "$WAIT_SECONDS")
+	while :; do
+		if handlers=$(cri_runtime_handlers 2>/dev/null); then
+			if grep -qxF "$HANDLER" <<<"$handlers"; then
+				[[ "$want" == present ]] && {
+					log "CRI reports the $HANDLER runtime handler"
+					return 0
+				}
+			elif [[ "$want" == absent ]]; then
+				log "CRI no longer reports the $HANDLER runtime handler"
+				return 0
+			fi
+		fi
+		before "$end" || fail "wait for CRI" "containerd's CRI ($CONTAINERD_SOCKET) did not report the $HANDLER handler $want within ${WAIT_SECONDS}s (handlers: ${handlers//$'\n'/ })"
+		sleep 1
+	done
+}
+
+handler_reported() { cri_runtime_handlers 2>/dev/null | grep -qxF "$HANDLER"; }
+
+node_labels() { # the labels the installer sets (JSON object)
+	local version cver crash=null
+	# a label value: at most 63 of [A-Za-z0-9_.-], alphanumeric at both ends
+	version=$(host_run "$SHIM_PATH" -v 2>/dev/null | sed -n 's/^ *Version: *//p' | head -n1 |
+		tr -c 'A-Za-z0-9_.\n-' '_' | cut -c1-63 | sed 's/^[^A-Za-z0-9]*//; s/[^A-Za-z0-9]*$//')
+	cver=$(containerd_version)
+	# containerd 2.1/2.2 crash on a hostNetwork pod with a shim sandboxer (fixed in 2.3): the
+	# label lets the admission policy's switch be decided by looking (see deploy/kubernetes)
+	if [[ "$cver" =~ ^([0-9]+)\.([0-9]+)\. ]] && ((BASH_REMATCH[1] < 2 || (BASH_REMATCH[1] == 2 && BASH_REMATCH[2] < 3))); then
+		crash='"true"'
+	fi
+	printf '{"%s/installed":"true","%s/shim-version":"%s","%s/containerd-hostnetwork-crash":%s}' \
+		"$LABEL_PREFIX" "$LABEL_PREFIX" "${version:-unknown}" "$LABEL_PREFIX" "$crash"
+}
+
+do_install() {
+	local staged version changed=0 dump problem why text prev import_added=0
+	[[ -f "$BINARY" && -x "$BINARY" ]] || fail "find the binary" "$BINARY is not an executable file"
+	locate_containerd
+	log "containerd: unit $CONTAINERD_UNIT, config $CONFIG, CRI $CONTAINERD_SOCKET; drop-in $DROPIN; shim $SHIM_PATH"
+
+	# 1. what the node is: nothing is changed before these pass
+	version=$(root_config_version)
+	[[ "$version" == 2 || "$version" == 3 ]] ||
+		refuse "$CONFIG is config version $version: only versions 2 and 3 (containerd 2.x) are supported; migrate it with \`containerd config migrate\`"
+	dump=$(mktemp)
+	config_dump "$dump" || fail "read containerd's config" "containerd cannot load $CONFIG as it is now"
+	if [[ ! -e "$(hp "$DROPIN")" ]] && dump_has_handler_table "$dump"; then
+		refuse "containerd's config already defines the runtime $HANDLER outside $DROPIN (by hand?): the installer manages only its drop-in; remove that definition or pass --handler with another name"
+	fi
+	problem=$(shim_resolution_problem)
+	[[ -z "$problem" ]] || refuse "$problem"
+	staged=$(stage_binary)
+	if ! why=$(preflight "$staged"); then
+		rm -f "$staged"
+		refuse "$why"
+	fi
+
+	# 2. the config: the drop-in, and an imports entry where containerd would not read it
+	mkdir -p "$(hp "$STATE_DIR")"
+	if [[ ! -d "$(hp "$(dirname "$DROPIN")")" ]]; then
+		mkdir -p "$(hp "$(dirname "$DROPIN")")"
+		: >"$(hp "$STATE_DIR")/dropin-dir-created"
+	fi
+	prev=$(mktemp)
+	if [[ -e "$(hp "$DROPIN")" ]]; then cp "$(hp "$DROPIN")" "$prev"; else rm -f "$prev"; fi
+	text=$(mktemp)
+	dropin_text "$version" >"$text"
+	if write_if_changed "$text" "$(hp "$DROPIN")" 644; then
+		changed=1
+		log "drop-in written: $DROPIN"
+	else
+		log "drop-in $DROPIN unchanged"
+	fi
+	rm -f "$text"
+	config_dump "$dump" || {
+		undo_config "$prev" 0
+		fail "check the config" "containerd cannot load its config with $DROPIN (undone)"
+	}
+	if ! dump_reads_dropin "$dump"; then
+		add_import
+		changed=1
+		import_added=1
+		if ! config_dump "$dump" || ! dump_reads_dropin "$dump"; then
+			undo_config "$prev" 1
+			fail "check the config" "containerd still does not read $DROPIN after the imports entry in $CONFIG (undone)"
+		fi
+	fi
+	if ! dump_defines_handler "$dump"; then
+		undo_config "$prev" "$import_added"
+		fail "check the config" "the loaded config does not define runtimes.$HANDLER as runtime_type $RSANDBOX_RUNTIME_TYPE with sandboxer shim (another file overrides it?) (undone)"
+	fi
+	rm -f "$dump" "$dump.err"
+	# check again, now on the config containerd is about to load
+	if ! why=$(preflight "$staged" --runtime "$HANDLER"); then
+		undo_config "$prev" "$import_added"
+		rm -f "$staged"
+		refuse "$why (the config changes were undone)"
+	fi
+	rm -f "$prev"
+
+	# 3. the binary, before containerd knows the handler
+	if cmp -s "$staged" "$(hp "$SHIM_PATH")"; then
+		rm -f "$staged"
+		log "binary $SHIM_PATH unchanged"
+	else
+		mv -f "$staged" "$(hp "$SHIM_PATH")" || {
+			rm -f "$staged"
+			fail "install the binary" "rename into $SHIM_PATH failed"
+		}
+		log "binary installed: $SHIM_PATH (running shims keep the binary they started with; new pods get this one)"
+	fi
+	printf 'shim=%s\ndropin=%s\nconfig=%s\n' "$SHIM_PATH" "$DROPIN" "$CONFIG" >"$(hp "$STATE_DIR")/installed"
+
+	# 4. containerd: restarted only when its config files changed, or when it does not serve
+	# the handler although they did not (a run that stopped between the write and the restart)
+	if ((changed)); then
+		restart_containerd
+	elif ! handler_reported; then
+		log "config unchanged, but CRI does not report the $HANDLER handler: containerd runs an older config"
+		restart_containerd
+	else
+		log "config unchanged and the $HANDLER handler served: containerd not restarted"
+	fi
+	wait_cri_handler present
+
+	# 5. the Node: labelled once the kubelet reports the handler
+	if kube_configured; then
+		[[ -n "$NODE_NAME" ]] || fail "label the Node" "no node name (--node-name or NODE_NAME)"
+		wait_node_handler
+		label_node "$(node_labels)"
+	fi
+	log "install done"
+}
+
+# undo_config PREVIOUS_DROPIN IMPORT_ADDED: take back this run's config changes (the imports
+# entry first, then the drop-in: its previous bytes, or none)
+undo_config() {
+	local prev=$1 import_added=$2
+	((import_added)) && { remove_import || true; }
+	if [[ -f "$prev" ]]; then
+		write_if_changed "$prev" "$(hp "$DROPIN")" 644 || true
+		rm -f "$prev"
+	else
+		rm -f "$(hp "$DROPIN")"
+		if [[ -f "$(hp "$STATE_DIR")/dropin-dir-created" ]]; then
+			rmdir "$(hp "$(dirname "$DROPIN")")" 2>/dev/null || true
+			rm -f "$(hp "$STATE_DIR")/dropin-dir-created"
+		fi
+	fi
+}
+
+# load_installed: what the install recorded (the uninstall works on those paths, whatever
+# options it is given)
+load_installed() {
+	local f
+	f=$(hp "$STATE_DIR")/installed
+	[[ -f "$f" ]] || return 1
+	SHIM_PATH=$(sed -n 's/^shim=//p' "$f")
+	DROPIN=$(sed -n 's/^dropin=//p' "$f")
+	CONFIG=$(sed -n 's/^config=//p' "$f")
+}
+
+do_uninstall() {
+	local changed=0 need end
+	if ! load_installed; then
+		locate_containerd
+		log "no install recorded in $STATE_DIR: removing what is at the default places"
+	fi
+	[[ -n "$CONTAINERD_SOCKET" ]] || locate_containerd
+	log "containerd: config $CONFIG, CRI $CONTAINERD_SOCKET; drop-in $DROPIN; shim $SHIM_PATH"
+
+	# 1. no new rsandbox pod is scheduled here
+	if kube_configured; then
+		[[ -n "$NODE_NAME" ]] || fail "unlabel the Node" "no node name (--node-name or NODE_NAME)"
+		label_node "{\"$LABEL_PREFIX/installed\":null,\"$LABEL_PREFIX/shim-version\":null,\"$LABEL_PREFIX/containerd-hostnetwork-crash\":null}"
+	fi
+
+	# 2. with --wait-for-pods, the pods go first: while the handler is configured they stay
+	# fully manageable (containerd 2.1.9's ExecSync looks the pod's handler up in the config:
+	# once it is gone, exec into a remaining pod fails "no runtime for ... is configured";
+	# stop and remove still work)
+	end=$(deadline_in "$((WAIT_FOR_PODS < 0 ? 0 : WAIT_FOR_PODS))")
+	while ((WAIT_FOR_PODS != 0)) && need=$(binary_in_use) && [[ -n "$need" ]]; do
+		if ((WAIT_FOR_PODS > 0)) && ! before "$end"; then
+			log "rsandbox pods still here after ${WAIT_FOR_PODS}s ($need): removing the config anyway"
+			break
+		fi
+		log "waiting for the node's rsandbox pods to go (drain the node): $need"
+		sleep 5
+	done
+
+	# 3. the config: the imports entry first (an entry naming a missing file stops containerd
+	# from starting), then the drop-in
+	if remove_import; then changed=1; fi
+	if [[ -e "$(hp "$DROPIN")" ]]; then
+		if head -n1 "$(hp "$DROPIN")" | grep -qF "$MARK"; then
+			rm -f "$(hp "$DROPIN")"
+			changed=1
+			log "drop-in removed: $DROPIN"
+			if [[ -f "$(hp "$STATE_DIR")/dropin-dir-created" ]]; then
+				rmdir "$(hp "$(dirname "$DROPIN")")" 2>/dev/null || true
+				rm -f "$(hp "$STATE_DIR")/dropin-dir-created"
+			fi
+		else
+			log "warning: $DROPIN was not written by the installer: left in place"
+		fi
+	fi
+	if ((changed)); then
+		local dump
+		dump=$(mktemp)
+		config_dump "$dump" || fail "check the config" "containerd cannot load $CONFIG after the uninstall's changes"
+		dump_has_handler_table "$dump" && log "warning: containerd's config still defines the $HANDLER runtime elsewhere"
+		rm -f "$dump" "$dump.err"
+		restart_containerd
+		wait_cri_handler absent
+	else
+		log "no config of the installer left: containerd not restarted"
+	fi
+
+	# 4. the binary, once no pod can need it
+	need=$(binary_in_use)
+	if [[ -n "$need" ]]; then
+		log "binary $SHIM_PATH kept: $need. Run the uninstall again once they are gone (drain the node)."
+		mkdir -p "$(hp "$STATE_DIR")"
+		printf 'shim=%s\ndropin=%s\nconfig=%s\n' "$SHIM_PATH" "$DROPIN" "$CONFIG" >"$(hp "$STATE_DIR")/installed"
+		return 0
+	fi
+	if [[ -e "$(hp "$SHIM_PATH")" ]]; then
+		rm -f "$(hp "$SHIM_PATH")"
+		log "binary removed: $SHIM_PATH"
+	fi
+	rm -f "$(hp "$STATE_DIR")/installed"
+	rmdir "$(hp "$STATE_DIR")" 2>/dev/null || true
+	log "uninstall done"
+}
+
+do_status() {
+	local need handlers
+	load_installed || locate_containerd
+	[[ -n "$CONTAINERD_SOCKET" ]] || locate_containerd
+	echo "binary:   $SHIM_PATH $([[ -e "$(hp "$SHIM_PATH")" ]] && echo present || echo absent)"
+	echo "drop-in:  $DROPIN $([[ -e "$(hp "$DROPIN")" ]] && echo present || echo absent)"
+	echo "config:   $CONFIG (imports entry: $(cat "$(hp "$STATE_DIR")/import-mode" 2>/dev/null || echo none added))"
+	echo "unit:     $CONTAINERD_UNIT MainPID $(containerd_main_pid)"
+	handlers=$(cri_runtime_handlers 2>/dev/null | tr '\n' ' ') || handlers="(CRI not answering)"
+	echo "handlers: ${handlers:-none}"
+	need=$(binary_in_use)
+	echo "in use:   ${need:-no}"
+}
+
+[[ $EUID -eq 0 ]] || {
+	log "run as root"
+	exit 1
+}
+# one installer at a time on a node (a hand-run beside the DaemonSet's pod); the lock lives in
+# the host's /run/lock (a tmpfs): a refused run leaves nothing on disk
+if [[ "$ACTION" == install || "$ACTION" == uninstall ]]; then
+	mkdir -p "$(hp /run/lock)"
+	exec 9>"$(hp /run/lock/rsandbox-node-installer.lock)"
+	flock -w "$WAIT_SECONDS" 9 || fail "lock" "another rsandbox-node.sh holds /run/lock/rsandbox-node-installer.lock"
+	# a binary staged by a run that was killed before its rename
+	rm -f "$(hp "$INSTALL_DIR")/.$SHIM_NAME.rsandbox-new."*
+fi
+case "$ACTION" in
+install) do_install ;;
+uninstall) do_uninstall ;;
+status) do_status ;;
+-h | --help | help) usage ;;
+*)
+	usage >&2
+	exit 2
+	;;
+esac
+if ((STAY)); then
+	[[ -n "${READY_FILE:-}" ]] && : >"$READY_FILE"
+	log "$ACTION done: staying (terminating this pod changes nothing on the node)"
+	trap 'exit 0' TERM INT
+	sleep infinity &
+	wait
+fi

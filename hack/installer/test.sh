@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# hack/installer/test.sh [--scratch] [--manifests-only] - the node installer's tests (issue 25
+# item 3); hack/test.sh runs it after the systemd node's stage.
+#
+#   1. the Kubernetes side: `kustomize build` of deploy/kubernetes and of its uninstall overlay
+#      (kustomize from Debian sid, through the bench's private apt state, extracted under
+#      $RSANDBOX_PREFIX/tools), each validated by kubernetes-validate --strict (PyPI, pinned, in
+#      a venv under $RSANDBOX_PREFIX/tools: Kubernetes' own OpenAPI schemas, offline) against
+#      Kubernetes 1.30 (the oldest the manifests support) and the newest schema it has;
+#   2. the installer's CRI reader on responses captured from containerd 2.1.9
+#      (hack/installer/fixtures);
+#   3. integration/tests/installer.rs on a systemd node (hack/node.sh -n installer: systemd as
+#      PID 1, containerd.service), through hack/installer/in-node.sh: fresh install, re-run,
+#      upgrade with a running pod of the previous release, uninstall, both config.toml
+#      flavours, a blocking preflight. --scratch: on a throwaway containerd of its own instead
+#      (hack/installer/scratch-node.sh, a systemctl stand-in), where no node can boot.
+#
+# The new binary is this tree's release build (hack/build.sh makes it); the previous release's
+# is RSANDBOX_INSTALLER_OLD. Needs root and the bench (hack/setup.sh); run it under the bench
+# lock (it restarts no bench containerd, but the node uses the bench's binaries and images).
+set -euo pipefail
+# shellcheck source=hack/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+need_root
+cd "$RSANDBOX_REPO"
+
+scratch=0
+manifests_only=0
+for a in "$@"; do
+	case "$a" in
+	--scratch) scratch=1 ;;
+	--manifests-only) manifests_only=1 ;;
+	*)
+		sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+		exit 2
+		;;
+	esac
+done
+
+TOOLS=$P/tools
+KUSTOMIZE=$TOOLS/kustomize/usr/bin/kustomize
+VALIDATE_VENV=$TOOLS/kubernetes-validate
+# the schemas of Kubernetes 1.30 .. 1.37; pinned so that a new release cannot change a verdict
+VALIDATE_PIN=kubernetes-validate==1.37.0
+
+tools() {
+	if [[ ! -x "$KUSTOMIZE" ]]; then
+		apt_private_update
+		rm -rf "$TOOLS/kustomize" "$P/debs"/kustomize_*.deb
+		mkdir -p "$P/debs"
+		log "downloading kustomize from $RSANDBOX_CONTAINERD_SUITE"
+		(cd "$P/debs" && apt_private apt-get download kustomize)
+		extract_debs "$TOOLS/kustomize" "$P/debs"/kustomize_*.deb
+	fi
+	"$KUSTOMIZE" version >/dev/null || die "$KUSTOMIZE does not run here"
+	if [[ ! -x "$VALIDATE_VENV/bin/kubernetes-validate" ]] ||
+		! "$VALIDATE_VENV/bin/pip" show kubernetes-validate 2>/dev/null | grep -qx "Version: ${VALIDATE_PIN#*==}"; then
+		log "installing $VALIDATE_PIN into $VALIDATE_VENV"
+		rm -rf "$VALIDATE_VENV"
+		python3 -m venv "$VALIDATE_VENV"
+		"$VALIDATE_VENV/bin/pip" install -q "$VALIDATE_PIN"
+	fi
+}
+
+manifests() {
+	local out=$P/tmp/installer-manifests k v
+	mkdir -p "$out"
+	tools
+	"$KUSTOMIZE" build deploy/kubernetes >"$out/install.yaml"
+	"$KUSTOMIZE" build deploy/kubernetes/uninstall >"$out/uninstall.yaml"
+	for v in 1.30.0 "$("$VALIDATE_VENV/bin/kubernetes-validate" --version)"; do
+		for k in install uninstall; do
+			"$VALIDATE_VENV/bin/kubernetes-validate" --quiet --strict -k "$v" "$out/$k.yaml" ||
+				die "deploy/kubernetes ($k) does not validate against Kubernetes $v"
+		done
+		log "deploy/kubernetes (install, uninstall): $(grep -c '^kind:' "$out/install.yaml") objects, valid (strict) for Kubernetes $v"
+	done
+	# the overlay changes the DaemonSet's action, nothing else
+	diff <(grep -v -e '- install$' -e '- uninstall$' -e '- --wait-for-pods=-1$' "$out/install.yaml") \
+		<(grep -v -e '- install$' -e '- uninstall$' -e '- --wait-for-pods=-1$' "$out/uninstall.yaml") >/dev/null ||
+		die "deploy/kubernetes/uninstall changes more than the DaemonSet's arguments"
+}
+
+cri_reader() {
+	bash hack/installer/fixtures/check.sh
+}
+
+node_tests() {
+	local new=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/release/$SHIM_NAME old exe rc=0 started
+	[[ -x "$new" ]] || die "no release build at $new: hack/build.sh"
+	# the previous release (hack/previous-release.sh builds it once; hack/test.sh exports
+	# RSANDBOX_PREVIOUS_SHIM)
+	old=${RSANDBOX_INSTALLER_OLD:-${RSANDBOX_PREVIOUS_SHIM:-}}
+	if [[ -z "$old" && -x hack/previous-release.sh ]]; then
+		old=$(hack/previous-release.sh) || die "hack/previous-release.sh could not build the previous release"
+	fi
+	if [[ -z "$old" ]]; then
+		# without a previous release: a copy of the new binary with one byte appended, another
+		# file (the upgrade's rename and the old pod's "(deleted)" binary are exercised), not
+		# another release. Under target/: the node sees the repository and its target
+		# directory, not the prefix's tmp/
+		old=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/installer/old-$SHIM_NAME
+		mkdir -p "$(dirname "$old")"
+		cat "$new" >"$old" && printf '\n' >>"$old" && chmod 755 "$old"
+		log "WARNING: no previous release (hack/previous-release.sh, RSANDBOX_INSTALLER_OLD): the upgrade starts from a copy of the new binary"
+	fi
+	[[ -x "$old" ]] || die "no previous release's binary at $old"
+	log "building the installer's integration test"
+	exe=$(cargo test --manifest-path integration/Cargo.toml --test installer --no-run --message-format=json 2>/dev/null |
+		jq -r 'select(.reason == "compiler-artifact" and .target.name == "installer" and .executable != null) | .executable' | tail -n1)
+	[[ -x "$exe" ]] || die "could not build integration/tests/installer.rs"
+	started=$(date +%s)
+	if ((scratch)); then
+		local d=$P/tmp/installer-scratch
+		hack/installer/scratch-node.sh "$d" stop || true
+		rm -rf "$d"
+		hack/installer/scratch-node.sh "$d" setup
+		hack/installer/scratch-node.sh "$d" start
+		(
+			eval "$(hack/installer/scratch-node.sh "$d" env)"
+			export CONTAINERD_CONFIG CONTAINERD_SOCKET INSTALL_DIR STATE_DIR SYSTEMCTL
+			export RSANDBOX_INSTALLER_CONFIG=$CONTAINERD_CONFIG CONTAINERD_ADDRESS=$CONTAINERD_SOCKET
+			hack/installer/in-node.sh "$exe" "$new" "$old"
+		) || rc=$?
+		hack/installer/scratch-node.sh "$d" stop
+		rm -rf "$d"
+	else
+		# the DaemonSet's container: the installer image's file system, unpacked where the
+		# node sees it (the target directory)
+		export RSANDBOX_INSTALLER_IMAGE_ROOT=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/installer/image-root
+		hack/installer/image.sh --binary "$new" --tag test --rootfs "$RSANDBOX_INSTALLER_IMAGE_ROOT" \
+			"${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/installer/rsandbox-node-installer-test.oci.tar"
+		hack/node.sh -n installer boot
+		hack/node.sh -n installer exec -- bash hack/installer/in-node.sh "$exe" "$new" "$old" || rc=$?
+		hack/node.sh -n installer stop || rc=1
+	fi
+	log "installer tests on the $( ((scratch)) && echo scratch containerd || echo systemd node): $(($(date +%s) - started)) s"
+	return "$rc"
+}
+
+section "installer: manifests (kustomize build + kubernetes-validate --strict)"
+manifests
+section "installer: CRI reader on captured responses"
+cri_reader
+if ((!manifests_only)); then
+	section "installer: integration/tests/installer.rs on a $( ((scratch)) && echo scratch containerd || echo systemd node)"
+	node_tests
+fi
