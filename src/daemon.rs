@@ -210,6 +210,9 @@ pub fn serve(flags: &Flags) -> Result<()> {
     server.register_parked("/containerd.task.v3.Task/Wait", task_wait.clone());
     server.register_parked("/containerd.task.v2.Task/Wait", task_wait);
     server.register(create_sandbox(Arc::new(SandboxService::new(sm.clone()))));
+    for (path, method) in crate::rpc::sandbox::inline_methods(&sm) {
+        server.register_inline(path, method);
+    }
     server.register_parked(
         "/containerd.runtime.sandbox.v1.Sandbox/WaitSandbox",
         Arc::new(SandboxWait::new(sm)),

@@ -112,6 +112,28 @@ pub enum State {
     NotReady,
 }
 
+/// What a non-verbose SandboxStatus answers, copied out of the sandbox's data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusView {
+    pub id: String,
+    pub pid: i32,
+    pub state: State,
+    pub created_at: Option<SystemTime>,
+    pub exit: Option<(u32, SystemTime)>,
+}
+
+impl StatusView {
+    pub fn of(s: &Sandbox) -> StatusView {
+        StatusView {
+            id: s.id.clone(),
+            pid: s.pid,
+            state: s.state,
+            created_at: s.created_at,
+            exit: s.exit,
+        }
+    }
+}
+
 /// One pod.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
@@ -214,6 +236,31 @@ impl SandboxManager {
             Some(s) if s.id == id => Ok(s.clone()),
             _ => Err(Error::not_found(format!("sandbox {id} not found"))),
         }
+    }
+
+    /// [`SandboxManager::get`]'s status fields without waiting for the sandbox's data: `None`
+    /// while another call holds it (a record being written), so that a caller that must not
+    /// wait (the connection reader, see [`crate::rpc::server::InlineMethod`]) can hand the
+    /// call on instead.
+    pub fn try_status(&self, id: &str) -> Option<Result<StatusView>> {
+        if let Err(e) = validate::id("sandbox id", id) {
+            return Some(Err(e));
+        }
+        let guard = match self.sandbox.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(match guard.as_ref() {
+            Some(s) if s.id == id => Ok(StatusView::of(s)),
+            _ => Err(Error::not_found(format!("sandbox {id} not found"))),
+        })
+    }
+
+    /// Holds the sandbox's data as a call in progress would (tests of [`Self::try_status`]).
+    #[cfg(test)]
+    pub fn hold_data(&self) -> MutexGuard<'_, Option<Sandbox>> {
+        self.lock()
     }
 
     // ---- Create / Start ----
