@@ -131,7 +131,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
     );
     let events: Arc<dyn EventSink> = publisher.clone();
     let oom_events = events.clone();
-    let unified = crate::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
+    let unified = crate::cgroups::is_unified(Path::new(crate::cgroups::CGROUP_ROOT));
     let host = Arc::new(LinuxHost {
         spawner: Spawner::with_reaper(reaper.clone()),
         oom: OomWatcher::new(Arc::new(move |id: &str| {

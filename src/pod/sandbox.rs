@@ -1083,6 +1083,12 @@ impl PodHost for LinuxPodHost {
         }
     }
     fn join_cgroup(&self, cgroup: &Path, pid: i32) -> Result<PodCgroup> {
+        if self.unified {
+            // One hierarchy, at the place `unified` was detected: no mount table to read (it
+            // is long on a node with many pods, and this is on RunPodSandbox's path).
+            let roots = [PathBuf::from(crate::cgroups::CGROUP_ROOT)];
+            return super::cgroup::join(&roots, true, cgroup, pid);
+        }
         let mountinfo =
             std::fs::read_to_string("/proc/self/mountinfo").context("read mountinfo")?;
         let roots = super::cgroup::hierarchies(&mountinfo, self.unified);
