@@ -151,6 +151,8 @@ pub struct Sandbox {
     /// The record's systemd scope is known to be gone (stopped by StopSandbox): Shutdown
     /// need not ask systemd again.
     pub scope_stopped: bool,
+    /// The pod's /dev/shm was taken down by StopSandbox: Shutdown leaves it.
+    pub shm_unmounted: bool,
 }
 
 /// The Sandbox service's state.
@@ -381,6 +383,7 @@ impl SandboxManager {
             exit: None,
             record,
             scope_stopped: false,
+            shm_unmounted: false,
         });
         Ok(())
     }
@@ -661,6 +664,23 @@ impl SandboxManager {
         };
         self.wake(waiters);
         steps.step("pause process");
+        // /dev/shm goes with the pause, as CRI unmounts the runc path's at StopPodSandbox
+        // (podsandbox's cleanupSandboxFiles): no process of the pod uses it any more (a
+        // container that would not die holds its own bind mount of it). RemovePodSandbox
+        // then has less to do, as on the runc path.
+        let shm = self
+            .lock()
+            .as_ref()
+            .filter(|s| !s.shm_unmounted)
+            .and_then(|s| s.record.shm.clone());
+        if let Some(shm) = shm {
+            let _ = self.host.unmount_shm(&shm);
+            let _ = std::fs::remove_dir(&shm);
+            if let Some(s) = self.lock().as_mut() {
+                s.shm_unmounted = true;
+            }
+            steps.step("/dev/shm");
+        }
         // The pause's scope, now empty: stopped rather than left for systemd to collect.
         let cgroup = self
             .lock()
@@ -784,7 +804,11 @@ impl SandboxManager {
         }
         let s = self.lock().take();
         if let Some(s) = s {
-            self.undo(&s.record);
+            let mut record = s.record.clone();
+            if s.shm_unmounted {
+                record.shm = None;
+            }
+            self.undo(&record);
             steps.step("network, /dev/shm, pod files");
             self.host.remove_cgroup(&s.record.cgroup);
             let _ = std::fs::remove_file(s.bundle.join(SANDBOX_STATE_FILE));

@@ -626,7 +626,14 @@ fn create_start_status_stop_shutdown() {
         .unwrap();
     reaper.join().unwrap();
     assert_eq!(waiter.join().unwrap().status, 137);
-    assert!(f.host.calls().contains(&format!("kill {PAUSE_PID}")));
+    let calls = f.host.calls();
+    assert!(calls.contains(&format!("kill {PAUSE_PID}")));
+    // /dev/shm goes with the pause (as CRI unmounts the runc path's at StopPodSandbox),
+    // after the kill.
+    assert!(
+        calls.ends_with(&[format!("kill {PAUSE_PID}"), "unmount_shm".into()]),
+        "{calls:?}"
+    );
     let st = f.status("pod1").unwrap();
     assert_eq!(st.state, "SANDBOX_NOTREADY");
     assert_eq!(st.info["state"], "SANDBOX_NOTREADY");
@@ -654,13 +661,11 @@ fn create_start_status_stop_shutdown() {
     assert!(*f.shut.lock().unwrap());
     let calls = f.host.calls();
     assert!(
-        calls.ends_with(&[
-            "unmount_shm".into(),
-            "remove_files".into(),
-            "remove_cgroup 1".into()
-        ]),
+        calls.ends_with(&["remove_files".into(), "remove_cgroup 1".into()]),
         "{calls:?}"
     );
+    // Stop took /dev/shm down once; neither the second Stop nor Shutdown does it again.
+    assert_eq!(calls.iter().filter(|c| *c == "unmount_shm").count(), 1);
     assert!(!f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
     assert_eq!(code(f.status("pod1")), Code::NOT_FOUND);
     assert!(!f.sm.has_sandbox());
@@ -800,7 +805,10 @@ fn a_slice_parent_puts_the_pause_in_a_systemd_scope_of_that_slice() {
     f.stop("pod1").unwrap();
     assert_eq!(
         f.host.calls()[before..],
-        ["stop_scope cri-containerd-pod1.scope".to_string()]
+        [
+            "unmount_shm".to_string(),
+            "stop_scope cri-containerd-pod1.scope".to_string()
+        ]
     );
     // Stopped: ShutdownSandbox does not ask systemd again.
     f.shutdown("pod1").unwrap();
