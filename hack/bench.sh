@@ -2,9 +2,17 @@
 # hack/bench.sh - rsandbox against containerd's podsandbox + runc path, side by
 # side, on the bench's containerd (hack/setup.sh, then hack/build.sh).
 #
-# Usage: hack/bench.sh [--quick] [rsandbox-bench options...]
-#   --quick   smoke run, under a minute (hack/test.sh runs it)
-#   --help    every option (samples, pods, in flight, density, --only, ...)
+# Usage: hack/bench.sh [--quick] [--compare OLD.json] [rsandbox-bench options...]
+#        hack/bench.sh --report RUN.json [--compare OLD.json]
+#   --quick             smoke run, under a minute (hack/test.sh runs it, compared with
+#                       bench/baseline.json)
+#   --compare OLD.json  after the tables: per metric, OLD's rsandbox/runc ratio, this run's
+#                       and the change (informational, never fails the run); OLD is any
+#                       JSON this script wrote, e.g. bench/baseline.json (the last release's
+#                       full run)
+#   --report RUN.json   runs nothing (no root, no containerd): the tables of a stored run,
+#                       and with --compare the comparison
+#   --help              every option (samples, pods, in flight, density, --only, ...)
 #
 # Both CRI runtime handlers run the same workload, interleaved (runc, rsandbox,
 # rsandbox, runc, ...): every CRI call of a pod's life, pod + container from
@@ -31,8 +39,15 @@ case " $* " in
 	exit 0
 	;;
 esac
-need_root
 cd "$RSANDBOX_REPO"
+case " $* " in *" --report "*)
+	# a stored run: nothing is measured, the debug build is enough
+	target_dir=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/integration/target}
+	cargo build -q --manifest-path integration/Cargo.toml --bin rsandbox-bench
+	exec "$target_dir/debug/rsandbox-bench" "$@"
+	;;
+esac
+need_root
 containerd_pid >/dev/null || die "the bench's containerd is not running: hack/setup.sh (or hack/containerd.sh start)"
 [[ -x "$BIN/$SHIM_NAME" ]] || die "$BIN/$SHIM_NAME is not installed: hack/build.sh"
 # the chart: what the benchmark needs is installed when it runs, so a new machine shows it

@@ -81,6 +81,20 @@ IPAM_DIR=$P/var/lib/cni/networks
 IMG_DIR=$P/images
 SETUP_DONE=$P/.setup-complete
 SHIM_NAME=containerd-shim-rsandbox-v1
+
+# host_triple: rustc's host target (hack/build.sh builds the shim with an explicit --target)
+host_triple() {
+	local t
+	t=$(rustc -vV | sed -n 's/^host: //p')
+	[[ -n "$t" ]] || die "rustc -vV names no host triple"
+	echo "$t"
+}
+
+# built_shim: where hack/build.sh leaves the release shim (a static-pie, built for
+# host_triple; CARGO_TARGET_DIR honoured)
+built_shim() {
+	echo "${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/$(host_triple)/release/$SHIM_NAME"
+}
 SHIM_RUNTIME=io.containerd.rsandbox.v1
 PAUSE_IMAGE=localhost/pause:3.10
 BUSYBOX_IMAGE=localhost/busybox:latest

@@ -40,8 +40,10 @@
 #   8e. the systemd guest: hack/guest.sh --systemd (the same kernel, systemd as
 #      PID 1 on cgroup v2, containerd as a unit; the systemd integration tests
 #      inside, both CRI handlers, both runcs); RSANDBOX_GUEST=0 skips it too
-#   9. bench smoke run: hack/bench.sh --quick (rsandbox vs the runc path, under
-#      a minute; fails on a failed workload or anything it leaves behind)
+#   9. bench smoke run: hack/bench.sh --quick --compare bench/baseline.json
+#      (rsandbox vs the runc path, under a minute; fails on a failed workload or
+#      anything it leaves behind, never on a time: the comparison with the stored
+#      baseline, the last release's full run, is printed for the log only)
 #  10. hack/leftovers.sh with containerd running (tests must clean up), then
 #      hack/containerd.sh stop and hack/leftovers.sh again (what stop and the
 #      shim leave behind)
@@ -185,9 +187,12 @@ else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
 fi
 
-section "bench smoke run: hack/bench.sh --quick"
+section "bench smoke run: hack/bench.sh --quick --compare bench/baseline.json"
 if [[ -f integration/Cargo.toml ]]; then
-	hack/bench.sh --quick || failed+=("bench --quick")
+	# the comparison is informational: 3 samples on a shared machine show a trend, no more
+	compare=()
+	[[ -f bench/baseline.json ]] && compare=(--compare bench/baseline.json)
+	hack/bench.sh --quick "${compare[@]}" || failed+=("bench --quick")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
 fi

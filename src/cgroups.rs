@@ -19,6 +19,9 @@ use protobuf::MessageField;
 use crate::error::{Context, Error, Result};
 use crate::sync::Lock;
 
+/// Where the cgroup hierarchies are mounted (the unified one itself on a v2-only host).
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
 /// Whether the host runs the unified (v2 only) hierarchy at /sys/fs/cgroup.
 pub fn is_unified(root: &Path) -> bool {
     nix::sys::statfs::statfs(root)

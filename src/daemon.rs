@@ -131,7 +131,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
     );
     let events: Arc<dyn EventSink> = publisher.clone();
     let oom_events = events.clone();
-    let unified = crate::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
+    let unified = crate::cgroups::is_unified(Path::new(crate::cgroups::CGROUP_ROOT));
     let host = Arc::new(LinuxHost {
         spawner: Spawner::with_reaper(reaper.clone()),
         oom: OomWatcher::new(Arc::new(move |id: &str| {
@@ -211,6 +211,9 @@ pub fn serve(flags: &Flags) -> Result<()> {
     server.register_parked("/containerd.task.v3.Task/Wait", task_wait.clone());
     server.register_parked("/containerd.task.v2.Task/Wait", task_wait);
     server.register(create_sandbox(Arc::new(SandboxService::new(sm.clone()))));
+    for (path, method) in crate::rpc::sandbox::inline_methods(&sm) {
+        server.register_inline(path, method);
+    }
     server.register_parked(
         "/containerd.runtime.sandbox.v1.Sandbox/WaitSandbox",
         Arc::new(SandboxWait::new(sm)),

@@ -157,11 +157,25 @@ impl Selinux {
         Selinux::default()
     }
 
-    /// Detects the node's SELinux: selinuxfs in `/proc/self/mountinfo` with a readable
-    /// `enforce`, and the configured policy's `lxc_contexts` under `/etc/selinux`.
+    /// Detects the node's SELinux: a selinuxfs with a readable `enforce`, and the configured
+    /// policy's `lxc_contexts` under `/etc/selinux`.
+    ///
+    /// Every shim daemon detects it when it starts, so it goes the way go-selinux's
+    /// `findSELinuxfs` does: one `statfs` of the usual mount point; the mount table (hundreds
+    /// of lines on a node with many pods) only when the kernel knows selinuxfs
+    /// (`/proc/filesystems`) and it is mounted elsewhere. A node without SELinux costs two
+    /// small reads.
     pub fn detect() -> Selinux {
+        let etc = Path::new("/etc/selinux");
+        if is_selinuxfs(Path::new(SELINUXFS)) {
+            return Self::detect_at(Path::new(SELINUXFS), etc, &|p| std::fs::read_to_string(p));
+        }
+        let known = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+        if !kernel_has_selinuxfs(&known) {
+            return Selinux::disabled();
+        }
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        Self::detect_in(&mountinfo, Path::new("/etc/selinux"))
+        Self::detect_in(&mountinfo, etc)
     }
 
     /// [`Selinux::detect`] with the mount table and the policy directory given.
@@ -176,9 +190,19 @@ impl Selinux {
         etc_selinux: &Path,
         read: &dyn Fn(&Path) -> io::Result<String>,
     ) -> Selinux {
-        let Some(fs) = selinuxfs(mountinfo) else {
-            return Selinux::disabled();
-        };
+        match selinuxfs(mountinfo) {
+            Some(fs) => Self::detect_at(&fs, etc_selinux, read),
+            None => Selinux::disabled(),
+        }
+    }
+
+    /// SELinux with its selinuxfs at `fs`: enabled if `enforce` reads, with the policy's
+    /// contexts from `etc_selinux`.
+    fn detect_at(
+        fs: &Path,
+        etc_selinux: &Path,
+        read: &dyn Fn(&Path) -> io::Result<String>,
+    ) -> Selinux {
         if read(&fs.join("enforce")).is_err() {
             return Selinux::disabled();
         }
@@ -287,6 +311,22 @@ impl Selinux {
         }
         Ok(())
     }
+}
+
+/// Where selinuxfs is mounted on every distribution that has it.
+const SELINUXFS: &str = "/sys/fs/selinux";
+
+/// Whether `dir` is a mounted selinuxfs (its `statfs` type).
+fn is_selinuxfs(dir: &Path) -> bool {
+    nix::sys::statfs::statfs(dir)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::SELINUX_MAGIC)
+}
+
+/// Whether `/proc/filesystems` (given) lists selinuxfs: without it no mount can be one.
+fn kernel_has_selinuxfs(filesystems: &str) -> bool {
+    filesystems
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some("selinuxfs"))
 }
 
 /// The mount point of selinuxfs in `mountinfo`.
@@ -423,6 +463,22 @@ mod tests {
     }
 
     const SELINUXFS: &str = "30 25 0:28 / /sys/fs/selinux rw,relatime - selinuxfs selinuxfs rw\n";
+
+    #[test]
+    fn the_mount_table_is_read_only_where_the_kernel_has_selinuxfs() {
+        // /proc/filesystems: "nodev\t<name>" or "\t<name>"
+        assert!(kernel_has_selinuxfs(
+            "nodev\tsysfs\nnodev\tselinuxfs\n\text4\n"
+        ));
+        assert!(!kernel_has_selinuxfs(
+            "nodev\tsysfs\n\text4\nnodev\tselinuxfs2\n"
+        ));
+        assert!(!kernel_has_selinuxfs(""));
+        // the fast path's statfs: an ordinary directory, or none, is not selinuxfs
+        let d = tempfile::tempdir().unwrap();
+        assert!(!is_selinuxfs(d.path()));
+        assert!(!is_selinuxfs(&d.path().join("missing")));
+    }
 
     #[test]
     fn detection_needs_selinuxfs_a_readable_enforce_and_a_file_context() {

@@ -6,7 +6,7 @@
 #   /opt/rsandbox-node/rsandbox-node.sh, lib/    deploy/node
 #   /opt/rsandbox-node/containerd-shim-rsandbox-v1
 #                                                --binary (default: dist/'s static binary if
-#                                                there is one, else target/release's)
+#                                                there is one, else hack/build.sh's)
 #   bash coreutils curl jq util-linux (nsenter) sed grep mawk diffutils, with the closure of
 #   their dependencies: downloaded with apt-get download, unpacked with dpkg-deb -x (no
 #   maintainer script runs; the two links those would make, /bin/sh and awk, are made here)
@@ -44,7 +44,7 @@ while [[ $# -gt 0 ]]; do
 done
 if [[ -z "$binary" ]]; then
 	binary=$(find dist -maxdepth 1 -name "$SHIM_NAME-*-linux-amd64" 2>/dev/null | sort -V | tail -n1) || true
-	binary=${binary:-${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/release/$SHIM_NAME}
+	binary=${binary:-$(built_shim)}
 fi
 [[ -x "$binary" ]] || die "no shim binary at $binary (hack/build.sh, or --binary)"
 if [[ -z "$tag" ]]; then

@@ -86,7 +86,8 @@ cri_reader() {
 }
 
 node_tests() {
-	local new=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/release/$SHIM_NAME old exe rc=0 started
+	local new old exe rc=0 started
+	new=$(built_shim)
 	[[ -x "$new" ]] || die "no release build at $new: hack/build.sh"
 	# the previous release (hack/previous-release.sh builds it once; hack/test.sh exports
 	# RSANDBOX_PREVIOUS_SHIM)

@@ -110,7 +110,8 @@ fn run_start(flags: &Flags) -> Result<()> {
     // A broken config file fails here, where containerd shows the message to the user.
     crate::config::ShimConfig::load()?;
     let exe = std::env::current_exe().context("find own executable")?;
-    let address = start::start(&params, &bundle(flags)?, &exe, &shim_cgroup::Host::system())?;
+    // The host's cgroup mounts (the mount table) are read only for a ShimCgroup option.
+    let address = start::start(&params, &bundle(flags)?, &exe, shim_cgroup::Host::system)?;
     write_stdout(&bootstrap::encode_reply(&address, params.protocol))
 }
 

@@ -50,12 +50,13 @@ pub fn socket_dir(params: &StartParams) -> Result<String> {
 }
 
 /// Runs `start` with `daemon` as the daemon's executable (our own binary); returns the
-/// address to give containerd.
+/// address to give containerd. `cgroups` gives the host's cgroup hierarchies, asked for only
+/// when the runtime options name a ShimCgroup.
 pub fn start(
     params: &StartParams,
     bundle: &Path,
     daemon: &Path,
-    cgroups: &shim_cgroup::Host,
+    cgroups: impl FnOnce() -> shim_cgroup::Host,
 ) -> Result<String> {
     crate::validate::id("shim id", &params.id)?;
     let runc_options = params.runc_options()?;
@@ -94,7 +95,7 @@ pub fn start(
     if let Some(cgroup) = runc_options.as_ref().map(|o| o.shim_cgroup.as_str())
         && !cgroup.is_empty()
     {
-        shim_cgroup::join(cgroups, cgroup, pid)
+        shim_cgroup::join(&cgroups(), cgroup, pid)
             .with_context(|| format!("move the shim into ShimCgroup {cgroup:?}"))?;
     }
     adjust_oom_score(pid, std::os::unix::process::parent_id())
@@ -303,10 +304,7 @@ mod tests {
         let bundle = tmp.path().join("bundle");
         std::fs::create_dir(&bundle).unwrap();
         let no_daemon = Path::new("/nonexistent/daemon");
-        assert_eq!(
-            start(&p, &bundle, no_daemon, &no_cgroups()).unwrap(),
-            address
-        );
+        assert_eq!(start(&p, &bundle, no_daemon, no_cgroups).unwrap(), address);
         assert!(!bundle.join(SHIM_PID_FILE).exists());
         assert_eq!(
             std::fs::read_to_string(bundle.join(ADDRESS_FILE)).unwrap(),
@@ -402,7 +400,7 @@ mod tests {
         p.debug = true;
         p.extensions = vec![options.clone()];
 
-        let address = start(&p, &bundle, &fake_daemon(&dir), &cgroups).unwrap();
+        let address = start(&p, &bundle, &fake_daemon(&dir), || cgroups).unwrap();
         let pid: i32 = std::fs::read_to_string(bundle.join(SHIM_PID_FILE))
             .unwrap()
             .parse()
@@ -500,7 +498,7 @@ mod tests {
             .unwrap(),
             ..Default::default()
         }];
-        let e = start(&p, &bundle, &fake_daemon(&dir), &no_cgroups()).unwrap_err();
+        let e = start(&p, &bundle, &fake_daemon(&dir), no_cgroups).unwrap_err();
         assert!(
             e.to_string().contains("ShimCgroup \"/does-not-exist\""),
             "{e}"

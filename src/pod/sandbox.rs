@@ -128,6 +128,28 @@ pub enum State {
     NotReady,
 }
 
+/// What a non-verbose SandboxStatus answers, copied out of the sandbox's data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusView {
+    pub id: String,
+    pub pid: i32,
+    pub state: State,
+    pub created_at: Option<SystemTime>,
+    pub exit: Option<(u32, SystemTime)>,
+}
+
+impl StatusView {
+    pub fn of(s: &Sandbox) -> StatusView {
+        StatusView {
+            id: s.id.clone(),
+            pid: s.pid,
+            state: s.state,
+            created_at: s.created_at,
+            exit: s.exit,
+        }
+    }
+}
+
 /// One pod.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
@@ -153,6 +175,8 @@ pub struct Sandbox {
     pub pod_config: Option<Arc<[u8]>>,
     /// The spec StartSandbox reported, for the verbose status.
     pub started_spec: Option<Arc<serde_json::Value>>,
+    /// The pod's /dev/shm was taken down by StopSandbox: Shutdown leaves it.
+    pub shm_unmounted: bool,
 }
 
 /// The Sandbox service's state.
@@ -240,6 +264,31 @@ impl SandboxManager {
             Some(s) if s.id == id => Ok(s.clone()),
             _ => Err(Error::not_found(format!("sandbox {id} not found"))),
         }
+    }
+
+    /// [`SandboxManager::get`]'s status fields without waiting for the sandbox's data: `None`
+    /// while another call holds it (a record being written), so that a caller that must not
+    /// wait (the connection reader, see [`crate::rpc::server::InlineMethod`]) can hand the
+    /// call on instead.
+    pub fn try_status(&self, id: &str) -> Option<Result<StatusView>> {
+        if let Err(e) = validate::id("sandbox id", id) {
+            return Some(Err(e));
+        }
+        let guard = match self.sandbox.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(match guard.as_ref() {
+            Some(s) if s.id == id => Ok(StatusView::of(s)),
+            _ => Err(Error::not_found(format!("sandbox {id} not found"))),
+        })
+    }
+
+    /// Holds the sandbox's data as a call in progress would (tests of [`Self::try_status`]).
+    #[cfg(test)]
+    pub fn hold_data(&self) -> MutexGuard<'_, Option<Sandbox>> {
+        self.lock()
     }
 
     // ---- Create / Start ----
@@ -363,6 +412,7 @@ impl SandboxManager {
             scope_unconfirmed: false,
             pod_config: req.pod_config,
             started_spec: None,
+            shm_unmounted: false,
         });
         Ok(())
     }
@@ -767,6 +817,23 @@ impl SandboxManager {
         };
         self.wake(waiters);
         steps.step("pause process");
+        // /dev/shm goes with the pause, as CRI unmounts the runc path's at StopPodSandbox
+        // (podsandbox's cleanupSandboxFiles): no process of the pod uses it any more (a
+        // container that would not die holds its own bind mount of it). RemovePodSandbox
+        // then has less to do, as on the runc path.
+        let shm = self
+            .lock()
+            .as_ref()
+            .filter(|s| !s.shm_unmounted)
+            .and_then(|s| s.record.shm.clone());
+        if let Some(shm) = shm {
+            let _ = self.host.unmount_shm(&shm);
+            let _ = std::fs::remove_dir(&shm);
+            if let Some(s) = self.lock().as_mut() {
+                s.shm_unmounted = true;
+            }
+            steps.step("/dev/shm");
+        }
         // The pause's scope, now empty: stopped rather than left for systemd to collect.
         if self.stop_scope(id) {
             steps.step("systemd scope");
@@ -899,7 +966,11 @@ impl SandboxManager {
         }
         let s = self.lock().take();
         if let Some(s) = s {
-            self.undo(&s.record);
+            let mut record = s.record.clone();
+            if s.shm_unmounted {
+                record.shm = None;
+            }
+            self.undo(&record);
             steps.step("network, /dev/shm, pod files");
             self.host.remove_cgroup(&s.id, &s.record.cgroup);
             let _ = std::fs::remove_file(s.bundle.join(SANDBOX_STATE_FILE));
@@ -1211,6 +1282,12 @@ impl PodHost for LinuxPodHost {
         }
     }
     fn join_cgroup(&self, cgroup: &Path, pid: i32) -> Result<PodCgroup> {
+        if self.unified {
+            // One hierarchy, at the place `unified` was detected: no mount table to read (it
+            // is long on a node with many pods, and this is on RunPodSandbox's path).
+            let roots = [PathBuf::from(crate::cgroups::CGROUP_ROOT)];
+            return super::cgroup::join(&roots, true, cgroup, pid);
+        }
         let mountinfo =
             std::fs::read_to_string("/proc/self/mountinfo").context("read mountinfo")?;
         let roots = super::cgroup::hierarchies(&mountinfo, self.unified);

@@ -9,12 +9,13 @@ use std::time::SystemTime;
 use containerd_shim_protos::sandbox_api::*;
 use containerd_shim_protos::sandbox_sync::Sandbox;
 use containerd_shim_protos::types::platform::Platform;
-use protobuf::MessageField;
+use protobuf::{Message, MessageField};
 use ttrpc::TtrpcContext;
 
 use crate::error::Context;
-use crate::pod::sandbox::{CreateSandbox, SandboxManager, State};
+use crate::pod::sandbox::{CreateSandbox, SandboxManager, State, StatusView};
 use crate::pod::{decode_pod_config, pod_config_bytes};
+use crate::rpc::server::{InlineMethod, encode};
 use crate::util::{go_arch, timestamp};
 
 /// containerd (and the kubelet through CRI) only understand these two strings.
@@ -92,14 +93,7 @@ impl Sandbox for SandboxService {
         self.sm
             .get(&req.sandbox_id)
             .map_err(|e| e.context("platform"))?;
-        Ok(PlatformResponse {
-            platform: MessageField::some(Platform {
-                os: "linux".into(),
-                architecture: go_arch().into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+        Ok(platform_response())
     }
 
     fn stop_sandbox(&self, _ctx: &TtrpcContext, req: StopSandboxRequest) -> R<StopSandboxResponse> {
@@ -125,29 +119,11 @@ impl Sandbox for SandboxService {
             .sm
             .get(&req.sandbox_id)
             .map_err(|e| e.context("sandbox status"))?;
-        let state = if s.state == State::Ready {
-            SANDBOX_READY
-        } else {
-            SANDBOX_NOTREADY
-        };
-        // Flat `pid` and `state` keys for clients that read them from the map (conformance
-        // harnesses for sandbox shims do), beside the verbose documents (`pod::status_info`).
-        let mut info = HashMap::from([
-            ("pid".to_string(), s.pid.to_string()),
-            ("state".to_string(), state.to_string()),
-        ]);
+        let mut res = status_response(&StatusView::of(&s));
         if req.verbose {
-            info.extend(self.sm.verbose_info(&s));
+            res.info.extend(self.sm.verbose_info(&s));
         }
-        Ok(SandboxStatusResponse {
-            sandbox_id: s.id.clone(),
-            pid: s.pid as u32,
-            state: state.into(),
-            info,
-            created_at: s.created_at.map(timestamp).into(),
-            exited_at: s.exit.map(|(_, at)| timestamp(at)).into(),
-            ..Default::default()
-        })
+        Ok(res)
     }
 
     fn ping_sandbox(&self, _ctx: &TtrpcContext, req: PingRequest) -> R<PingResponse> {
@@ -181,4 +157,85 @@ impl Sandbox for SandboxService {
         m.data = MessageField::some(data);
         Ok(res)
     }
+}
+
+/// A non-verbose SandboxStatus: what containerd's podsandbox controller answers from memory.
+fn status_response(s: &StatusView) -> SandboxStatusResponse {
+    let state = if s.state == State::Ready {
+        SANDBOX_READY
+    } else {
+        SANDBOX_NOTREADY
+    };
+    // Flat `pid` and `state` keys for clients that read them from the map (conformance
+    // harnesses for sandbox shims do), beside the verbose document under `info`.
+    let info = HashMap::from([
+        ("pid".to_string(), s.pid.to_string()),
+        ("state".to_string(), state.to_string()),
+    ]);
+    SandboxStatusResponse {
+        sandbox_id: s.id.clone(),
+        pid: s.pid as u32,
+        state: state.into(),
+        info,
+        created_at: s.created_at.map(timestamp).into(),
+        exited_at: s.exit.map(|(_, at)| timestamp(at)).into(),
+        ..Default::default()
+    }
+}
+
+fn platform_response() -> PlatformResponse {
+    PlatformResponse {
+        platform: MessageField::some(Platform {
+            os: "linux".into(),
+            architecture: go_arch().into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The Sandbox calls the connection's reader answers itself ([`InlineMethod`]): CRI asks for
+/// the sandbox's status (never verbose) at every container event and CreateContainer, and for
+/// its platform at CreateContainer, where containerd's runc path answers in-process. Each
+/// answers from [`SandboxManager::try_status`] and hands the call to the pool when the
+/// sandbox's data is busy, when the status is verbose, or when the request does not decode:
+/// the answers are those of the `Sandbox` impl above, which serves those cases.
+pub fn inline_methods(sm: &Arc<SandboxManager>) -> Vec<(&'static str, Arc<dyn InlineMethod>)> {
+    fn reply<M: protobuf::Message>(
+        r: crate::error::Result<M>,
+        step: &str,
+    ) -> ttrpc::Result<Vec<u8>> {
+        r.map_err(|e| ttrpc::Error::from(e.context(step)))
+            .and_then(|m| encode(&m))
+    }
+    let (a, b, c) = (sm.clone(), sm.clone(), sm.clone());
+    vec![
+        (
+            "/containerd.runtime.sandbox.v1.Sandbox/SandboxStatus",
+            Arc::new(move |payload: &[u8]| {
+                let req = SandboxStatusRequest::parse_from_bytes(payload).ok()?;
+                if req.verbose {
+                    return None;
+                }
+                let s = a.try_status(&req.sandbox_id)?;
+                Some(reply(s.map(|s| status_response(&s)), "sandbox status"))
+            }) as Arc<dyn InlineMethod>,
+        ),
+        (
+            "/containerd.runtime.sandbox.v1.Sandbox/Platform",
+            Arc::new(move |payload: &[u8]| {
+                let req = PlatformRequest::parse_from_bytes(payload).ok()?;
+                let s = b.try_status(&req.sandbox_id)?;
+                Some(reply(s.map(|_| platform_response()), "platform"))
+            }),
+        ),
+        (
+            "/containerd.runtime.sandbox.v1.Sandbox/PingSandbox",
+            Arc::new(move |payload: &[u8]| {
+                let req = PingRequest::parse_from_bytes(payload).ok()?;
+                let s = c.try_status(&req.sandbox_id)?;
+                Some(reply(s.map(|_| PingResponse::new()), "ping sandbox"))
+            }),
+        ),
+    ]
 }

@@ -25,6 +25,12 @@
 //! one pool job drains: the thread that reports an exit never writes to a socket, and ten
 //! thousand replies at once cost one job, not ten thousand threads.
 //!
+//! Calls answered from memory (a non-verbose SandboxStatus, Platform, PingSandbox: CRI asks
+//! for the sandbox's status at every container event, several times per CRI call) are
+//! registered as [`InlineMethod`]s: the reader answers them itself when it can without waiting
+//! (no lock another call holds, no system call but the reply's write), saving the hand-over to
+//! a worker, a thread wake-up, per call; otherwise they go to the pool like any other call.
+//!
 //! A panicking handler answers INTERNAL (the panic hook logs where); a write that cannot make
 //! progress for [`WRITE_TIMEOUT`] drops the connection rather than a worker.
 
@@ -53,6 +59,21 @@ pub trait ParkedMethod: Send + Sync {
     fn call(&self, payload: &[u8], reply: Responder);
 }
 
+/// A method the connection's reader may answer itself: see the module docs. It must never
+/// wait (for a lock another call may hold, a process, the disk).
+pub trait InlineMethod: Send + Sync {
+    /// The reply's payload, or `None` when this request needs the pool (a verbose status, a
+    /// lock that is taken, a request that does not decode): the generated handler registered
+    /// under the same path then runs it on a worker, as if there were no fast path.
+    fn answer(&self, payload: &[u8]) -> Option<ttrpc::Result<Vec<u8>>>;
+}
+
+impl<F: Fn(&[u8]) -> Option<ttrpc::Result<Vec<u8>>> + Send + Sync> InlineMethod for F {
+    fn answer(&self, payload: &[u8]) -> Option<ttrpc::Result<Vec<u8>>> {
+        self(payload)
+    }
+}
+
 /// The most worker threads at once; more calls queue.
 const MAX_WORKERS: usize = 256;
 /// Up to this many workers, a call that finds every worker busy gets a new one at once.
@@ -73,6 +94,7 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Server {
     methods: Methods,
     parked: HashMap<String, Arc<dyn ParkedMethod>>,
+    inline: HashMap<String, Arc<dyn InlineMethod>>,
     pool: Arc<Pool>,
     connections: Arc<Connections>,
     me: Weak<Server>,
@@ -135,24 +157,7 @@ pub struct Responder {
 impl Responder {
     /// Sends the answer (from any thread, without blocking on the socket).
     pub fn send<M: protobuf::Message>(self, result: ttrpc::Result<M>) {
-        let res = match result.and_then(|m| {
-            m.write_to_bytes()
-                .map_err(|e| ttrpc::Error::Others(format!("encode response: {e}")))
-        }) {
-            Ok(payload) => Response {
-                status: MessageField::some(ttrpc::get_status(Code::OK, String::new())),
-                payload,
-                ..Default::default()
-            },
-            Err(ttrpc::Error::RpcStatus(s)) => Response {
-                status: MessageField::some(s),
-                ..Default::default()
-            },
-            Err(e) => Response {
-                status: MessageField::some(ttrpc::get_status(Code::INTERNAL, format!("{e:?}"))),
-                ..Default::default()
-            },
-        };
+        let res = response(result.and_then(|m| encode(&m)));
         let (Some(server), Some(conn)) = (self.server.upgrade(), self.conn.upgrade()) else {
             return; // the connection is gone: nobody to answer
         };
@@ -176,6 +181,31 @@ impl Responder {
         self.conn
             .upgrade()
             .is_some_and(|c| !c.closed.load(Ordering::Relaxed))
+    }
+}
+
+/// A reply message's payload.
+pub fn encode<M: protobuf::Message>(m: &M) -> ttrpc::Result<Vec<u8>> {
+    m.write_to_bytes()
+        .map_err(|e| ttrpc::Error::Others(format!("encode response: {e}")))
+}
+
+/// The ttrpc response carrying `result`: OK and the payload, or the error's status.
+fn response(result: ttrpc::Result<Vec<u8>>) -> Response {
+    match result {
+        Ok(payload) => Response {
+            status: MessageField::some(ttrpc::get_status(Code::OK, String::new())),
+            payload,
+            ..Default::default()
+        },
+        Err(ttrpc::Error::RpcStatus(s)) => Response {
+            status: MessageField::some(s),
+            ..Default::default()
+        },
+        Err(e) => Response {
+            status: MessageField::some(ttrpc::get_status(Code::INTERNAL, format!("{e:?}"))),
+            ..Default::default()
+        },
     }
 }
 
@@ -203,13 +233,14 @@ struct Pool {
 
 impl Server {
     pub fn new() -> Arc<Self> {
-        Self::with_methods(HashMap::new(), HashMap::new())
+        ServerBuilder::default().build()
     }
 
-    fn with_methods(methods: Methods, parked: HashMap<String, Arc<dyn ParkedMethod>>) -> Arc<Self> {
+    fn with_methods(b: ServerBuilder) -> Arc<Self> {
         Arc::new_cyclic(|me| Server {
-            methods,
-            parked,
+            methods: b.methods,
+            parked: b.parked,
+            inline: b.inline,
             pool: Arc::new(Pool {
                 state: Mutex::default(),
                 work: Condvar::new(),
@@ -227,6 +258,7 @@ impl Server {
 pub struct ServerBuilder {
     methods: Methods,
     parked: HashMap<String, Arc<dyn ParkedMethod>>,
+    inline: HashMap<String, Arc<dyn InlineMethod>>,
 }
 
 impl ServerBuilder {
@@ -253,6 +285,13 @@ impl ServerBuilder {
         self.parked.insert(path.to_string(), method);
     }
 
+    /// Lets the connection's reader answer `path` itself when `method` can (see
+    /// [`InlineMethod`]); the method's generated handler must be registered too: it serves
+    /// every request the fast path hands on.
+    pub fn register_inline(&mut self, path: &str, method: Arc<dyn InlineMethod>) {
+        self.inline.insert(path.to_string(), method);
+    }
+
     /// The registered method paths (sorted), for tests and logs.
     pub fn method_names(&self) -> Vec<String> {
         let mut v: Vec<String> = self
@@ -267,7 +306,7 @@ impl ServerBuilder {
     }
 
     pub fn build(self) -> Arc<Server> {
-        Server::with_methods(self.methods, self.parked)
+        Server::with_methods(self)
     }
 }
 
@@ -404,6 +443,31 @@ impl Server {
                 );
             }
             return;
+        }
+        if let Some(method) = self.inline.get(&path) {
+            let started = Instant::now();
+            match catch_unwind(AssertUnwindSafe(|| method.answer(&req.payload))) {
+                Ok(Some(result)) => {
+                    if let Ok(body) = response(result).encode() {
+                        write_frame(
+                            conn,
+                            &encode_frame(header.stream_id, MESSAGE_TYPE_RESPONSE, &body),
+                        );
+                    }
+                    log::debug!("{path} took {:?} (inline)", started.elapsed());
+                    return;
+                }
+                Ok(None) => {} // the pool's worker runs it
+                Err(p) => {
+                    respond_error(
+                        conn,
+                        header.stream_id,
+                        Code::INTERNAL,
+                        &format!("{path}: internal error: {}", panic_text(p.as_ref())),
+                    );
+                    return;
+                }
+            }
         }
         let Some(server) = self.me.upgrade() else {
             return;
@@ -897,6 +961,62 @@ mod tests {
 
     fn serve(dir: &std::path::Path) -> String {
         serve_with(dir, None).0
+    }
+
+    /// A server with [`Echo`] and whatever `extra` adds; its address.
+    fn serve_custom(dir: &std::path::Path, extra: impl FnOnce(&mut ServerBuilder)) -> String {
+        let path = dir.join("s.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let mut b = ServerBuilder::default();
+        b.register(create_task(Arc::new(Echo)));
+        extra(&mut b);
+        b.build().start(listener).unwrap();
+        format!("unix://{}", path.display())
+    }
+
+    /// Connect answered on the reader thread for ids `inline:*` (version: the thread's name),
+    /// an error for `inline-err`, a panic for `inline-panic`; anything else goes to the pool.
+    fn inline_connect(payload: &[u8]) -> Option<ttrpc::Result<Vec<u8>>> {
+        let req: ConnectRequest = protobuf::Message::parse_from_bytes(payload).ok()?;
+        match req.id.as_str() {
+            "inline-err" => Some(Err(crate::error::Error::not_found("no such task").into())),
+            "inline-panic" => panic!("inline bug"),
+            id if id.starts_with("inline:") => Some(encode(&ConnectResponse {
+                version: std::thread::current().name().unwrap_or("").into(),
+                ..Default::default()
+            })),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn an_inline_method_answers_on_the_reader_or_hands_the_call_to_the_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = serve_custom(dir.path(), |b| {
+            b.register_inline("/containerd.task.v3.Task/Connect", Arc::new(inline_connect))
+        });
+        let task = TaskClient::new(ttrpc::Client::connect(&addr).unwrap());
+        // answered by the connection's reader thread, not a worker
+        assert_eq!(connect(&task, "inline:1").unwrap().version, "conn");
+        // handed on: the generated handler (Echo) answers, as without a fast path
+        assert_eq!(connect(&task, "pool").unwrap().version, "pool");
+        match connect(&task, "inline-err") {
+            Err(ttrpc::Error::RpcStatus(s)) => {
+                assert_eq!(s.code(), Code::NOT_FOUND);
+                assert_eq!(s.message, "no such task");
+            }
+            other => panic!("{other:?}"),
+        }
+        match connect(&task, "inline-panic") {
+            Err(ttrpc::Error::RpcStatus(s)) => {
+                assert_eq!(s.code(), Code::INTERNAL);
+                assert!(s.message.contains("inline bug"), "{}", s.message);
+            }
+            other => panic!("{other:?}"),
+        }
+        // the connection still serves both ways after the panic
+        assert_eq!(connect(&task, "inline:2").unwrap().version, "conn");
+        assert_eq!(connect(&task, "again").unwrap().version, "again");
     }
 
     fn raw_call(client: &ttrpc::Client, path: &str, id: &str) -> ttrpc::Result<ConnectResponse> {

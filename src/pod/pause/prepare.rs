@@ -173,8 +173,7 @@ pub(super) fn prepare(cfg: &PauseConfig) -> Result<Prepared> {
         sysctls,
         proc,
         root,
-        root_is_rootfs: std::fs::read_to_string("/proc/self/mountinfo")
-            .is_ok_and(|m| root_fstype(&m) == Some("rootfs")),
+        root_is_rootfs: root_is_rootfs(),
         cap_last,
         fd_limit: fd_limit(),
         use_close_range: true,
@@ -215,6 +214,22 @@ fn label_program(program: &OwnedFd, labels: &super::config::PauseLabels) -> Resu
         )));
     }
     Ok(process)
+}
+
+/// Whether `/` is the initial rootfs (an initramfs never switched away from), where
+/// `pivot_root` cannot work. The rootfs is a ramfs or a tmpfs: only then is the mount table
+/// read to tell it from an ordinary tmpfs root (every StartSandbox would read it otherwise,
+/// and it is long on a node with many pods).
+fn root_is_rootfs() -> bool {
+    // linux/magic.h; nix and libc do not name it
+    const RAMFS_MAGIC: nix::sys::statfs::FsType = nix::sys::statfs::FsType(0x8584_58f6);
+    let in_memory = nix::sys::statfs::statfs("/").is_ok_and(|s| {
+        let t = s.filesystem_type();
+        t == RAMFS_MAGIC || t == nix::sys::statfs::TMPFS_MAGIC
+    });
+    in_memory
+        && std::fs::read_to_string("/proc/self/mountinfo")
+            .is_ok_and(|m| root_fstype(&m) == Some("rootfs"))
 }
 
 /// The filesystem type of the mount at `/` in a mountinfo text (the last one: mounts stack).

@@ -464,6 +464,93 @@ impl Fixture {
     }
 }
 
+/// The inline answer of `path` to `req`, if the fast path takes it.
+fn inline(f: &Fixture, path: &str, req: &impl Message) -> Option<ttrpc::Result<Vec<u8>>> {
+    let methods = crate::rpc::sandbox::inline_methods(&f.sm);
+    let (_, m) = methods
+        .iter()
+        .find(|(p, _)| p.ends_with(path))
+        .unwrap_or_else(|| panic!("no inline method {path}"));
+    m.answer(&req.write_to_bytes().unwrap())
+}
+
+fn status_req(id: &str, verbose: bool) -> SandboxStatusRequest {
+    SandboxStatusRequest {
+        sandbox_id: id.into(),
+        verbose,
+        ..Default::default()
+    }
+}
+
+/// The status, error code and message of a failed answer.
+fn failure<T: std::fmt::Debug>(r: ttrpc::Result<T>) -> (Code, String) {
+    match r {
+        Err(ttrpc::Error::RpcStatus(s)) => (s.code(), s.message),
+        other => panic!("not a status: {other:?}"),
+    }
+}
+
+#[test]
+fn the_inline_answers_are_the_handler_s() {
+    let f = fixture();
+    let terse = |id: &str| f.svc.sandbox_status(&ctx(), status_req(id, false));
+    let fast = |id: &str| {
+        inline(&f, "/SandboxStatus", &status_req(id, false))
+            .expect("taken inline")
+            .map(|b| SandboxStatusResponse::parse_from_bytes(&b).unwrap())
+    };
+    f.create("pod1", pod_config("web-0", true)).unwrap();
+    assert_eq!(fast("pod1").unwrap(), terse("pod1").unwrap(), "created");
+    f.start("pod1").unwrap();
+    assert_eq!(fast("pod1").unwrap(), terse("pod1").unwrap(), "ready");
+    assert_eq!(fast("pod1").unwrap().state, "SANDBOX_READY");
+    let platform = PlatformRequest {
+        sandbox_id: "pod1".into(),
+        ..Default::default()
+    };
+    let p = inline(&f, "/Platform", &platform).unwrap().unwrap();
+    assert_eq!(
+        PlatformResponse::parse_from_bytes(&p).unwrap(),
+        f.svc.platform(&ctx(), platform.clone()).unwrap()
+    );
+    let ping = PingRequest {
+        sandbox_id: "pod1".into(),
+        ..Default::default()
+    };
+    assert!(inline(&f, "/PingSandbox", &ping).unwrap().is_ok());
+    // Errors: the same codes and messages as the handler's.
+    assert_eq!(failure(fast("other")), failure(terse("other")));
+    assert_eq!(failure(fast("other")).0, Code::NOT_FOUND);
+    assert_eq!(failure(fast("../x")), failure(terse("../x")));
+    let other_platform = PlatformRequest {
+        sandbox_id: "other".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        failure(inline(&f, "/Platform", &other_platform).unwrap()),
+        failure(f.svc.platform(&ctx(), other_platform))
+    );
+    // Handed to the pool: a verbose status, a sandbox whose data another call holds, a
+    // request that does not decode.
+    assert!(inline(&f, "/SandboxStatus", &status_req("pod1", true)).is_none());
+    {
+        let _busy = f.sm.hold_data();
+        assert!(inline(&f, "/SandboxStatus", &status_req("pod1", false)).is_none());
+        assert!(inline(&f, "/Platform", &platform).is_none());
+        assert!(inline(&f, "/PingSandbox", &ping).is_none());
+    }
+    let methods = crate::rpc::sandbox::inline_methods(&f.sm);
+    assert!(
+        methods
+            .iter()
+            .all(|(_, m)| m.answer(&[0xff, 0xff]).is_none())
+    );
+    f.stop("pod1").unwrap();
+    let stopped = fast("pod1").unwrap();
+    assert_eq!(stopped, terse("pod1").unwrap(), "stopped");
+    assert!(stopped.exited_at.is_some());
+}
+
 #[test]
 fn create_start_status_stop_shutdown() {
     let f = fixture();
@@ -614,7 +701,14 @@ fn create_start_status_stop_shutdown() {
         .unwrap();
     reaper.join().unwrap();
     assert_eq!(waiter.join().unwrap().status, 137);
-    assert!(f.host.calls().contains(&format!("kill {PAUSE_PID}")));
+    let calls = f.host.calls();
+    assert!(calls.contains(&format!("kill {PAUSE_PID}")));
+    // /dev/shm goes with the pause (as CRI unmounts the runc path's at StopPodSandbox),
+    // after the kill.
+    assert!(
+        calls.ends_with(&[format!("kill {PAUSE_PID}"), "unmount_shm".into()]),
+        "{calls:?}"
+    );
     let st = f.status("pod1").unwrap();
     assert_eq!(st.state, "SANDBOX_NOTREADY");
     assert_eq!(st.info["state"], "SANDBOX_NOTREADY");
@@ -642,13 +736,11 @@ fn create_start_status_stop_shutdown() {
     assert!(*f.shut.lock().unwrap());
     let calls = f.host.calls();
     assert!(
-        calls.ends_with(&[
-            "unmount_shm".into(),
-            "remove_files".into(),
-            "remove_cgroup pod1 1".into()
-        ]),
+        calls.ends_with(&["remove_files".into(), "remove_cgroup pod1 1".into()]),
         "{calls:?}"
     );
+    // Stop took /dev/shm down once; neither the second Stop nor Shutdown does it again.
+    assert_eq!(calls.iter().filter(|c| *c == "unmount_shm").count(), 1);
     assert!(!f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
     assert_eq!(code(f.status("pod1")), Code::NOT_FOUND);
     assert!(!f.sm.has_sandbox());
@@ -894,7 +986,10 @@ fn pause_in_the_scope_of(parent: &str) {
     f.stop("pod1").unwrap();
     assert_eq!(
         f.host.calls()[before..],
-        ["stop_scope cri-containerd-pod1.scope".to_string()]
+        [
+            "unmount_shm".to_string(),
+            "stop_scope cri-containerd-pod1.scope".to_string()
+        ]
     );
     // Stopped: ShutdownSandbox does not ask systemd again.
     f.shutdown("pod1").unwrap();

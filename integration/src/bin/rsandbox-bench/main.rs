@@ -12,6 +12,7 @@
 //! Everything it creates carries a label and is removed at the end, on failure and on
 //! Ctrl-C/SIGTERM; it then checks that nothing of it is left and fails if something is.
 
+mod compare;
 mod procs;
 mod report;
 mod shim_actions;
@@ -31,6 +32,8 @@ const USAGE: &str = "\
 usage: rsandbox-bench [--quick] [--samples N] [--pods N] [--in-flight N] [--rounds N]
                       [--density N] [--density-rounds N] [--actions N]
                       [--only calls,scratch,actions,many,density] [--json PATH] [--png PATH]
+                      [--compare OLD.json]
+       rsandbox-bench --report RUN.json [--compare OLD.json]
 
   --quick             smoke run (< 1 min): 3 samples, 10 pods, density 10, 3 action samples
   --samples N         samples per handler of the per-call and from-scratch workloads (40)
@@ -43,6 +46,9 @@ usage: rsandbox-bench [--quick] [--samples N] [--pods N] [--in-flight N] [--roun
   --only LIST         run only these workloads
   --json PATH         JSON output (rsandbox-bench.json)
   --png PATH          bar chart of the ratios (the JSON path with .png), if gnuplot exists
+  --compare OLD.json  after the tables, per metric: OLD's rsandbox/runc ratio, this run's,
+                      and the change (informational: never fails the run)
+  --report RUN.json   run nothing: print the tables of a stored run (and --compare's)
 
 Environment: CONTAINERD_ADDRESS, RSANDBOX_PREFIX (see hack/containerd.sh env),
 RSANDBOX_BENCH_COMMIT (recorded in the JSON).";
@@ -60,6 +66,8 @@ struct Opts {
     only: Option<BTreeSet<String>>,
     json: PathBuf,
     png: Option<PathBuf>,
+    compare: Option<PathBuf>,
+    report: Option<PathBuf>,
 }
 
 const WORKLOADS: [&str; 5] = ["calls", "scratch", "actions", "many", "density"];
@@ -79,6 +87,8 @@ impl Opts {
             only: None,
             json: PathBuf::from("rsandbox-bench.json"),
             png: None,
+            compare: None,
+            report: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -102,6 +112,8 @@ impl Opts {
                 "--actions" => o.actions = num(a, value(a)?)?,
                 "--json" => o.json = PathBuf::from(value(a)?),
                 "--png" => o.png = Some(PathBuf::from(value(a)?)),
+                "--compare" => o.compare = Some(PathBuf::from(value(a)?)),
+                "--report" => o.report = Some(PathBuf::from(value(a)?)),
                 "--only" => {
                     let list: BTreeSet<String> =
                         value(a)?.split(',').map(|s| s.trim().to_string()).collect();
@@ -425,6 +437,35 @@ async fn clean_up(cri: &Cri, work: &Path, log_dir: &Path) -> Vec<String> {
     left
 }
 
+/// Date, machine, versions, shim and commit of a run, from its metadata.
+fn header_line(res: &Results) -> String {
+    let get = |k: &str| {
+        res.meta
+            .get(k)
+            .map(|v| match v.as_str() {
+                Some(s) => s.to_string(),
+                None => v.to_string(),
+            })
+            .unwrap_or_default()
+    };
+    let commit = get("commit");
+    format!(
+        "{} · {} × {} · kernel {} · {} · {} · shim sha256 {}{}",
+        get("date"),
+        get("cpus"),
+        get("cpu"),
+        get("kernel"),
+        get("containerd"),
+        get("runc"),
+        get("rsandbox_shim_sha256").get(..12).unwrap_or(""),
+        if commit.is_empty() {
+            String::new()
+        } else {
+            format!(" · commit {commit}")
+        }
+    )
+}
+
 fn sh(cmd: &str, args: &[&str]) -> String {
     std::process::Command::new(cmd)
         .args(args)
@@ -520,6 +561,31 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    // Read first: a wrong path fails at once, not after the run.
+    let baseline = match o.compare.as_deref().map(compare::load).transpose() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("rsandbox-bench: --compare: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Some(path) = &o.report {
+        match compare::load(path) {
+            Ok(run) => {
+                println!("## rsandbox-bench: stored run {}", path.display());
+                println!("\n{}", header_line(&run));
+                print!("{}", run.markdown());
+                if let Some(old) = &baseline {
+                    print!("{}", compare::markdown(old, &run));
+                }
+                return;
+            }
+            Err(e) => {
+                eprintln!("rsandbox-bench: --report: {e}");
+                std::process::exit(2);
+            }
+        }
+    }
     for b in [
         rsandbox_integration::SHIM,
         "containerd-shim-runc-v2",
@@ -582,25 +648,11 @@ async fn main() {
         if o.quick { "quick" } else { "full" },
         elapsed.as_secs_f64()
     );
-    println!(
-        "\n{} · {} × {} · kernel {} · {} · {} · shim sha256 {}{}",
-        res.meta["date"].as_str().unwrap_or(""),
-        res.meta["cpus"],
-        res.meta["cpu"].as_str().unwrap_or(""),
-        res.meta["kernel"].as_str().unwrap_or(""),
-        res.meta["containerd"].as_str().unwrap_or(""),
-        res.meta["runc"].as_str().unwrap_or(""),
-        res.meta["rsandbox_shim_sha256"]
-            .as_str()
-            .unwrap_or("")
-            .get(..12)
-            .unwrap_or(""),
-        match std::env::var("RSANDBOX_BENCH_COMMIT") {
-            Ok(c) if !c.is_empty() => format!(" · commit {c}"),
-            _ => String::new(),
-        }
-    );
+    println!("\n{}", header_line(&res));
     print!("{}", res.markdown());
+    if let Some(old) = &baseline {
+        print!("{}", compare::markdown(old, &res));
+    }
     let mut code = 0;
     if let Some(dir) = o.json.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
@@ -666,6 +718,15 @@ mod tests {
         assert_eq!((o.samples, o.pods, o.density), (5, 50, 20));
         assert!(o.runs("calls") && o.runs("density") && !o.runs("many"));
         assert_eq!(o.json, PathBuf::from("/x/y.json"));
+        let c = Opts::parse(&args("--quick --compare bench/baseline.json")).unwrap();
+        assert_eq!(c.compare, Some(PathBuf::from("bench/baseline.json")));
+        assert!(c.quick && c.report.is_none());
+        let r = Opts::parse(&args("--report a.json --compare b.json")).unwrap();
+        assert_eq!(
+            (r.report, r.compare),
+            (Some(PathBuf::from("a.json")), Some(PathBuf::from("b.json")))
+        );
+        assert!(Opts::parse(&args("--compare")).is_err());
         assert!(Opts::parse(&args("--samples")).is_err());
         assert!(Opts::parse(&args("--samples x")).is_err());
         assert!(Opts::parse(&args("--only bogus")).is_err());

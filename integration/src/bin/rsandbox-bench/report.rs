@@ -12,9 +12,9 @@ pub const HANDLERS: [&str; 2] = ["runc", "rsandbox"];
 
 /// One metric, measured for both handlers.
 pub struct Row {
-    pub group: &'static str,
+    pub group: String,
     pub name: String,
-    pub unit: &'static str,
+    pub unit: String,
     pub samples: [Samples; 2],
 }
 
@@ -37,7 +37,7 @@ pub struct Results {
 
 impl Results {
     /// Adds one sample of `name` for handler index `h`.
-    pub fn add(&mut self, group: &'static str, name: &str, unit: &'static str, h: usize, v: f64) {
+    pub fn add(&mut self, group: &str, name: &str, unit: &str, h: usize, v: f64) {
         let i = match self
             .rows
             .iter()
@@ -46,9 +46,9 @@ impl Results {
             Some(i) => i,
             None => {
                 self.rows.push(Row {
-                    group,
+                    group: group.to_string(),
                     name: name.to_string(),
-                    unit,
+                    unit: unit.to_string(),
                     samples: Default::default(),
                 });
                 self.rows.len() - 1
@@ -60,10 +60,10 @@ impl Results {
     /// The markdown report: one table per group.
     pub fn markdown(&self) -> String {
         let mut out = String::new();
-        let mut groups: Vec<&'static str> = Vec::new();
+        let mut groups: Vec<&str> = Vec::new();
         for r in &self.rows {
-            if !groups.contains(&r.group) {
-                groups.push(r.group);
+            if !groups.contains(&r.group.as_str()) {
+                groups.push(&r.group);
             }
         }
         for g in groups {
@@ -79,7 +79,7 @@ impl Results {
             for r in self.rows.iter().filter(|r| r.group == g) {
                 let cells = |s: Option<Summary>| match s {
                     Some(s) => [s.p50, s.p95, s.min, s.max]
-                        .map(|v| fmt_value(v, r.unit))
+                        .map(|v| fmt_value(v, &r.unit))
                         .join(" | "),
                     None => "– | – | – | –".to_string(),
                 };
@@ -117,15 +117,67 @@ impl Results {
         out
     }
 
+    /// A run written by [`Results::json`], read back (samples, notes, metadata) so that it can
+    /// be printed again or compared with another.
+    pub fn from_json(v: &serde_json::Value) -> Result<Results, String> {
+        let mut res = Results::default();
+        let rows = v
+            .get("rows")
+            .and_then(|r| r.as_array())
+            .ok_or("no \"rows\" array")?;
+        for (i, r) in rows.iter().enumerate() {
+            let text = |k: &str| {
+                r.get(k)
+                    .and_then(|x| x.as_str())
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("row {i}: no {k:?}"))
+            };
+            let mut row = Row {
+                group: text("group")?,
+                name: text("metric")?,
+                unit: text("unit")?,
+                samples: Default::default(),
+            };
+            for (h, handler) in HANDLERS.iter().enumerate() {
+                let Some(s) = r.get(*handler).filter(|s| !s.is_null()) else {
+                    continue;
+                };
+                let values = s
+                    .get("samples")
+                    .and_then(|x| x.as_array())
+                    .ok_or_else(|| format!("row {i} ({}): {handler}: no samples", row.name))?;
+                for x in values {
+                    row.samples[h].push(x.as_f64().ok_or_else(|| {
+                        format!(
+                            "row {i} ({}): {handler}: a sample is not a number",
+                            row.name
+                        )
+                    })?);
+                }
+            }
+            res.rows.push(row);
+        }
+        if let Some(notes) = v.get("notes").and_then(|n| n.as_array()) {
+            res.notes = notes
+                .iter()
+                .filter_map(|n| n.as_str().map(str::to_string))
+                .collect();
+        }
+        if let Some(meta) = v.get("meta").and_then(|m| m.as_object()) {
+            res.meta = meta.clone();
+        }
+        Ok(res)
+    }
+
     pub fn json(&self) -> serde_json::Value {
         let rows: Vec<serde_json::Value> = self
             .rows
             .iter()
             .map(|r| {
                 let mut o = serde_json::Map::new();
-                o.insert("group".into(), r.group.into());
+                o.insert("group".into(), r.group.clone().into());
                 o.insert("metric".into(), r.name.clone().into());
-                o.insert("unit".into(), r.unit.into());
+                o.insert("unit".into(), r.unit.clone().into());
                 for (h, s) in HANDLERS.iter().zip(&r.samples) {
                     let v = match s.summary() {
                         Some(x) => serde_json::json!({
@@ -159,11 +211,11 @@ impl Results {
         let mut data = String::new();
         let mut top: f64 = 1.0;
         for r in &self.rows {
-            if !matches!(r.unit, "ms" | "s" | "MiB") {
+            if !matches!(r.unit.as_str(), "ms" | "s" | "MiB") {
                 continue;
             }
             if let Some(x) = r.ratio_p50() {
-                let label = chart_label(r.group, &r.name);
+                let label = chart_label(&r.group, &r.name);
                 let _ = writeln!(data, "\"{label}\" {x:.4}");
                 top = top.max(x);
             }
