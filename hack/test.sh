@@ -72,6 +72,7 @@ section "install what the tests need"
 hack/setup.sh
 rust_tools
 gnuplot_install
+hack/installer/test.sh --tools
 if [[ "${RSANDBOX_GUEST:-1}" != 0 ]]; then
 	hack/guest.sh --prepare
 	hack/guest.sh --systemd --prepare

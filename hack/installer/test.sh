@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/installer/test.sh [--scratch] [--manifests-only] - the node installer's tests (issue 25
+# hack/installer/test.sh [--scratch] [--manifests-only] [--tools] - the node installer's tests (issue 25
 # item 3); hack/test.sh runs it after the systemd node's stage.
 #
 #   1. the Kubernetes side: `kustomize build` of deploy/kubernetes and of its uninstall overlay
@@ -14,6 +14,8 @@
 #      upgrade with a running pod of the previous release, uninstall, both config.toml
 #      flavours, a blocking preflight. --scratch: on a throwaway containerd of its own instead
 #      (hack/installer/scratch-node.sh, a systemctl stand-in), where no node can boot.
+# --tools: only install step 1's tools (hack/test.sh does it in its install stage, before any
+# test runs).
 #
 # The new binary is this tree's release build (hack/build.sh makes it); the previous release's
 # is RSANDBOX_INSTALLER_OLD. Needs root and the bench (hack/setup.sh); run it under the bench
@@ -26,10 +28,12 @@ cd "$RSANDBOX_REPO"
 
 scratch=0
 manifests_only=0
+tools_only=0
 for a in "$@"; do
 	case "$a" in
 	--scratch) scratch=1 ;;
 	--manifests-only) manifests_only=1 ;;
+	--tools) tools_only=1 ;;
 	*)
 		sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
 		exit 2
@@ -56,6 +60,14 @@ tools() {
 	if [[ ! -x "$VALIDATE_VENV/bin/kubernetes-validate" ]] ||
 		! "$VALIDATE_VENV/bin/pip" show kubernetes-validate 2>/dev/null | grep -qx "Version: ${VALIDATE_PIN#*==}"; then
 		log "installing $VALIDATE_PIN into $VALIDATE_VENV"
+		# python3's venv module (a new Debian machine may have no python3 at all; only these
+		# tests use it, so hack/setup.sh and the demo do not install it)
+		if ! pkg_installed python3-venv; then
+			local saved=("${HOST_PACKAGES[@]}")
+			HOST_PACKAGES=(python3 python3-venv)
+			deps
+			HOST_PACKAGES=("${saved[@]}")
+		fi
 		rm -rf "$VALIDATE_VENV"
 		python3 -m venv "$VALIDATE_VENV"
 		"$VALIDATE_VENV/bin/pip" install -q "$VALIDATE_PIN"
@@ -139,6 +151,11 @@ node_tests() {
 	return "$rc"
 }
 
+if ((tools_only)); then
+	section "installer: tools (kustomize, kubernetes-validate)"
+	tools
+	exit 0
+fi
 section "installer: manifests (kustomize build + kubernetes-validate --strict)"
 manifests
 section "installer: CRI reader on captured responses"
