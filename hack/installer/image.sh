@@ -16,7 +16,7 @@
 # OUT: default target/installer-image/rsandbox-node-installer-TAG.oci.tar; TAG: the shim's
 # version (`-v`). The image name inside: localhost/rsandbox-node-installer:TAG. The layer is
 # reproducible for the same packages (fixed owners and mtimes, sorted).
-# Push it (README: Installing on a fleet), e.g.
+# Push it (docs/install.md: Installing on a fleet), e.g.
 #   skopeo copy oci-archive:OUT docker://REGISTRY/rsandbox-node-installer:TAG
 #   crane push OUT REGISTRY/rsandbox-node-installer:TAG
 #   ctr images import OUT && ctr images push REGISTRY/... localhost/rsandbox-node-installer:TAG

@@ -1,7 +1,7 @@
 //! The systemd cgroup driver's side in the shim: the pod's pause process in a transient
 //! scope of the pod's slice, through systemd's D-Bus API.
 //!
-//! A minimal synchronous D-Bus client of our own (see README "Cgroups" for why not a
+//! A minimal synchronous D-Bus client of our own (see docs/cgroups.md for why not a
 //! library): [`wire`] marshals messages, [`conn`] is one authenticated connection with
 //! deadlines, [`manager`] speaks to systemd's manager (start, stop, reset a unit, wait for
 //! its job), [`scope`] is the pod's scope, [`devices`] its device rules, [`names`] the

@@ -80,7 +80,7 @@ pub fn judge(f: &Facts) -> Finding {
             ),
         )
         .detail(e.clone())
-        .fix(format!("fix {path} (see README, Networking) or remove it")),
+        .fix(format!("fix {path} (see docs/networking.md) or remove it")),
     }
 }
 

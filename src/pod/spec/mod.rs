@@ -379,7 +379,7 @@ pub struct PodSpec {
     pub cri_config: bool,
 }
 
-/// Where the pod's network namespace comes from (the README's decision table).
+/// Where the pod's network namespace comes from (docs/networking.md's decision table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NetworkPlan {
     /// The caller's `netns_path` (CRI made it and runs CNI).

@@ -1830,7 +1830,7 @@ fn a_failing_teardown_does_not_fail_stop() {
     f.shutdown("pod1").unwrap();
 }
 
-// ---- the network decision table (README "Networking") and hostNetwork pods ----
+// ---- the network decision table (docs/networking.md) and hostNetwork pods ----
 
 /// What containerd's sandbox controller API sends without a pod config.
 fn no_pod_config() -> Any {

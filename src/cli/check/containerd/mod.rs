@@ -15,8 +15,8 @@
 //!   `/etc/containerd/conf.d/*.toml`, but a `config.toml` is read as written, and `config dump`
 //!   always prints the default pattern in `imports` (the defaults' value, which containerd
 //!   itself never resolves): only the walk over the files tells;
-//! - a drop-in whose `version` is higher than the root config's: containerd 2.4 refuses to
-//!   start, earlier ones merge it and then skip migrating the root's older plugin sections.
+//! - a drop-in whose `version` is higher than the root config's: containerd >= 2.3 refuses to
+//!   start, 2.1 and 2.2 merge it and then skip migrating the root's older plugin sections.
 
 mod effective;
 mod files;
@@ -315,7 +315,7 @@ fn judge_files(f: &Facts, inputs: &Inputs) -> Vec<Finding> {
                     ),
                 )
                 .detail(format!(
-                    "{}\ncontainerd 2.4 refuses to start; 2.1 to 2.3 take the highest version and then \
+                    "{}\ncontainerd >= 2.3 refuses to start; 2.1 and 2.2 take the highest version and then \
                      ignore the root config's version-{} plugin sections",
                     higher.join("\n"),
                     root.version

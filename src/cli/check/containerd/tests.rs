@@ -363,7 +363,7 @@ fn the_import_walk_follows_containerd() {
     );
 }
 
-/// A version-3 drop-in imported by a version-2 root: 2.4 refuses to start, earlier ones drop
+/// A version-3 drop-in imported by a version-2 root: containerd >= 2.3 refuses to start, 2.1 and 2.2 drop
 /// the root's version-2 CRI settings. Blocking on every version.
 #[test]
 fn a_drop_in_newer_than_the_root_config_blocks() {
