@@ -904,3 +904,36 @@ fn the_handle_kills_the_pause_and_nothing_once_it_is_reaped() {
         assert_eq!(err.raw_os_error(), Some(libc::ESRCH), "{err}");
     }
 }
+
+/// Issue 27 item 4: an exec the policy refuses into the pod's domain (EACCES for the
+/// transition or entry point, EPERM under no_new_privs) reaches the shim, through the child's
+/// report on the status pipe, as a FailedPrecondition naming that step and the pod's label;
+/// an unlabelled exec's failure stays the plain exec step. (Review finding (c): the test this
+/// replaces compared `exec_failure_step` with its own body and could not fail; this one goes
+/// through the wire format and the shim's reading of it. That the child tries no second,
+/// unlabelled exec is not reproducible without SELinux.)
+#[test]
+fn a_refused_exec_into_the_pod_s_domain_is_reported_as_that_step() {
+    let cfg = PauseConfig {
+        labels: Some(PauseLabels {
+            process: "system_u:system_r:container_t:s0:c1,c2".into(),
+            program: "system_u:object_r:container_file_t:s0:c1,c2".into(),
+        }),
+        ..Default::default()
+    };
+    for errno in [libc::EACCES, libc::EPERM] {
+        let rec = status::report(child::exec_failure_step(true), errno, 0);
+        let e = status::failure(&rec, &cfg);
+        assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition, "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("execute the pause program in the pod's domain")
+                && text.contains("system_u:system_r:container_t:s0:c1,c2"),
+            "{text}"
+        );
+    }
+    let rec = status::report(child::exec_failure_step(false), libc::EACCES, 0);
+    let e = status::failure(&rec, &cfg);
+    assert_eq!(e.kind(), crate::error::Kind::Internal, "{e}");
+    assert!(e.to_string().contains("memfd"), "{e}");
+}
