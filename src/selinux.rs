@@ -378,6 +378,115 @@ fn config_value(text: &str, key: &str) -> Option<String> {
     })
 }
 
+/// The kernel's form of `context` (its `/sys/fs/selinux/context` answer, go-selinux's
+/// `CanonicalizeContext`): what `/proc/<pid>/attr/current` shows for a process that got it.
+/// Needs the `security:check_context` permission; fails where selinuxfs is not mounted.
+pub fn canonicalize_context(context: &str) -> io::Result<String> {
+    use std::io::{Read, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(Path::new(SELINUXFS).join("context"))?;
+    f.write_all(context.as_bytes())?;
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(String::from_utf8_lossy(&out)
+        .trim_end_matches(['\0', '\n'])
+        .to_string())
+}
+
+/// An MLS/MCS level or range in the form the kernel prints it (`mls_sid_to_context`): the
+/// categories sorted, runs of three or more as `cX.cY`, of two as `cX,cY`, and a range whose
+/// ends are equal as its low end (`s0-s0:c1,c2,c3` is `s0-s0:c1.c3`, `s0-s0` is `s0`). `None`
+/// for a level this does not parse (sensitivities and categories not named `s<n>`, `c<n>`:
+/// a policy with other names is left to the exact comparison).
+pub fn canonical_level(level: &str) -> Option<String> {
+    fn num(s: &str, prefix: char) -> Option<u32> {
+        let n = s.strip_prefix(prefix)?;
+        (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| n.parse().ok())
+            .flatten()
+    }
+    fn level_of(s: &str) -> Option<(u32, std::collections::BTreeSet<u32>)> {
+        let (sens, cats) = match s.split_once(':') {
+            Some((sens, cats)) => (sens, Some(cats)),
+            None => (s, None),
+        };
+        let sens = num(sens, 's')?;
+        let mut set = std::collections::BTreeSet::new();
+        for item in cats.map(|c| c.split(',')).into_iter().flatten() {
+            match item.split_once('.') {
+                Some((a, b)) => {
+                    let (a, b) = (num(a, 'c')?, num(b, 'c')?);
+                    if a > b {
+                        return None;
+                    }
+                    set.extend(a..=b);
+                }
+                None => {
+                    set.insert(num(item, 'c')?);
+                }
+            }
+        }
+        Some((sens, set))
+    }
+    fn print(sens: u32, cats: &std::collections::BTreeSet<u32>) -> String {
+        let mut runs: Vec<(u32, u32)> = Vec::new();
+        for &c in cats {
+            match runs.last_mut() {
+                Some((_, hi)) if *hi + 1 == c => *hi = c,
+                _ => runs.push((c, c)),
+            }
+        }
+        let cats: Vec<String> = runs
+            .iter()
+            .map(|&(lo, hi)| match hi - lo {
+                0 => format!("c{lo}"),
+                1 => format!("c{lo},c{hi}"),
+                _ => format!("c{lo}.c{hi}"),
+            })
+            .collect();
+        if cats.is_empty() {
+            format!("s{sens}")
+        } else {
+            format!("s{sens}:{}", cats.join(","))
+        }
+    }
+    let mut ends = level.split('-');
+    let low = level_of(ends.next()?)?;
+    let high = match ends.next() {
+        Some(h) => level_of(h)?,
+        None => low.clone(),
+    };
+    if ends.next().is_some() {
+        return None;
+    }
+    let low_text = print(low.0, &low.1);
+    Some(if low == high {
+        low_text
+    } else {
+        format!("{low_text}-{}", print(high.0, &high.1))
+    })
+}
+
+/// Whether two contexts name the same label: equal, or equal user, role and type with levels
+/// that are the same once in the kernel's form ([`canonical_level`]).
+pub fn same_context(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    let (Some(x), Some(y)) = (Label::parse(a), Label::parse(b)) else {
+        return false;
+    };
+    x.user == y.user
+        && x.role == y.role
+        && x.kind == y.kind
+        && match (canonical_level(&x.level), canonical_level(&y.level)) {
+            (Some(p), Some(q)) => p == q,
+            _ => x.level == y.level,
+        }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -631,5 +740,40 @@ mod tests {
         let missing = d.path().join("missing");
         let e = RealXattrs.set_label(&missing, "u:r:t:s0").unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    /// The kernel prints a level in its own form (sorted categories, runs as ranges): a
+    /// pod's level given in another form is the same level.
+    #[test]
+    fn levels_compare_in_the_kernel_s_form() {
+        for (given, kernel) in [
+            ("s0", "s0"),
+            ("s0:c1,c2", "s0:c1,c2"),
+            ("s0:c2,c1", "s0:c1,c2"),
+            ("s0:c1,c2,c3", "s0:c1.c3"),
+            ("s0:c1.c2", "s0:c1,c2"),
+            ("s0:c0.c3,c5,c7.c8", "s0:c0.c3,c5,c7,c8"),
+            ("s0-s0", "s0"),
+            ("s0-s0:c0.c1023", "s0-s0:c0.c1023"),
+            ("s0:c1,c2-s0:c1,c2", "s0:c1,c2"),
+        ] {
+            assert_eq!(canonical_level(given).as_deref(), Some(kernel), "{given}");
+        }
+        for bad in ["", "x0", "s0:", "s0:c3.c1", "s0:cat", "s0-s0-s0"] {
+            assert_eq!(canonical_level(bad), None, "{bad}");
+        }
+        assert!(same_context(
+            "system_u:system_r:container_t:s0:c1.c3",
+            "system_u:system_r:container_t:s0:c3,c2,c1"
+        ));
+        assert!(!same_context(
+            "system_u:system_r:container_t:s0:c1,c2",
+            "system_u:system_r:container_t:s0:c1,c3"
+        ));
+        assert!(!same_context(
+            "system_u:system_r:spc_t:s0:c1,c2",
+            "system_u:system_r:container_t:s0:c1,c2"
+        ));
+        assert!(!same_context("", "system_u:system_r:container_t:s0"));
     }
 }

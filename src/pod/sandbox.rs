@@ -177,6 +177,10 @@ pub struct Sandbox {
     pub started_spec: Option<Arc<serde_json::Value>>,
     /// The pod's /dev/shm was taken down by StopSandbox: Shutdown leaves it.
     pub shm_unmounted: bool,
+    /// StopSandbox killed the pause but saw no exit within its wait: until the reaper reports
+    /// it (or its pidfd says it exited), ShutdownSandbox keeps its SELinux level reserved and
+    /// the record, and fails.
+    pub pause_lingers: bool,
 }
 
 /// The Sandbox service's state.
@@ -413,6 +417,7 @@ impl SandboxManager {
             pod_config: req.pod_config,
             started_spec: None,
             shm_unmounted: false,
+            pause_lingers: false,
         });
         Ok(())
     }
@@ -725,6 +730,7 @@ impl SandboxManager {
         let Some(s) = guard.as_mut().filter(|s| s.pid == exit.pid && s.pid != 0) else {
             return;
         };
+        s.pause_lingers = false;
         let waiters = self.record_exit(s, exit);
         drop(guard);
         self.wake(waiters);
@@ -790,6 +796,15 @@ impl SandboxManager {
         if unconfirmed {
             self.stop_scope(id);
             steps.step("systemd scope (unconfirmed start)");
+            // Still not known stopped (systemd did not answer the stop either): the start it
+            // may yet run names the pause's pid, so the pause stays alive and the stop fails,
+            // to be tried again (StopSandbox, ShutdownSandbox, or `delete`).
+            if self.lock().as_ref().is_some_and(|s| !s.scope_stopped) {
+                return Err(Error::internal(format!(
+                    "stop sandbox {id}: the pod's systemd scope, whose start systemd never \
+                     answered, could not be stopped: the pause process is kept until it is"
+                )));
+            }
         }
         let waiters = {
             let mut guard = self.lock();
@@ -808,6 +823,7 @@ impl SandboxManager {
                 // Never started (or the pause process would not die): WaitSandbox must
                 // return too.
                 if s.exit.is_none() {
+                    s.pause_lingers = s.pause.is_some();
                     s.exit = Some((crate::waiters::UNKNOWN_EXIT_STATUS, SystemTime::now()));
                 }
                 waiters = self.waiters.locked().take();
@@ -827,10 +843,17 @@ impl SandboxManager {
             .filter(|s| !s.shm_unmounted)
             .and_then(|s| s.record.shm.clone());
         if let Some(shm) = shm {
-            let _ = self.host.unmount_shm(&shm);
-            let _ = std::fs::remove_dir(&shm);
-            if let Some(s) = self.lock().as_mut() {
-                s.shm_unmounted = true;
+            // Only an unmount that succeeded is noted: a failed one is tried again by
+            // ShutdownSandbox (which fails while it still fails, keeping the record for
+            // `delete`).
+            match self.host.unmount_shm(&shm) {
+                Ok(()) => {
+                    let _ = std::fs::remove_dir(&shm);
+                    if let Some(s) = self.lock().as_mut() {
+                        s.shm_unmounted = true;
+                    }
+                }
+                Err(e) => log::warn!("stop sandbox {id}: {e}"),
             }
             steps.step("/dev/shm");
         }
@@ -963,6 +986,39 @@ impl SandboxManager {
                 .stop_scope(&cg)
                 .context("shutdown sandbox: stop the pod's systemd scope")?;
             steps.step("systemd scope");
+        }
+        // A pause StopSandbox killed but did not see exit (stuck in the kernel): its SELinux
+        // level must not go to another pod while it may still run, nor its cgroup be removed
+        // under it. Shutdown fails and keeps the record, as for the scope above.
+        let lingering = self
+            .lock()
+            .as_ref()
+            .filter(|s| s.pause_lingers)
+            .and_then(|s| s.pause.clone())
+            .filter(|p| !p.has_exited());
+        if let Some(p) = lingering {
+            return Err(Error::internal(format!(
+                "shutdown sandbox {id}: the pause process {} has not exited since it was \
+                 killed: its SELinux level, cgroup and record are kept",
+                p.pid()
+            )));
+        }
+        // A /dev/shm StopSandbox could not unmount: tried again; while it fails, Shutdown
+        // fails and keeps the record (`delete` unmounts what it names).
+        let shm = self
+            .lock()
+            .as_ref()
+            .filter(|s| !s.shm_unmounted)
+            .and_then(|s| s.record.shm.clone());
+        if let Some(shm) = shm {
+            self.host
+                .unmount_shm(&shm)
+                .context("shutdown sandbox: unmount the pod's /dev/shm")?;
+            let _ = std::fs::remove_dir(&shm);
+            if let Some(s) = self.lock().as_mut() {
+                s.shm_unmounted = true;
+            }
+            steps.step("/dev/shm");
         }
         let s = self.lock().take();
         if let Some(s) = s {
@@ -1444,6 +1500,7 @@ fn take_down_pod(record: &SandboxRecord, budget: &crate::timing::Budget) -> crat
         scope_stop_timeout: budget.bound(crate::systemd::scope::DELETE_STOP_TIMEOUT),
         mcs: crate::mcs::Registry::node(),
     };
+    let mut pause_left = false;
     if record.pause_pid > 0 {
         // Only while the pid still names the pause process we started.
         let ours =
@@ -1454,6 +1511,7 @@ fn take_down_pod(record: &SandboxRecord, budget: &crate::timing::Budget) -> crat
             budget.bound(Duration::from_secs(1)),
         );
         if !gone && ours() {
+            pause_left = true;
             undone.failed(format!(
                 "the pause process {} is still there",
                 record.pause_pid
@@ -1468,8 +1526,16 @@ fn take_down_pod(record: &SandboxRecord, budget: &crate::timing::Budget) -> crat
     let _ = host.remove_files(&record.files_dir);
     // The pause's MCS level: only this pod's entry (the record is of the sandbox containerd
     // named: checked in `cleanup_from_bundle`).
+    // Never while the pause may still run under it: another pod would get its categories.
     if let Some(r) = record.mcs.as_ref().filter(|r| r.owner == record.id) {
-        host.release_mcs(r);
+        if pause_left {
+            undone.failed(format!(
+                "the SELinux level {} stays reserved while the pause process runs",
+                r.level
+            ));
+        } else {
+            host.release_mcs(r);
+        }
     }
     // The dead shim's systemd scope (the pause is gone: it is empty), then the pause's cgroup.
     // Only the unit this pod's scope is named: a record is a file, not an authority to stop

@@ -128,7 +128,7 @@ pub fn spawn(cfg: &PauseConfig) -> Result<PauseProcess> {
     let pause = spawn_prepared(cfg, p)?;
     if let Some(l) = wanted {
         let now = std::fs::read(format!("/proc/{}/attr/current", pause.pid())).unwrap_or_default();
-        if let Err(e) = check_label(&now, &l.process) {
+        if let Err(e) = check_label(&now, &l.process, &crate::selinux::canonicalize_context) {
             let _ = pause.kill();
             return Err(e);
         }
@@ -137,11 +137,22 @@ pub fn spawn(cfg: &PauseConfig) -> Result<PauseProcess> {
 }
 
 /// That the pause runs under its label (`current`: its `/proc/<pid>/attr/current`): anything
-/// else fails it, as a label the kernel refused does (SELinux fails closed).
-fn check_label(current: &[u8], want: &str) -> Result<()> {
+/// else fails it, as a label the kernel refused does (SELinux fails closed). The kernel shows
+/// a label in its own form, which need not be the policy's or the pod's (`s0:c1,c2,c3` shows
+/// as `s0:c1.c3`): `want` is compared as the kernel gives it back (`canonicalize`, the real
+/// one [`crate::selinux::canonicalize_context`]), else by component, its level in the
+/// kernel's form ([`crate::selinux::same_context`]).
+fn check_label(
+    current: &[u8],
+    want: &str,
+    canonicalize: &dyn Fn(&str) -> std::io::Result<String>,
+) -> Result<()> {
     let now = String::from_utf8_lossy(current);
     let now = now.trim_end_matches(['\0', '\n']);
-    if now != want {
+    let same = now == want
+        || canonicalize(want).is_ok_and(|c| c == now)
+        || crate::selinux::same_context(now, want);
+    if !same {
         return Err(Error::precondition(format!(
             "pause: SELinux: it runs as {now:?}, not under the pod's label {want:?}"
         )));

@@ -211,7 +211,7 @@ fn read_full(f: &mut File, buf: &mut [u8], deadline: Instant) -> Result<usize> {
 }
 
 /// The error of a child's failure report.
-fn failure(buf: &[u8; REPORT_LEN], cfg: &PauseConfig) -> Error {
+pub(super) fn failure(buf: &[u8; REPORT_LEN], cfg: &PauseConfig) -> Error {
     let step = Step::from_wire(buf[0]);
     let errno = i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]);
     let idx = u32::from_ne_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize;
@@ -244,15 +244,20 @@ fn failure(buf: &[u8; REPORT_LEN], cfg: &PauseConfig) -> Error {
     })
 }
 
+/// The failure report [`fail`] writes (no allocation: async-signal-safe).
+pub(super) const fn report(step: Step, errno: i32, idx: u32) -> [u8; REPORT_LEN] {
+    let e = errno.to_ne_bytes();
+    let i = idx.to_ne_bytes();
+    [
+        step as u8, 0, 0, 0, e[0], e[1], e[2], e[3], i[0], i[1], i[2], i[3],
+    ]
+}
+
 /// Reports a failed step and exits. Async-signal-safe.
 pub(super) fn fail(fd: i32, step: Step, idx: u32) -> ! {
     // SAFETY: __errno_location is this thread's errno; write and _exit are async-signal-safe.
     unsafe {
-        let e = (*libc::__errno_location()).to_ne_bytes();
-        let i = idx.to_ne_bytes();
-        let rec: [u8; REPORT_LEN] = [
-            step as u8, 0, 0, 0, e[0], e[1], e[2], e[3], i[0], i[1], i[2], i[3],
-        ];
+        let rec = report(step, *libc::__errno_location(), idx);
         libc::write(fd, rec.as_ptr().cast(), rec.len());
         libc::_exit(1);
     }
