@@ -2367,7 +2367,7 @@ fn delete_keeps_the_mcs_level_of_a_pause_still_there() {
     cleanup_from_bundle("default", &id, &bundle, &budget, &mut undone);
     let users = node.users(level);
     node.release(&r);
-    assert_eq!(users, [id.clone()], "{undone:?}");
+    assert_eq!(users, std::slice::from_ref(&id), "{undone:?}");
     assert!(
         undone.failed.iter().any(|m| m.contains("stays reserved")),
         "{undone:?}"
