@@ -837,23 +837,11 @@ impl SandboxManager {
         // (podsandbox's cleanupSandboxFiles): no process of the pod uses it any more (a
         // container that would not die holds its own bind mount of it). RemovePodSandbox
         // then has less to do, as on the runc path.
-        let shm = self
-            .lock()
-            .as_ref()
-            .filter(|s| !s.shm_unmounted)
-            .and_then(|s| s.record.shm.clone());
-        if let Some(shm) = shm {
-            // Only an unmount that succeeded is noted: a failed one is tried again by
-            // ShutdownSandbox (which fails while it still fails, keeping the record for
-            // `delete`).
-            match self.host.unmount_shm(&shm) {
-                Ok(()) => {
-                    let _ = std::fs::remove_dir(&shm);
-                    if let Some(s) = self.lock().as_mut() {
-                        s.shm_unmounted = true;
-                    }
-                }
-                Err(e) => log::warn!("stop sandbox {id}: {e}"),
+        // A failed unmount is tried again by ShutdownSandbox (which fails while it still
+        // fails, keeping the record for `delete`).
+        if let Some(done) = self.take_down_shm() {
+            if let Err(e) = done {
+                log::warn!("stop sandbox {id}: {e}");
             }
             steps.step("/dev/shm");
         }
@@ -879,6 +867,25 @@ impl SandboxManager {
             }
         }
         Ok(())
+    }
+
+    /// Unmounts the pod's /dev/shm unless that was done: `None` when there is nothing to do.
+    /// Only an unmount that succeeded is noted (`shm_unmounted`), so a failed one is tried
+    /// again by the next caller.
+    fn take_down_shm(&self) -> Option<Result<()>> {
+        let shm = self
+            .lock()
+            .as_ref()
+            .filter(|s| !s.shm_unmounted)
+            .and_then(|s| s.record.shm.clone())?;
+        let done = self.host.unmount_shm(&shm);
+        if done.is_ok() {
+            let _ = std::fs::remove_dir(&shm);
+            if let Some(s) = self.lock().as_mut() {
+                s.shm_unmounted = true;
+            }
+        }
+        Some(done)
     }
 
     /// Stops the record's systemd scope unless it is known stopped; whether it asked systemd.
@@ -1005,19 +1012,8 @@ impl SandboxManager {
         }
         // A /dev/shm StopSandbox could not unmount: tried again; while it fails, Shutdown
         // fails and keeps the record (`delete` unmounts what it names).
-        let shm = self
-            .lock()
-            .as_ref()
-            .filter(|s| !s.shm_unmounted)
-            .and_then(|s| s.record.shm.clone());
-        if let Some(shm) = shm {
-            self.host
-                .unmount_shm(&shm)
-                .context("shutdown sandbox: unmount the pod's /dev/shm")?;
-            let _ = std::fs::remove_dir(&shm);
-            if let Some(s) = self.lock().as_mut() {
-                s.shm_unmounted = true;
-            }
+        if let Some(done) = self.take_down_shm() {
+            done.context("shutdown sandbox: unmount the pod's /dev/shm")?;
             steps.step("/dev/shm");
         }
         let s = self.lock().take();
