@@ -1,11 +1,8 @@
 //! systemd's manager over D-Bus: start a transient unit, stop a unit, reset a failed one,
 //! each waiting for its job's `JobRemoved` signal, as runc does through go-systemd.
 //!
-//! Two ways in, tried in order:
-//! * systemd's private socket `/run/systemd/private` (root only). A direct connection: no
-//!   bus daemon, no `Hello`, and systemd sends every manager signal to each of its direct
-//!   connections unconditionally (`bus_foreach_bus` in systemd's `src/core/dbus.c`), so no
-//!   `Subscribe` either. This is what `systemctl` uses as root.
+//! Two ways in, tried in order (the bus first, as runc's go-systemd does; the private socket
+//! when the bus does not answer within half the deadline):
 //! * the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set, as libdbus and go-systemd read it,
 //!   else `/run/dbus/system_bus_socket`), where systemd is `org.freedesktop.systemd1`:
 //!   `Hello` first, match rules for `JobRemoved` and for the bus daemon's `NameOwnerChanged`
@@ -15,6 +12,10 @@
 //!   package upgrade) takes systemd off the bus and back under a new unique name, keeping its
 //!   jobs and its subscribers; `NameOwnerChanged` tells us the new name, so a job's end sent
 //!   after the re-exec is still taken (go-systemd takes any sender's `JobRemoved`).
+//! * systemd's private socket `/run/systemd/private` (root only). A direct connection: no
+//!   bus daemon, no `Hello`, and systemd sends every manager signal to each of its direct
+//!   connections unconditionally (`bus_foreach_bus` in systemd's `src/core/dbus.c`), so no
+//!   `Subscribe` either. This is what `systemctl` uses as root.
 
 use std::path::PathBuf;
 use std::time::Instant;
