@@ -639,11 +639,38 @@ fn delete_after_a_crash_leaves_a_shared_cgroup_s_other_processes_alone() {
                     ));
                 }
             }
+            // containerd gives a shim's `delete` 5 s and kills it then, keeping the bundle.
+            // runc's `delete --force` polls until the SIGKILLed init is gone, and that init,
+            // orphaned by the killed shim, is a zombie until PID 1 reaps it: on a loaded machine
+            // the runc shim's delete can run out of time (seen once with runc 1.3 in CI). That
+            // is the runc path's own behaviour, not what this test compares: it is said, the
+            // runc path is not compared this run, and its leftovers are not counted as ours.
+            Err(e) if short == "runc" && runc_delete_was_killed(&cid) => {
+                eprintln!(
+                    "known runc-path behaviour (not a failure): containerd killed the runc \
+                     shim's delete at its 5 s timeout; no comparison this run ({e})"
+                );
+                ids.retain(|i| i != &cid);
+                let left = g.leftovers(std::slice::from_ref(&cid));
+                if !left.is_empty() {
+                    eprintln!("known runc-path leftovers (not a failure): {left:?}");
+                }
+            }
             Err(e) => failures.push(format!("{runtime}: {e}\n{}", log_lines(&cid, 20))),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     g.assert_clean(&ids);
+}
+
+/// Whether containerd's log says it killed the dead runc shim's `delete` of `cid` (its
+/// `io.containerd.timeout.shim.cleanup`, 5 s).
+fn runc_delete_was_killed(cid: &str) -> bool {
+    log_lines(cid, 50).lines().any(|l| {
+        l.contains("failed to delete dead shim")
+            && l.contains("containerd-shim-runc-v2")
+            && l.contains("signal: killed")
+    })
 }
 
 // --- issue 27 item 3: `delete` ends by its deadline, the network gone ----------------------
