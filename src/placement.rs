@@ -60,7 +60,7 @@ pub fn check(pid: i32, joined: &BTreeMap<String, PathBuf>) -> Result<()> {
     }
     let cgroup = match std::fs::read_to_string(format!("/proc/{pid}/cgroup")) {
         Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if process_gone(&e) => return Ok(()),
         Err(e) => return Err(Error::from(e).context(format!("read /proc/{pid}/cgroup"))),
     };
     let mountinfo =
@@ -70,6 +70,14 @@ pub fn check(pid: i32, joined: &BTreeMap<String, PathBuf>) -> Result<()> {
         Some(m) if is_running(pid) => Err(m.into()),
         _ => Ok(()),
     }
+}
+
+/// Whether reading `/proc/<pid>/<file>` failed because the process is gone: ENOENT once its
+/// directory went, ESRCH when it was reaped after the file was opened (seen after `runc exec`
+/// of a command that exits at once: its `/proc/<pid>/cgroup` answered ESRCH on Linux 6.1). A
+/// process that is gone runs nowhere: nothing to check.
+fn process_gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
 }
 
 /// Whether `pid` exists and is not exiting: a task that has begun to exit (`PF_EXITING`,
@@ -348,6 +356,17 @@ mod tests {
 
     /// Exiting tasks (the kernel has moved them, or is moving them, to the root cgroups)
     /// and zombies do not count; `comm` may contain `)` and spaces.
+    /// A process reaped between the open and the read of its `/proc` file answers ESRCH: it is
+    /// gone, as one whose directory is missing; other errors are errors.
+    #[test]
+    fn a_reaped_process_is_gone_and_other_errors_are_not() {
+        use std::io::Error as E;
+        assert!(process_gone(&E::from_raw_os_error(libc::ESRCH)));
+        assert!(process_gone(&E::from_raw_os_error(libc::ENOENT)));
+        assert!(!process_gone(&E::from_raw_os_error(libc::EACCES)));
+        assert!(!process_gone(&E::from_raw_os_error(libc::EIO)));
+    }
+
     #[test]
     fn exiting_and_dead_processes_are_not_running() {
         let stat = |state: &str, flags: u64| {
