@@ -92,13 +92,7 @@ pub fn markdown(old: &Results, new: &Results) -> String {
         let k = match_key(&r.group, &r.name);
         old_by_key.iter().find(|(ok, _)| *ok == k).map(|(_, o)| *o)
     };
-    let mut groups: Vec<&str> = Vec::new();
-    for r in &new.rows {
-        if !groups.contains(&r.group.as_str()) {
-            groups.push(&r.group);
-        }
-    }
-    for g in groups {
+    for g in new.groups() {
         let _ = writeln!(out, "\n#### {g}\n");
         let _ = writeln!(
             out,

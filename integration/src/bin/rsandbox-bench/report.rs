@@ -57,16 +57,21 @@ impl Results {
         self.rows[i].samples[h].push(v);
     }
 
-    /// The markdown report: one table per group.
-    pub fn markdown(&self) -> String {
-        let mut out = String::new();
+    /// The rows' groups, each once, in the order of their first row.
+    pub fn groups(&self) -> Vec<&str> {
         let mut groups: Vec<&str> = Vec::new();
         for r in &self.rows {
             if !groups.contains(&r.group.as_str()) {
                 groups.push(&r.group);
             }
         }
-        for g in groups {
+        groups
+    }
+
+    /// The markdown report: one table per group.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        for g in self.groups() {
             let _ = writeln!(out, "\n#### {g}\n");
             let _ = writeln!(
                 out,
