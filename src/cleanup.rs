@@ -52,13 +52,18 @@ fn delete_within(namespace: &str, id: &str, bundle: &Path, budget: &Budget) -> (
     // the clean-up below has listed the pod's. At most its share: once it is SIGKILLed it runs
     // no more code of its own, and waiting longer for its exit here would take the time of
     // the pod's containers and network (the socket's removal at the end waits for the rest).
-    let stale = budget.at_most(STALE_SHIM_SHARE);
-    let b = bundle.to_path_buf();
-    if stale
-        .run("rsandbox-stale", move || kill_stale_shim(&b, &stale))
-        .is_none()
-    {
-        undone.cut_off("the stale shim daemon's exit");
+    // The usual case needs no thread: the daemon answered ShutdownSandbox and exited before
+    // containerd ran `delete` (its pid is gone or a zombie, which the socket step below waits
+    // for). Only a daemon that still runs gets the watched thread that may kill it.
+    if recorded_daemon_runs(bundle) {
+        let stale = budget.at_most(STALE_SHIM_SHARE);
+        let b = bundle.to_path_buf();
+        if stale
+            .run("rsandbox-stale", move || kill_stale_shim(&b, &stale))
+            .is_none()
+        {
+            undone.cut_off("the stale shim daemon's exit");
+        }
     }
     steps.step("stale daemon");
     let pid =
@@ -276,6 +281,16 @@ fn recorded_daemon(bundle: &Path) -> Option<i32> {
     (pid > 1 && pid != std::process::id() as i32).then_some(pid)
 }
 
+/// Whether the daemon `shim.pid` records may still run code: its pid names a process whose
+/// main thread has not exited (it may be another process that took the pid:
+/// [`kill_stale_shim`] checks). Reads only the pid file and `/proc/<pid>/stat`, which do not
+/// wait on the process.
+fn recorded_daemon_runs(bundle: &Path) -> bool {
+    recorded_daemon(bundle).is_some_and(
+        |pid| matches!(process_state(pid), Some(state) if state != 'Z' && state != 'X'),
+    )
+}
+
 /// Whether `pid` runs our binary (also once replaced under it) in `bundle` (resolved).
 fn is_our_daemon(pid: i32, bundle: &Path) -> bool {
     let me = std::env::current_exe().ok().map(|p| without_deleted(&p));
@@ -308,13 +323,13 @@ fn without_deleted(exe: &Path) -> PathBuf {
 
 /// Whether `pid`'s main thread is a zombie (state `Z` or `X` in /proc/<pid>/stat).
 fn main_thread_exited(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(") ")
-                .map(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X'))
-        })
-        .unwrap_or(false)
+    matches!(process_state(pid), Some('Z' | 'X'))
+}
+
+/// The state letter of `pid`'s main thread in /proc/<pid>/stat; `None` without such a process.
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
 }
 
 /// The `-socket` address of a daemon's command line.
@@ -404,6 +419,33 @@ mod tests {
         if std::env::var_os("RSANDBOX_TEST_STAND_IN").is_some() {
             std::thread::sleep(Duration::from_secs(600));
         }
+    }
+
+    /// `delete` starts its watched kill thread only for a recorded daemon that still runs
+    /// code: not for a missing pid file, a zombie (a daemon that exited after its Shutdown
+    /// reply and is not reaped yet) or a reaped pid.
+    #[test]
+    fn only_a_recorded_daemon_that_still_runs_needs_the_kill_thread() {
+        let bundle = tempfile::tempdir().unwrap();
+        assert!(!recorded_daemon_runs(bundle.path()), "no shim.pid");
+        let mut child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        std::fs::write(bundle.path().join(SHIM_PID_FILE), pid.to_string()).unwrap();
+        assert!(recorded_daemon_runs(bundle.path()), "a running daemon");
+        // SAFETY: kill(2) of our own child; no memory is passed.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        // Not reaped: a zombie, whose main thread has exited.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !main_thread_exited(pid) {
+            assert!(std::time::Instant::now() < deadline, "{pid} never exited");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!recorded_daemon_runs(bundle.path()), "a zombie");
+        child.wait().unwrap();
+        assert!(!recorded_daemon_runs(bundle.path()), "a reaped pid");
     }
 
     /// A hung daemon is killed also when containerd names its bundle through a link: the
