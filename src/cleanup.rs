@@ -306,8 +306,12 @@ fn is_our_daemon(pid: i32, bundle: &Path) -> bool {
 /// threads may still hold its socket.
 fn exiting_daemon(bundle: &Path) -> Option<i32> {
     let pid = recorded_daemon(bundle)?;
-    let bundle = std::fs::canonicalize(bundle).unwrap_or_else(|_| bundle.to_path_buf());
-    (main_thread_exited(pid) || is_our_daemon(pid, &bundle)).then_some(pid)
+    // The zombie (a daemon that exited after its Shutdown reply) first: no path to resolve.
+    let exiting = main_thread_exited(pid) || {
+        let bundle = std::fs::canonicalize(bundle).unwrap_or_else(|_| bundle.to_path_buf());
+        is_our_daemon(pid, &bundle)
+    };
+    exiting.then_some(pid)
 }
 
 /// `exe` without the ` (deleted)` the kernel appends to the link of a binary replaced since
