@@ -28,7 +28,8 @@ pub struct Cleaned {
 }
 
 /// Cleans up task or sandbox `id` from `bundle`, by [`DELETE_BUDGET`], and reports what it
-/// could not do (see [`report`]).
+/// could not do (see [`report`]). For the `delete` process, which exits right after: when the
+/// deadline cut steps off, the bundle's lock is held until then (`BundleLock::keep_until_exit`).
 pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
     if crate::validate::id("id", id).is_err() {
         return Cleaned::default();
@@ -43,7 +44,7 @@ fn delete_within(namespace: &str, id: &str, bundle: &Path, budget: &Budget) -> (
     let budget = *budget;
     let mut steps = crate::timing::Steps::new(|| format!("delete {id}"));
     let mut undone = Undone::default();
-    let Some(_lock) = lock_bundle(bundle, &budget) else {
+    let Some(lock) = lock_bundle(bundle, &budget) else {
         undone.cut_off("all of it: another delete of this bundle still runs");
         return (Cleaned::default(), undone);
     };
@@ -83,6 +84,11 @@ fn delete_within(namespace: &str, id: &str, bundle: &Path, budget: &Budget) -> (
     }
     remove_stale_socket(bundle);
     steps.step("stale socket");
+    // A step the deadline cut off may still be at work on its watched thread. (`Undone` does
+    // not tell those from steps never begun; keeping the lock a few ms longer costs nothing.)
+    if !undone.cut_off.is_empty() {
+        lock.keep_until_exit();
+    }
     (Cleaned { pid }, undone)
 }
 
@@ -93,6 +99,21 @@ enum BundleLock {
         _dir: std::fs::File,
     },
     NoBundle,
+}
+
+impl BundleLock {
+    /// Holds the lock until the process exits, by leaking its descriptor on purpose. For a
+    /// `delete` whose deadline cut steps off: their threads ([`Budget::run`], the members'
+    /// take-downs) go on killing, unmounting or DELing for the bundle until the process ends,
+    /// and a lock dropped when `delete_within` returns would let a second `delete` of the
+    /// bundle (containerd runs one again) run beside them meanwhile. The `delete` process
+    /// ends right after (`cli`: its reply, then exit), and the exit closes the descriptor;
+    /// it is close-on-exec, so no helper started meanwhile keeps it.
+    fn keep_until_exit(self) {
+        if let BundleLock::Held { _dir: dir } = self {
+            let _leaked = std::os::fd::IntoRawFd::into_raw_fd(dir);
+        }
+    }
 }
 
 /// Takes `bundle`'s delete lock (`flock` on the bundle directory), waiting for it at most
@@ -799,5 +820,60 @@ mod tests {
         .unwrap();
         assert_eq!(remove_stale_socket(&bundle), Removal::NotOurs);
         assert!(elsewhere.exists());
+    }
+
+    /// Whether another `delete` could take `bundle`'s lock now (a second open of the
+    /// directory: `flock` locks of two open files conflict within one process too).
+    fn bundle_lock_is_free(bundle: &Path) -> bool {
+        use std::os::fd::AsRawFd;
+        let dir = std::fs::File::open(bundle).unwrap();
+        // SAFETY: flock on a descriptor the test owns; closing it drops the lock.
+        unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    }
+
+    /// A `delete` whose deadline cut steps off returns while their watched threads may still
+    /// work on the bundle: it keeps the bundle's lock until its process exits, so a second
+    /// `delete` (containerd runs one again) cannot run beside those threads. Before, the lock
+    /// went with `delete_within`'s return. A `delete` that finished everything releases it.
+    #[test]
+    fn a_delete_cut_off_at_its_deadline_keeps_the_bundle_lock_until_it_exits() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bundle = tmp.path().join("bundle");
+        std::fs::create_dir(&bundle).unwrap();
+        // A container of a dead shim: its take-down runs on a watched thread, and with a
+        // budget spent from the start the deadline cuts it off, whatever that thread does.
+        let record = TaskRecord {
+            id: "t1".into(),
+            runc: RuncConfig {
+                binary: tmp.path().join("no-runc").display().to_string(),
+                root: tmp.path().join("runc-root"),
+                ..RuncConfig::defaults("ns")
+            },
+            rootfs_mounted: false,
+            network: None,
+        };
+        std::fs::write(
+            bundle.join(TASK_STATE_FILE),
+            serde_json::to_vec(&record).unwrap(),
+        )
+        .unwrap();
+        let (_, undone) = delete_within("ns", "t1", &bundle, &Budget::new(Duration::ZERO));
+        assert!(
+            undone.cut_off.iter().any(|c| c.contains("container t1")),
+            "{undone:?}"
+        );
+        assert!(
+            !bundle_lock_is_free(&bundle),
+            "the lock was released while a cut-off step may still run"
+        );
+
+        let done = tmp.path().join("done");
+        std::fs::create_dir(&done).unwrap();
+        let (_, undone) = delete_within("ns", "t1", &done, &Budget::new(Duration::from_secs(60)));
+        assert!(undone.is_empty(), "{undone:?}");
+        assert!(
+            bundle_lock_is_free(&done),
+            "a finished delete kept the lock"
+        );
     }
 }
