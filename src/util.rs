@@ -161,7 +161,7 @@ pub fn wait_for_exit(pid: i32, timeout: Duration) -> bool {
 }
 
 /// A pidfd polls readable once its whole thread group has exited.
-fn exited_within(pidfd: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> bool {
+pub fn exited_within(pidfd: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> bool {
     let _blocked = crate::blocking::blocking();
     poll_readable(pidfd, std::time::Instant::now() + timeout).unwrap_or(false)
 }

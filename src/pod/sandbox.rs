@@ -596,8 +596,12 @@ impl SandboxManager {
             }
             Some(Err((e, scope_may_remain))) => {
                 self.host.kill(&pause);
-                drop(held);
-                if let Err(e) = self.record_pause(id, 0) {
+                // Its SELinux level goes back to the node's pool only once it has exited:
+                // another pod could draw it while this pause still runs under it. Waited for
+                // as StopSandbox waits, with its pid still held: until `s.pid` names it below,
+                // its exit stays unreaped, and on_exit sees it then.
+                let exited = pause.exits_within(STOP_WAIT);
+                if exited && let Err(e) = self.record_pause(id, 0) {
                     log::warn!("sandbox {id}: {e}");
                 }
                 // The undo's stop got no answer either (the pause died meanwhile, so it could
@@ -608,7 +612,25 @@ impl SandboxManager {
                 } else {
                     self.forget_scope(id, scope.is_some());
                 }
-                self.forget_mcs(id);
+                if exited {
+                    self.forget_mcs(id);
+                } else {
+                    // Not dead (stuck in the kernel): kept as StopSandbox keeps a pause that
+                    // would not die. The level and the record stay (`delete` kills a recorded
+                    // pause and keeps the level while it is there), the pod is NOTREADY and
+                    // never started again, and Shutdown fails until its exit is seen.
+                    log::warn!(
+                        "sandbox {id}: the pause process {pid} has not exited since it was \
+                         killed: its SELinux level and record are kept"
+                    );
+                    if let Some(s) = self.lock().as_mut().filter(|s| s.id == id) {
+                        s.pid = pid;
+                        s.pause = Some(pause);
+                        s.state = State::NotReady;
+                        s.pause_lingers = true;
+                    }
+                }
+                drop(held);
                 return Err(e);
             }
             None => {}

@@ -48,6 +48,12 @@ impl PauseProcess {
         }
     }
 
+    /// Waits at most `timeout` for it to exit; whether it has (reaped or not, as
+    /// [`PauseProcess::has_exited`]).
+    pub fn exits_within(&self, timeout: std::time::Duration) -> bool {
+        crate::util::exited_within(self.pidfd.as_fd(), timeout)
+    }
+
     /// A handle of a process the test spawned (`pidfd` taken while it was unreaped).
     #[cfg(test)]
     pub fn for_test(pid: i32, pidfd: OwnedFd) -> PauseProcess {

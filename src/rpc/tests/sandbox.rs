@@ -2373,3 +2373,67 @@ fn delete_keeps_the_mcs_level_of_a_pause_still_there() {
         "{undone:?}"
     );
 }
+
+/// Finding of the earlier review: a StartSandbox that fails after the pause's spawn (here its
+/// systemd scope could not be made) SIGKILLed the pause and released its MCS level at once,
+/// without waiting for its exit: another pod could draw that level while the old pause still
+/// ran under it. Now the level goes once the pause has exited; a pause that does not exit
+/// within StopSandbox's bound (stuck in the kernel) keeps it, stays recorded (for `delete`)
+/// and lingers as after StopSandbox, until its exit is seen. (Waits out that 10 s bound.)
+#[test]
+fn a_failed_start_releases_the_mcs_level_only_once_the_pause_has_exited() {
+    let d = tempfile::tempdir().unwrap();
+    let reg = crate::mcs::Registry::at(d.path().join("mcs"));
+    let no_systemd =
+        "systemd is not reachable at /run/systemd/private: connect: No such file or directory";
+    let released = |f: &Fixture| f.host.calls().iter().any(|c| c.starts_with("release_mcs"));
+    let failing_start = |id: &str, unkillable: bool| {
+        let f = fixture();
+        *f.host.mcs.lock().unwrap() = Some(reg.clone());
+        *f.host.fail_scope.lock().unwrap() = Some(no_systemd.into());
+        *f.host.unkillable_pause.lock().unwrap() = unkillable;
+        f.create(id, with_cgroup_parent("kubepods-besteffort-pod1.slice"))
+            .unwrap();
+        f.start(id).unwrap_err();
+        assert!(
+            f.host.calls().contains(&format!("kill {PAUSE_PID}")),
+            "{:?}",
+            f.host.calls()
+        );
+        f
+    };
+    // A pause that dies at its kill: the failed start releases its level.
+    let f = failing_start("pod1", false);
+    assert!(released(&f), "{:?}", f.host.calls());
+    assert_eq!(std::fs::read_dir(reg.dir()).unwrap().count(), 0);
+
+    // One that does not die: the level, the recorded pause and the pause's handle are kept.
+    let g = failing_start("pod2", true);
+    assert!(
+        !released(&g),
+        "released while the pause may still run: {:?}",
+        g.host.calls()
+    );
+    let s = g.sm.get("pod2").unwrap();
+    assert!(s.pause_lingers);
+    let level = s.record.mcs.clone().expect("the reservation is kept").level;
+    assert_eq!(reg.users(&level), ["pod2"]);
+    let record: SandboxRecord = serde_json::from_slice(
+        &std::fs::read(g.dir.path().join("pod2").join(SANDBOX_STATE_FILE)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record.pause_pid, PAUSE_PID, "delete must find the pause");
+    assert_eq!(record.mcs.map(|r| r.level), Some(level.clone()));
+    assert_eq!(g.status("pod2").unwrap().state, "SANDBOX_NOTREADY");
+    let e = g.start("pod2").unwrap_err();
+    assert!(format!("{e:?}").contains("already started"), "{e:?}");
+    // Once its exit is seen, ShutdownSandbox releases the level.
+    g.sm.on_exit(Exit {
+        pid: PAUSE_PID,
+        status: 137,
+        at: SystemTime::now(),
+    });
+    g.shutdown("pod2").unwrap();
+    assert!(released(&g), "{:?}", g.host.calls());
+    assert!(reg.users(&level).is_empty());
+}
