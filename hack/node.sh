@@ -132,6 +132,19 @@ cmd_check() {
 	return 1
 }
 
+# boot_on_time CMD...: CMD succeeds (what the boot waits on is still there, its errors unsaid)
+# and the boot's deadline (cmd_boot's) has not passed
+boot_on_time() {
+	"$@" 2>/dev/null && ((SECONDS <= deadline))
+}
+
+# boot_give_up WHY: the boot failed: the console's last lines, the node removed, and die saying WHY
+boot_give_up() {
+	console_tail
+	cmd_clean || true
+	die "node $NODE_NAME: $1"
+}
+
 cmd_boot() {
 	local t0 pid launcher deadline state sd_start sd_finish ns
 	if [[ -d "$NODE_STATE" ]] || [[ -n "$(node_cgroup_dirs | while read -r d; do [[ -d $d ]] && echo "$d"; done)" ]]; then
@@ -165,22 +178,14 @@ cmd_boot() {
 	echo "$launcher" >"$NODE_STATE/launcher.pid"
 	deadline=$((SECONDS + ${RSANDBOX_NODE_BOOT_TIMEOUT:-120}))
 	until pid=$(node_pid); do
-		if ! kill -0 "$launcher" 2>/dev/null || ((SECONDS > deadline)); then
-			console_tail
-			cmd_clean || true
-			die "node $NODE_NAME: its PID 1 did not start"
-		fi
+		boot_on_time kill -0 "$launcher" || boot_give_up "its PID 1 did not start"
 		sleep 0.01
 	done
 	ns=$(readlink "/proc/$pid/ns/pid" "/proc/$pid/ns/mnt" "/proc/$pid/ns/net" | tr '\n' ' ')
 	echo "$ns" >"$NODE_STATE/ns"
 	# systemd answers on its private socket once it runs its manager loop
 	until [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == systemd && -S /proc/$pid/root/run/systemd/private ]]; do
-		if [[ ! -d /proc/$pid ]] || ((SECONDS > deadline)); then
-			console_tail
-			cmd_clean || true
-			die "node $NODE_NAME: systemd did not come up"
-		fi
+		boot_on_time test -d "/proc/$pid" || boot_give_up "systemd did not come up"
 		sleep 0.01
 	done
 	state=$(timeout $((deadline - SECONDS + 1)) nsenter --target "$pid" --mount --pid \

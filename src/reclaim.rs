@@ -610,6 +610,26 @@ mod tests {
         }
     }
 
+    /// runc's state of container `id` in `root`, naming `cgroup_paths` (only).
+    fn write_runc_state(root: &Path, id: &str, cgroup_paths: serde_json::Value) {
+        std::fs::create_dir(root.join(id)).unwrap();
+        std::fs::write(
+            root.join(id).join("state.json"),
+            serde_json::json!({ "cgroup_paths": cgroup_paths }).to_string(),
+        )
+        .unwrap();
+    }
+
+    /// `dirs` as runc's state names a container's cgroups (keyed here by their index).
+    fn cgroup_paths(dirs: &[PathBuf]) -> serde_json::Value {
+        let paths: serde_json::Map<String, serde_json::Value> = dirs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (i.to_string(), d.display().to_string().into()))
+            .collect();
+        paths.into()
+    }
+
     /// A `sleep` in a cgroup under each of `roots`, runc state naming those cgroups, a runc
     /// that always fails: `reclaim` kills the sleep and removes the cgroups and the state.
     fn reclaim_without_runc(roots: &[PathBuf]) {
@@ -626,17 +646,7 @@ mod tests {
             std::fs::write(d.join("cgroup.procs"), child.id().to_string()).unwrap();
         }
         let runc_root = tempfile::tempdir().unwrap();
-        let paths: serde_json::Map<String, serde_json::Value> = dirs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (i.to_string(), d.display().to_string().into()))
-            .collect();
-        std::fs::create_dir(runc_root.path().join(&id)).unwrap();
-        std::fs::write(
-            runc_root.path().join(&id).join("state.json"),
-            serde_json::json!({"cgroup_paths": paths}).to_string(),
-        )
-        .unwrap();
+        write_runc_state(runc_root.path(), &id, cgroup_paths(&dirs));
         let member = member_with_failing_runc(&id, runc_root.path());
         let undone = reclaim(
             &member,
@@ -742,17 +752,7 @@ mod tests {
         let mut foreign = sleep_in(&foreign_dirs);
         let id = format!("c{}", std::process::id());
         let runc_root = tempfile::tempdir().unwrap();
-        let paths: serde_json::Map<String, serde_json::Value> = dirs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (i.to_string(), d.display().to_string().into()))
-            .collect();
-        std::fs::create_dir(runc_root.path().join(&id)).unwrap();
-        std::fs::write(
-            runc_root.path().join(&id).join("state.json"),
-            serde_json::json!({"cgroup_paths": paths}).to_string(),
-        )
-        .unwrap();
+        write_runc_state(runc_root.path(), &id, cgroup_paths(&dirs));
         let undone = reclaim(
             &member_with_failing_runc(&id, runc_root.path()),
             &Budget::new(Duration::from_secs(60)),
@@ -777,6 +777,27 @@ mod tests {
         );
     }
 
+    /// The test cgroups `name` of the fallback kill's tests, by kind: below each v1 hierarchy
+    /// with a freezer or pids, and below the unified one (where the tests force the fallback:
+    /// it has `cgroup.kill`, 5.14+). A kind this host does not have is left out.
+    fn fallback_kill_cgroups(name: &str) -> Vec<(&'static str, Vec<PathBuf>)> {
+        let v2: Vec<PathBuf> = v2_root().into_iter().collect();
+        [("v1", v1_roots()), ("v2 without cgroup.kill", v2)]
+            .into_iter()
+            .filter(|(_, roots)| !roots.is_empty())
+            .map(|(what, roots)| (what, roots.iter().map(|r| r.join(name)).collect()))
+            .collect()
+    }
+
+    /// The pids in cgroups `dirs` and their descendants.
+    fn pids_in(dirs: &[PathBuf]) -> BTreeSet<i32> {
+        let mut pids = BTreeSet::new();
+        for d in dirs {
+            collect_pids(d, &mut pids);
+        }
+        pids
+    }
+
     /// Issue 27 item 7: without `cgroup.kill` (v1; v2 before 5.14) the fallback kill takes the
     /// processes of nested cgroups too (it read only the top directory's `cgroup.procs`), as
     /// runc's `signalAllProcesses` does: freeze, collect the pids of the whole subtree, kill,
@@ -785,15 +806,10 @@ mod tests {
     #[test]
     #[ignore = "needs root"]
     fn the_fallback_kill_takes_nested_cgroups_and_thaws() {
-        let v1 = v1_roots();
-        let v2: Vec<PathBuf> = v2_root().into_iter().collect();
-        assert!(!v1.is_empty() || !v2.is_empty(), "no cgroup hierarchy");
-        for (what, roots) in [("v1", v1), ("v2 without cgroup.kill", v2)] {
-            if roots.is_empty() {
-                continue;
-            }
-            let id = format!("rsandbox-reclaim-nested-{}", std::process::id());
-            let dirs: Vec<PathBuf> = roots.iter().map(|r| r.join(&id)).collect();
+        let name = format!("rsandbox-reclaim-nested-{}", std::process::id());
+        let kinds = fallback_kill_cgroups(&name);
+        assert!(!kinds.is_empty(), "no cgroup hierarchy");
+        for (what, dirs) in kinds {
             let mut top = sleep_in(&dirs);
             let nested: Vec<PathBuf> = dirs.iter().map(|d| d.join("nested/deeper")).collect();
             for d in &dirs {
@@ -836,14 +852,8 @@ mod tests {
     #[test]
     #[ignore = "needs root"]
     fn nothing_forks_away_between_reading_the_pids_and_the_kill() {
-        let v1 = v1_roots();
-        let v2: Vec<PathBuf> = v2_root().into_iter().collect();
-        for (what, roots) in [("v1", v1), ("v2 without cgroup.kill", v2)] {
-            if roots.is_empty() {
-                continue;
-            }
-            let id = format!("rsandbox-reclaim-forks-{}", std::process::id());
-            let dirs: Vec<PathBuf> = roots.iter().map(|r| r.join(&id)).collect();
+        let name = format!("rsandbox-reclaim-forks-{}", std::process::id());
+        for (what, dirs) in fallback_kill_cgroups(&name) {
             for d in &dirs {
                 make_cgroup(d);
             }
@@ -875,27 +885,19 @@ mod tests {
                 // Frozen, nothing new ever shows; unfrozen, the trap runs within 50 ms.
                 let until = Instant::now() + Duration::from_secs(1);
                 while started_in_window.is_empty() && Instant::now() < until {
-                    let mut now = BTreeSet::new();
-                    for d in &dirs {
-                        collect_pids(d, &mut now);
-                    }
-                    started_in_window = now.difference(read).copied().collect();
+                    started_in_window = pids_in(&dirs).difference(read).copied().collect();
                     std::thread::sleep(Duration::from_millis(10));
                 }
             });
             let shell_killed = killed(&mut shell);
-            let mut left = BTreeSet::new();
             let until = Instant::now() + Duration::from_secs(5);
-            loop {
-                left.clear();
-                for d in &dirs {
-                    collect_pids(d, &mut left);
-                }
+            let left = loop {
+                let left = pids_in(&dirs);
                 if left.is_empty() || Instant::now() > until {
-                    break;
+                    break left;
                 }
                 std::thread::sleep(Duration::from_millis(20));
-            }
+            };
             for &pid in &left {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid),
@@ -1008,12 +1010,11 @@ mod tests {
             None::<&str>,
         );
         let runc_root = tempfile::tempdir().unwrap();
-        std::fs::create_dir(runc_root.path().join(&id)).unwrap();
-        std::fs::write(
-            runc_root.path().join(&id).join("state.json"),
-            serde_json::json!({"cgroup_paths": {"pids": dir.display().to_string()}}).to_string(),
-        )
-        .unwrap();
+        write_runc_state(
+            runc_root.path(),
+            &id,
+            serde_json::json!({"pids": dir.display().to_string()}),
+        );
         let member = member_with_failing_runc(&id, runc_root.path());
         let problems = reclaim(
             &member,

@@ -6,7 +6,7 @@ use super::conn::{BUS_DRIVER, Conn, DbusError};
 use super::fake::*;
 use super::manager::{Endpoints, Manager, NO_SUCH_UNIT, SystemdError, UNIT_EXISTS};
 use super::scope::{self, PodScope};
-use super::wire::Value;
+use super::wire::{Message, Value};
 
 const JOB: &str = "/org/freedesktop/systemd1/job/7";
 
@@ -28,12 +28,27 @@ fn pod_scope() -> PodScope {
     }
 }
 
+/// systemd's answer to a call that starts a job: job JOB is queued.
+fn queued(call: &Message) -> Message {
+    reply(call, &[Value::ObjectPath(JOB.into())])
+}
+
+/// systemd's answer to a call that starts a job, and that job's end (`result`) for `unit`.
+fn job_ends(call: &Message, unit: &str, result: &str) -> Vec<Message> {
+    vec![queued(call), job_removed(7, JOB, unit, result)]
+}
+
+/// Starts pod_scope() for sandbox sb1 (pid 1, cgroup v2) through `endpoints`.
+fn start_pod_scope(endpoints: &Endpoints) -> Result<(), scope::StartFailed> {
+    scope::start(endpoints, &pod_scope(), "sb1", 1, true)
+}
+
 /// A systemd that answers every job-starting call with JOB and then, after a signal the
 /// client must skip and another job's end, JOB's end with `result`.
 fn systemd_with_result(result: &'static str) -> Script {
     Box::new(move |call| match call.member.as_deref() {
         Some("StartTransientUnit" | "StopUnit") => vec![
-            reply(call, &[Value::ObjectPath(JOB.into())]),
+            queued(call),
             noise(),
             job_removed(
                 6,
@@ -135,12 +150,7 @@ fn cgroup_v1_asks_for_block_io_accounting() {
 fn a_job_that_ends_before_the_reply_arrives_is_not_missed() {
     let fake = FakeSystemd::serve(
         1,
-        Box::new(|call| {
-            vec![
-                job_removed(7, JOB, "x.scope", "done"),
-                reply(call, &[Value::ObjectPath(JOB.into())]),
-            ]
-        }),
+        Box::new(|call| vec![job_removed(7, JOB, "x.scope", "done"), queued(call)]),
     );
     let mut m = manager(&fake, soon());
     m.start_transient_unit("x.scope", vec![], soon()).unwrap();
@@ -178,10 +188,7 @@ fn a_systemd_that_never_answers_fails_at_the_deadline() {
 /// A reply but never the job's end: also bounded.
 #[test]
 fn a_job_that_never_ends_fails_at_the_deadline() {
-    let fake = FakeSystemd::serve(
-        1,
-        Box::new(|call| vec![reply(call, &[Value::ObjectPath(JOB.into())]), noise()]),
-    );
+    let fake = FakeSystemd::serve(1, Box::new(|call| vec![queued(call), noise()]));
     let deadline = Instant::now() + Duration::from_millis(300);
     let mut m = manager(&fake, soon());
     let e = m.stop_unit("x.scope", deadline).unwrap_err();
@@ -265,14 +272,11 @@ fn an_existing_unit_is_reset_and_the_start_retried_once() {
                 first = false;
                 vec![error(call, UNIT_EXISTS, "Unit x already exists.")]
             }
-            Some("StartTransientUnit") => vec![
-                reply(call, &[Value::ObjectPath(JOB.into())]),
-                job_removed(7, JOB, "x", "done"),
-            ],
+            Some("StartTransientUnit") => job_ends(call, "x", "done"),
             _ => vec![reply(call, &[])],
         }),
     );
-    scope::start(&fake.endpoints(), &pod_scope(), "sb1", 1, true).unwrap();
+    start_pod_scope(&fake.endpoints()).unwrap();
     let members = fake.finish_members();
     assert_eq!(
         members,
@@ -292,14 +296,11 @@ fn a_unit_that_exists_still_after_the_reset_is_not_stopped() {
         2,
         Box::new(|call| match call.member.as_deref() {
             Some("StartTransientUnit") => vec![error(call, UNIT_EXISTS, "Unit x already exists.")],
-            Some("StopUnit") => vec![
-                reply(call, &[Value::ObjectPath(JOB.into())]),
-                job_removed(7, JOB, "x", "done"),
-            ],
+            Some("StopUnit") => job_ends(call, "x", "done"),
             _ => vec![reply(call, &[])],
         }),
     );
-    let e = scope::start(&fake.endpoints(), &pod_scope(), "sb1", 1, true).unwrap_err();
+    let e = start_pod_scope(&fake.endpoints()).unwrap_err();
     assert_eq!(e.error.remote_name(), Some(UNIT_EXISTS), "{e}");
     // Not ours: nothing for the record to keep.
     assert!(!e.unit_may_remain);
@@ -322,15 +323,12 @@ fn a_failed_start_stops_and_resets_the_unit() {
     let fake = FakeSystemd::serve(
         2,
         Box::new(|call| match call.member.as_deref() {
-            Some("StartTransientUnit") => vec![
-                reply(call, &[Value::ObjectPath(JOB.into())]),
-                job_removed(7, JOB, "x", "failed"),
-            ],
+            Some("StartTransientUnit") => job_ends(call, "x", "failed"),
             Some("StopUnit") => vec![error(call, NO_SUCH_UNIT, "not loaded")],
             _ => vec![reply(call, &[])],
         }),
     );
-    let e = scope::start(&fake.endpoints(), &pod_scope(), "sb1", 1, true).unwrap_err();
+    let e = start_pod_scope(&fake.endpoints()).unwrap_err();
     assert!(e.to_string().contains("result \"failed\""), "{e}");
     assert!(!e.unit_may_remain, "the undo succeeded");
     let members = fake.finish_members();
@@ -347,14 +345,11 @@ fn a_failed_start_whose_undo_fails_says_the_unit_may_remain() {
     let fake = FakeSystemd::serve(
         1,
         Box::new(|call| match call.member.as_deref() {
-            Some("StartTransientUnit") => vec![
-                reply(call, &[Value::ObjectPath(JOB.into())]),
-                job_removed(7, JOB, "x", "timeout"),
-            ],
+            Some("StartTransientUnit") => job_ends(call, "x", "timeout"),
             _ => vec![reply(call, &[])],
         }),
     );
-    let e = scope::start(&fake.endpoints(), &pod_scope(), "sb1", 1, true).unwrap_err();
+    let e = start_pod_scope(&fake.endpoints()).unwrap_err();
     assert!(e.unit_may_remain, "{e}");
     let members = fake.finish_members();
     assert_eq!(members, ["StartTransientUnit"]);
@@ -374,7 +369,7 @@ fn a_refused_start_is_not_undone() {
             _ => vec![reply(call, &[])],
         }),
     );
-    let e = scope::start(&fake.endpoints(), &pod_scope(), "sb1", 1, true).unwrap_err();
+    let e = start_pod_scope(&fake.endpoints()).unwrap_err();
     assert!(e.to_string().contains("Invalid unit name"), "{e}");
     assert!(!e.unit_may_remain);
     // An undo would have made the second connection; this one ends the fake.
@@ -398,7 +393,7 @@ fn an_existing_unit_whose_reset_fails_is_left_alone() {
             _ => vec![reply(call, &[])],
         }),
     );
-    let e = scope::start(&fake.endpoints(), &pod_scope(), "sb1", 1, true).unwrap_err();
+    let e = start_pod_scope(&fake.endpoints()).unwrap_err();
     assert_eq!(e.error.remote_name(), Some(UNIT_EXISTS), "{e}");
     assert!(!e.unit_may_remain);
     let _ = Conn::connect(&fake.path, soon());
@@ -448,7 +443,7 @@ fn no_systemd_is_an_error_naming_both_ways_in() {
         dir.path().join("private"),
         dir.path().join("system_bus_socket"),
     );
-    let e = scope::start(&endpoints, &pod_scope(), "sb1", 1, true).unwrap_err();
+    let e = start_pod_scope(&endpoints).unwrap_err();
     let text = e.to_string();
     assert!(
         text.starts_with(&format!(
@@ -465,10 +460,7 @@ fn no_systemd_is_an_error_naming_both_ways_in() {
 #[test]
 fn the_system_bus_is_used_with_hello_match_and_subscribe_when_the_private_socket_is_missing() {
     let bus = FakeSystemd::serve(1, on_the_bus(systemd_with_result("done")));
-    let endpoints = Endpoints::with_bus(
-        bus.path.with_file_name("no-private-socket"),
-        bus.path.clone(),
-    );
+    let endpoints = without_private_socket(&bus);
     scope::stop(&endpoints, "x.scope").unwrap();
     let calls = bus.finish();
     let seen: Vec<_> = calls
@@ -501,6 +493,14 @@ fn the_system_bus_is_used_with_hello_match_and_subscribe_when_the_private_socket
     ] {
         assert!(owner_rule.contains(part), "{owner_rule}");
     }
+}
+
+/// The fake bus as the system bus, with no private socket to use first.
+fn without_private_socket(bus: &FakeSystemd) -> Endpoints {
+    Endpoints::with_bus(
+        bus.path.with_file_name("no-private-socket"),
+        bus.path.clone(),
+    )
 }
 
 /// systemd's unique name on the fake bus.
@@ -545,7 +545,7 @@ fn on_the_system_bus_a_job_removed_from_another_sender_is_ignored() {
                 let mut forged = job_removed(7, JOB, "x.scope", "done");
                 forged.sender = Some(":1.99".into());
                 vec![
-                    reply(call, &[Value::ObjectPath(JOB.into())]),
+                    queued(call),
                     forged,
                     job_removed(7, JOB, "x.scope", "failed"),
                 ]
@@ -553,10 +553,7 @@ fn on_the_system_bus_a_job_removed_from_another_sender_is_ignored() {
             _ => vec![reply(call, &[])],
         })),
     );
-    let endpoints = Endpoints::with_bus(
-        bus.path.with_file_name("no-private-socket"),
-        bus.path.clone(),
-    );
+    let endpoints = without_private_socket(&bus);
     let e = scope::stop(&endpoints, "x.scope").unwrap_err();
     assert!(
         matches!(e, SystemdError::JobFailed { ref result, .. } if result == "failed"),
@@ -580,7 +577,7 @@ fn on_the_system_bus_a_job_s_end_after_a_systemd_re_exec_is_taken() {
                 let mut done = job_removed(7, JOB, "cri-containerd-sb1.scope", "done");
                 done.sender = Some(SYSTEMD_AFTER_RE_EXEC.into());
                 vec![
-                    reply(call, &[Value::ObjectPath(JOB.into())]),
+                    queued(call),
                     name_owner_changed("org.freedesktop.systemd1", SYSTEMD_ON_THE_BUS, ""),
                     name_owner_changed("org.freedesktop.systemd1", "", SYSTEMD_AFTER_RE_EXEC),
                     done,
@@ -589,10 +586,7 @@ fn on_the_system_bus_a_job_s_end_after_a_systemd_re_exec_is_taken() {
             _ => vec![reply(call, &[])],
         })),
     );
-    let endpoints = Endpoints::with_bus(
-        bus.path.with_file_name("no-private-socket"),
-        bus.path.clone(),
-    );
+    let endpoints = without_private_socket(&bus);
     scope::start_within(
         &endpoints,
         &pod_scope(),
@@ -615,14 +609,11 @@ fn on_the_private_socket_a_job_is_waited_for_again_after_a_re_exec() {
         2,
         Box::new(|call| match call.member.as_deref() {
             Some("StartTransientUnit") => {
-                vec![reply(call, &[Value::ObjectPath(JOB.into())]), hang_up()]
+                vec![queued(call), hang_up()]
             }
             Some("GetJob") => {
                 assert_eq!(call.body().unwrap(), [Value::U32(7)]);
-                vec![
-                    reply(call, &[Value::ObjectPath(JOB.into())]),
-                    job_removed(7, JOB, "x.scope", "done"),
-                ]
+                job_ends(call, "x.scope", "done")
             }
             _ => vec![reply(call, &[])],
         }),
@@ -641,7 +632,7 @@ fn a_job_that_ended_during_a_re_exec_is_judged_by_its_unit() {
         2,
         Box::new(|call| match call.member.as_deref() {
             Some("StartTransientUnit") => {
-                vec![reply(call, &[Value::ObjectPath(JOB.into())]), hang_up()]
+                vec![queued(call), hang_up()]
             }
             Some("GetJob") => vec![error(call, super::manager::NO_SUCH_JOB, "no job 7")],
             Some("GetUnit") => vec![reply(
@@ -673,7 +664,7 @@ fn a_job_that_ended_during_a_re_exec_is_judged_by_its_unit() {
     let stop = FakeSystemd::serve(
         2,
         Box::new(|call| match call.member.as_deref() {
-            Some("StopUnit") => vec![reply(call, &[Value::ObjectPath(JOB.into())]), hang_up()],
+            Some("StopUnit") => vec![queued(call), hang_up()],
             Some("GetJob") => vec![error(call, super::manager::NO_SUCH_JOB, "no job 7")],
             Some("GetUnit") => vec![error(call, NO_SUCH_UNIT, "not loaded")],
             _ => vec![reply(call, &[])],
@@ -698,7 +689,7 @@ fn a_name_owner_change_not_from_the_bus_daemon_is_ignored() {
                 let mut forged_end = job_removed(7, JOB, "x.scope", "done");
                 forged_end.sender = Some(":1.99".into());
                 vec![
-                    reply(call, &[Value::ObjectPath(JOB.into())]),
+                    queued(call),
                     forged_move,
                     forged_end,
                     job_removed(7, JOB, "x.scope", "failed"),
@@ -707,10 +698,7 @@ fn a_name_owner_change_not_from_the_bus_daemon_is_ignored() {
             _ => vec![reply(call, &[])],
         })),
     );
-    let endpoints = Endpoints::with_bus(
-        bus.path.with_file_name("no-private-socket"),
-        bus.path.clone(),
-    );
+    let endpoints = without_private_socket(&bus);
     let e = scope::stop(&endpoints, "x.scope").unwrap_err();
     assert!(
         matches!(e, SystemdError::JobFailed { ref result, .. } if result == "failed"),
@@ -735,19 +723,12 @@ fn on_the_system_bus_a_reply_from_another_sender_is_ignored() {
                     )],
                 );
                 forged.sender = Some(":1.99".into());
-                vec![
-                    forged,
-                    reply(call, &[Value::ObjectPath(JOB.into())]),
-                    job_removed(7, JOB, "x.scope", "done"),
-                ]
+                vec![forged, queued(call), job_removed(7, JOB, "x.scope", "done")]
             }
             _ => vec![reply(call, &[])],
         })),
     );
-    let endpoints = Endpoints::with_bus(
-        bus.path.with_file_name("no-private-socket"),
-        bus.path.clone(),
-    );
+    let endpoints = without_private_socket(&bus);
     scope::stop_within(&endpoints, "x.scope", Duration::from_secs(5)).unwrap();
     bus.finish();
 }
@@ -815,10 +796,7 @@ fn waiting_for_systemd_is_a_blocking_section() {
         1,
         Box::new(|call| {
             std::thread::sleep(Duration::from_millis(50));
-            vec![
-                reply(call, &[Value::ObjectPath(JOB.into())]),
-                job_removed(7, JOB, "x.scope", "done"),
-            ]
+            job_ends(call, "x.scope", "done")
         }),
     );
     let mut m = manager(&fake, soon());
@@ -904,6 +882,21 @@ fn live_systemd_here() -> bool {
     here
 }
 
+/// The two ways in to the real systemd, by name: the system bus (what the shim uses first, as
+/// runc does), then the private socket alone.
+fn live_ways() -> [(&'static str, Endpoints); 2] {
+    [
+        ("system bus", Endpoints::default()),
+        (
+            "private socket",
+            Endpoints {
+                system_bus: Ok(vec!["/nonexistent/system-bus".into()]),
+                ..Endpoints::default()
+            },
+        ),
+    ]
+}
+
 /// Against the real systemd (root, systemd as PID 1: the systemd guest): a process put in a
 /// transient scope of system.slice through each way in (the system bus, then the private
 /// socket alone) is in that scope's cgroup; after the stop the process is gone and so is the
@@ -922,19 +915,8 @@ fn live_systemd_scope_start_and_stop() {
         return;
     }
     let unified = crate::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
-    let ways = [
-        // What the shim uses first, as runc does.
-        ("system bus", Endpoints::default()),
-        (
-            "private socket",
-            Endpoints {
-                system_bus: Ok(vec!["/nonexistent/system-bus".into()]),
-                ..Endpoints::default()
-            },
-        ),
-    ];
     let rounds = live_rounds();
-    for (way, endpoints) in ways {
+    for (way, endpoints) in live_ways() {
         wait_for_idle_pid1();
         let (mut starts, mut stops) = (Vec::new(), Vec::new());
         for round in 0..rounds {
@@ -1030,17 +1012,7 @@ fn live_systemd_job_end_after_daemon_reexec() {
     if !live_systemd_here() {
         return;
     }
-    let ways = [
-        ("system bus", Endpoints::default()),
-        (
-            "private socket",
-            Endpoints {
-                system_bus: Ok(vec!["/nonexistent/system-bus".into()]),
-                ..Endpoints::default()
-            },
-        ),
-    ];
-    for (way, endpoints) in ways {
+    for (way, endpoints) in live_ways() {
         wait_for_idle_pid1();
         let deadline = Instant::now() + LIVE_HANG;
         let mut m = Manager::connect(&endpoints, deadline).unwrap();

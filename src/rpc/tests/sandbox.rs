@@ -77,6 +77,13 @@ impl FakePodHost {
     fn calls(&self) -> Vec<String> {
         self.calls.lock().unwrap().clone()
     }
+    /// The calls that begin with `prefix`.
+    fn calls_to(&self, prefix: &str) -> Vec<String> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.starts_with(prefix))
+            .collect()
+    }
 }
 
 const PAUSE_PID: i32 = 1 << 23;
@@ -375,7 +382,22 @@ impl crate::task::Host for NoHost {
     }
 }
 
+/// `cfg` as containerd sends it in CreateSandbox's options.
+fn any_config(cfg: &crate::cri::PodSandboxConfig) -> Any {
+    Any {
+        type_url: "runtime.v1.PodSandboxConfig".into(),
+        value: cfg.write_to_bytes().unwrap(),
+        ..Default::default()
+    }
+}
+
 fn pod_config(hostname: &str, share_pid: bool) -> Any {
+    any_config(&pod_sandbox_config(hostname, share_pid))
+}
+
+/// The pod of most tests: `web` in `default` (uid-1), cgroup parent `/kubepods/pod-uid-1`, one
+/// sysctl, a DNS server, its own pid namespace or the pod's.
+fn pod_sandbox_config(hostname: &str, share_pid: bool) -> crate::cri::PodSandboxConfig {
     use crate::cri;
     let mut cfg = cri::PodSandboxConfig::new();
     cfg.hostname = hostname.into();
@@ -401,11 +423,7 @@ fn pod_config(hostname: &str, share_pid: bool) -> Any {
     .into();
     let dns = cfg.dns_config.mut_or_insert_default();
     dns.servers = vec!["10.96.0.10".into()];
-    Any {
-        type_url: "runtime.v1.PodSandboxConfig".into(),
-        value: cfg.write_to_bytes().unwrap(),
-        ..Default::default()
-    }
+    cfg
 }
 
 impl Fixture {
@@ -474,6 +492,79 @@ impl Fixture {
                 ..Default::default()
             },
         )
+    }
+}
+
+/// The report of the pause's exit with `status`.
+fn pause_exit(status: i32) -> Exit {
+    Exit {
+        pid: PAUSE_PID,
+        status,
+        at: SystemTime::now(),
+    }
+}
+
+/// The slice of the systemd cgroup driver's pods here (the kubelet's besteffort pod1).
+const SLICE: &str = "kubepods-besteffort-pod1.slice";
+
+impl Fixture {
+    /// Creates sandbox `id` with its pod cgroup in SLICE: the pause goes into a systemd scope.
+    fn create_in_slice(&self, id: &str) {
+        self.create(id, with_cgroup_parent(SLICE)).unwrap();
+    }
+    /// Where sandbox `id`'s record is kept (in its bundle).
+    fn state_file(&self, id: &str) -> std::path::PathBuf {
+        self.dir.path().join(id).join(SANDBOX_STATE_FILE)
+    }
+    /// Sandbox `id`'s record as it is on disk.
+    fn record(&self, id: &str) -> SandboxRecord {
+        serde_json::from_slice(&std::fs::read(self.state_file(id)).unwrap()).unwrap()
+    }
+    /// Writes `record` over sandbox `id`'s record on disk.
+    fn write_record(&self, id: &str, record: &SandboxRecord) {
+        std::fs::write(self.state_file(id), serde_json::to_vec(record).unwrap()).unwrap();
+    }
+    /// `delete` of sandbox `id` (namespace `default`) from the bundle of sandbox `bundle_of`
+    /// within `secs`: what it returns and what it could not do.
+    fn delete_from_bundle(
+        &self,
+        id: &str,
+        bundle_of: &str,
+        secs: u64,
+    ) -> (Option<u32>, crate::timing::Undone) {
+        let budget = crate::timing::Budget::new(std::time::Duration::from_secs(secs));
+        let mut undone = crate::timing::Undone::default();
+        let pid = cleanup_from_bundle(
+            "default",
+            id,
+            &self.dir.path().join(bundle_of),
+            &budget,
+            &mut undone,
+        );
+        (pid, undone)
+    }
+    /// The reaper's report that the pause exited with `status`.
+    fn pause_exits(&self, status: i32) {
+        self.sm.on_exit(pause_exit(status));
+    }
+    /// The pause exits with `status` 20 ms from now (on a thread; join it).
+    fn pause_exits_soon(&self, status: i32) -> std::thread::JoinHandle<()> {
+        let sm = self.sm.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            sm.on_exit(pause_exit(status));
+        })
+    }
+    /// The pause exits (137) once it is killed: the fake's kill only logs it (on a thread;
+    /// join it).
+    fn pause_exits_once_killed(&self) -> std::thread::JoinHandle<()> {
+        let (host, sm) = (self.host.clone(), self.sm.clone());
+        std::thread::spawn(move || {
+            while !host.calls().iter().any(|c| c.starts_with("kill")) {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            sm.on_exit(pause_exit(137));
+        })
     }
 }
 
@@ -571,18 +662,9 @@ fn create_start_status_stop_shutdown() {
     assert_eq!(f.host.calls(), ["write_files etc web-0", "mount_shm shm"]);
     let st = f.status("pod1").unwrap();
     assert_eq!((st.state.as_str(), st.pid), ("SANDBOX_NOTREADY", 0));
-    assert!(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
+    assert!(f.state_file("pod1").exists());
 
-    let start = f
-        .svc
-        .start_sandbox(
-            &ctx(),
-            StartSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let start = f.start("pod1").unwrap();
     assert_eq!(start.pid, PAUSE_PID as u32);
     assert!(start.created_at.seconds > 0);
     // The sandbox's OCI spec (containerd >= 2.3 gives it to NRI): the pause's namespaces by
@@ -655,14 +737,7 @@ fn create_start_status_stop_shutdown() {
     assert_eq!(st.info["state"], "SANDBOX_READY");
     let terse = f
         .svc
-        .sandbox_status(
-            &ctx(),
-            SandboxStatusRequest {
-                sandbox_id: "pod1".into(),
-                verbose: false,
-                ..Default::default()
-            },
-        )
+        .sandbox_status(&ctx(), status_req("pod1", false))
         .unwrap();
     let mut keys: Vec<&str> = terse.info.keys().map(String::as_str).collect();
     keys.sort();
@@ -694,24 +769,8 @@ fn create_start_status_stop_shutdown() {
     let waiter = std::thread::spawn(move || sm.wait_blocking("pod1").unwrap());
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert!(!waiter.is_finished());
-    let sm = f.sm.clone();
-    let reaper = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        sm.on_exit(Exit {
-            pid: PAUSE_PID,
-            status: 137,
-            at: SystemTime::now(),
-        });
-    });
-    f.svc
-        .stop_sandbox(
-            &ctx(),
-            StopSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let reaper = f.pause_exits_soon(137);
+    f.stop("pod1").unwrap();
     reaper.join().unwrap();
     assert_eq!(waiter.join().unwrap().status, 137);
     let calls = f.host.calls();
@@ -727,25 +786,9 @@ fn create_start_status_stop_shutdown() {
     assert_eq!(st.info["state"], "SANDBOX_NOTREADY");
     assert!(st.exited_at.is_some());
     // Stop is idempotent.
-    f.svc
-        .stop_sandbox(
-            &ctx(),
-            StopSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.stop("pod1").unwrap();
 
-    f.svc
-        .shutdown_sandbox(
-            &ctx(),
-            ShutdownSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.shutdown("pod1").unwrap();
     assert!(*f.shut.lock().unwrap());
     let calls = f.host.calls();
     assert!(
@@ -754,20 +797,15 @@ fn create_start_status_stop_shutdown() {
     );
     // Stop took /dev/shm down once; neither the second Stop nor Shutdown does it again.
     assert_eq!(calls.iter().filter(|c| *c == "unmount_shm").count(), 1);
-    assert!(!f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
+    assert!(!f.state_file("pod1").exists());
     assert_eq!(code(f.status("pod1")), Code::NOT_FOUND);
     assert!(!f.sm.has_sandbox());
 }
 
 fn with_cgroup_parent(parent: &str) -> Any {
-    let mut cfg: crate::cri::PodSandboxConfig =
-        protobuf::Message::parse_from_bytes(&pod_config("web-0", true).value).unwrap();
+    let mut cfg = pod_sandbox_config("web-0", true);
     cfg.linux.mut_or_insert_default().cgroup_parent = parent.into();
-    Any {
-        type_url: "runtime.v1.PodSandboxConfig".into(),
-        value: cfg.write_to_bytes().unwrap(),
-        ..Default::default()
-    }
+    any_config(&cfg)
 }
 
 impl Fixture {
@@ -800,7 +838,7 @@ fn pod_metrics_come_from_the_pod_cgroup_and_need_one() {
     let f = fixture();
     f.create("pod2", with_cgroup_parent("")).unwrap();
     f.start("pod2").unwrap();
-    assert!(!f.host.calls().iter().any(|c| c.starts_with("join_cgroup")));
+    assert!(f.host.calls_to("join_cgroup").is_empty());
     let e = f.metrics("pod2").unwrap_err();
     assert_eq!(
         code(Err::<(), _>(e.clone())),
@@ -810,22 +848,30 @@ fn pod_metrics_come_from_the_pod_cgroup_and_need_one() {
     assert!(format!("{e:?}").contains("no pod cgroup"), "{e:?}");
 }
 
+/// A node's MCS registry of its own (in the directory returned with it).
+fn mcs_registry() -> (tempfile::TempDir, crate::mcs::Registry) {
+    let d = tempfile::tempdir().unwrap();
+    let reg = crate::mcs::Registry::at(d.path().join("mcs"));
+    (d, reg)
+}
+
+/// A fixture with SELinux labels on: the pause's MCS level is reserved in `reg`.
+fn fixture_with_mcs(reg: &crate::mcs::Registry) -> Fixture {
+    let f = fixture();
+    *f.host.mcs.lock().unwrap() = Some(reg.clone());
+    f
+}
+
 /// Issue 27 item 8: with SELinux labels the pause's MCS level is reserved across the node
 /// before the spawn, recorded (for `delete`), given to the pause, and released by
 /// ShutdownSandbox; a failed start releases it at once; two pods never share a random level.
 #[test]
 fn the_pause_s_mcs_level_is_reserved_recorded_and_released() {
-    let d = tempfile::tempdir().unwrap();
-    let reg = crate::mcs::Registry::at(d.path().join("mcs"));
-    let f = fixture();
-    *f.host.mcs.lock().unwrap() = Some(reg.clone());
+    let (_d, reg) = mcs_registry();
+    let f = fixture_with_mcs(&reg);
     f.create("pod1", pod_config("web-0", true)).unwrap();
     f.start("pod1").unwrap();
-    let record: SandboxRecord = serde_json::from_slice(
-        &std::fs::read(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE)).unwrap(),
-    )
-    .unwrap();
-    let r = record.mcs.clone().expect("the reservation is recorded");
+    let r = f.record("pod1").mcs.expect("the reservation is recorded");
     assert_eq!(r.owner, "pod1");
     assert_eq!(reg.users(&r.level), ["pod1"]);
     assert_eq!(
@@ -841,8 +887,7 @@ fn the_pause_s_mcs_level_is_reserved_recorded_and_released() {
         "the pause gets the reserved level"
     );
     // A second pod of the node draws another level.
-    let g = fixture();
-    *g.host.mcs.lock().unwrap() = Some(reg.clone());
+    let g = fixture_with_mcs(&reg);
     g.create("pod2", pod_config("web-1", true)).unwrap();
     g.start("pod2").unwrap();
     let r2 = g.sm.get("pod2").unwrap().record.mcs.unwrap();
@@ -851,18 +896,12 @@ fn the_pause_s_mcs_level_is_reserved_recorded_and_released() {
     f.shutdown("pod1").unwrap();
     assert!(reg.users(&r.level).is_empty(), "not released at shutdown");
     // A start that fails releases the level it reserved.
-    let h = fixture();
-    *h.host.mcs.lock().unwrap() = Some(reg.clone());
+    let h = fixture_with_mcs(&reg);
     *h.host.fail_pause.lock().unwrap() = true;
     h.create("pod3", pod_config("web-2", true)).unwrap();
     h.start("pod3").unwrap_err();
     assert!(h.sm.get("pod3").unwrap().record.mcs.is_none());
-    let released: Vec<_> = h
-        .host
-        .calls()
-        .into_iter()
-        .filter(|c| c.starts_with("release_mcs pod3"))
-        .collect();
+    let released = h.host.calls_to("release_mcs pod3");
     assert_eq!(released.len(), 1, "{:?}", h.host.calls());
     let entries: Vec<_> = std::fs::read_dir(reg.dir()).unwrap().collect();
     assert_eq!(entries.len(), 1, "only pod2's level is left: {entries:?}");
@@ -881,23 +920,10 @@ fn delete_releases_the_pod_s_mcs_level() {
     let level = "s0:c1022,c1023";
     let r = node.reserve_given(&id, level).unwrap();
     let other = node.reserve_given("some-other-pod", level).unwrap();
-    let bundle = f.dir.path().join(&id);
-    let mut record: SandboxRecord =
-        serde_json::from_slice(&std::fs::read(bundle.join(SANDBOX_STATE_FILE)).unwrap()).unwrap();
+    let mut record = f.record(&id);
     record.mcs = Some(r);
-    std::fs::write(
-        bundle.join(SANDBOX_STATE_FILE),
-        serde_json::to_vec(&record).unwrap(),
-    )
-    .unwrap();
-    let budget = crate::timing::Budget::new(std::time::Duration::from_secs(2));
-    cleanup_from_bundle(
-        "default",
-        &id,
-        &bundle,
-        &budget,
-        &mut crate::timing::Undone::default(),
-    );
+    f.write_record(&id, &record);
+    f.delete_from_bundle(&id, &id, 2);
     assert_eq!(node.users(level), ["some-other-pod"]);
     node.release(&other);
 }
@@ -909,14 +935,9 @@ fn delete_does_not_act_on_a_record_of_another_sandbox() {
     let f = fixture();
     f.create("pod1", pod_config("web-0", true)).unwrap();
     f.start("pod1").unwrap();
-    let bundle = f.dir.path().join("pod1");
-    let budget = crate::timing::Budget::new(std::time::Duration::from_secs(1));
-    let mut undone = crate::timing::Undone::default();
-    assert_eq!(
-        cleanup_from_bundle("default", "pod2", &bundle, &budget, &mut undone),
-        None
-    );
-    assert!(bundle.join(SANDBOX_STATE_FILE).exists());
+    let (pid, undone) = f.delete_from_bundle("pod2", "pod1", 1);
+    assert_eq!(pid, None);
+    assert!(f.state_file("pod1").exists());
     assert_eq!(
         undone.failed,
         vec!["the bundle's sandbox record is of \"pod1\": not used".to_string()]
@@ -944,7 +965,7 @@ fn pause_in_the_scope_of(parent: &str) {
     f.create("pod1", with_cgroup_parent(parent)).unwrap();
     // The pause is in the record before systemd is asked for its scope (which may take
     // 30 s): a shim killed meanwhile leaves a pause that `delete` finds.
-    let record_file = f.dir.path().join("pod1").join(SANDBOX_STATE_FILE);
+    let record_file = f.state_file("pod1");
     let seen = Arc::new(Mutex::new(None));
     let (r, s) = (record_file.clone(), seen.clone());
     *f.host.on_join_scope.lock().unwrap() = Some(Box::new(move || {
@@ -971,10 +992,7 @@ fn pause_in_the_scope_of(parent: &str) {
         spec["linux"]["cgroupsPath"],
         "kubepods-besteffort-pod1.slice:cri-containerd:pod1"
     );
-    let record: SandboxRecord = serde_json::from_slice(
-        &std::fs::read(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE)).unwrap(),
-    )
-    .unwrap();
+    let record = f.record("pod1");
     assert_eq!(
         record.cgroup.scope.as_ref().map(|s| s.unit.as_str()),
         Some("cri-containerd-pod1.scope")
@@ -990,11 +1008,7 @@ fn pause_in_the_scope_of(parent: &str) {
     );
     // The pause has exited (its scope is empty): the scope is stopped all the same,
     // not left to systemd's garbage collection.
-    f.sm.on_exit(Exit {
-        pid: PAUSE_PID,
-        status: 0,
-        at: SystemTime::now(),
-    });
+    f.pause_exits(0);
     let before = f.host.calls().len();
     f.stop("pod1").unwrap();
     assert_eq!(
@@ -1007,11 +1021,7 @@ fn pause_in_the_scope_of(parent: &str) {
     // Stopped: ShutdownSandbox does not ask systemd again.
     f.shutdown("pod1").unwrap();
     assert_eq!(
-        f.host
-            .calls()
-            .iter()
-            .filter(|c| c.starts_with("stop_scope"))
-            .count(),
+        f.host.calls_to("stop_scope").len(),
         1,
         "{:?}",
         f.host.calls()
@@ -1027,8 +1037,7 @@ fn a_slice_parent_without_systemd_fails_start_and_leaves_no_pause() {
         "systemd is not reachable at /run/systemd/private: connect: No such file or directory"
             .into(),
     );
-    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
-        .unwrap();
+    f.create_in_slice("pod1");
     let e = f.start("pod1").unwrap_err();
     assert_eq!(
         code(Err::<(), _>(e.clone())),
@@ -1046,13 +1055,22 @@ fn a_slice_parent_without_systemd_fails_start_and_leaves_no_pause() {
         "{:?}",
         f.host.calls()
     );
-    let record: SandboxRecord = serde_json::from_slice(
-        &std::fs::read(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE)).unwrap(),
-    )
-    .unwrap();
+    let record = f.record("pod1");
     assert_eq!(record.cgroup, PodCgroup::default());
     assert_eq!(record.pause_pid, 0);
     f.shutdown("pod1").unwrap();
+}
+
+/// A fixture with sandbox pod1 created in SLICE, whose systemd (slow) answers neither the
+/// scope's StartTransientUnit nor its undo: the scope may remain.
+fn fixture_whose_scope_start_gets_no_answer() -> Fixture {
+    let f = fixture();
+    *f.host.fail_scope.lock().unwrap() = Some(
+        "StartTransientUnit cri-containerd-pod1.scope: call: no answer before the deadline".into(),
+    );
+    *f.host.scope_may_remain.lock().unwrap() = true;
+    f.create_in_slice("pod1");
+    f
 }
 
 /// A slow systemd: StartTransientUnit and the undo both time out. systemd may still run the
@@ -1063,23 +1081,14 @@ fn a_slice_parent_without_systemd_fails_start_and_leaves_no_pause() {
 /// scope first, then kills the pause.
 #[test]
 fn a_scope_whose_undo_failed_stays_in_the_record_and_shutdown_stops_it() {
-    let f = fixture();
-    *f.host.fail_scope.lock().unwrap() = Some(
-        "StartTransientUnit cri-containerd-pod1.scope: call: no answer before the deadline".into(),
-    );
-    *f.host.scope_may_remain.lock().unwrap() = true;
-    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
-        .unwrap();
+    let f = fixture_whose_scope_start_gets_no_answer();
     f.start("pod1").unwrap_err();
     assert!(
-        !f.host.calls().iter().any(|c| c.starts_with("kill")),
+        f.host.calls_to("kill").is_empty(),
         "the pause was killed while systemd may still run its start: {:?}",
         f.host.calls()
     );
-    let record: SandboxRecord = serde_json::from_slice(
-        &std::fs::read(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE)).unwrap(),
-    )
-    .unwrap();
+    let record = f.record("pod1");
     assert_eq!(
         record.cgroup.scope.as_ref().map(|s| s.unit.as_str()),
         Some("cri-containerd-pod1.scope")
@@ -1090,17 +1099,7 @@ fn a_scope_whose_undo_failed_stays_in_the_record_and_shutdown_stops_it() {
     let e = f.start("pod1").unwrap_err();
     assert!(format!("{e:?}").contains("already started"), "{e:?}");
     // The pause exits once killed (the fake's kill only logs it).
-    let (host, sm) = (f.host.clone(), f.sm.clone());
-    let exits = std::thread::spawn(move || {
-        while !host.calls().iter().any(|c| c.starts_with("kill")) {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        sm.on_exit(Exit {
-            pid: PAUSE_PID,
-            status: 137,
-            at: SystemTime::now(),
-        });
-    });
+    let exits = f.pause_exits_once_killed();
     f.shutdown("pod1").unwrap();
     exits.join().unwrap();
     let calls = f.host.calls();
@@ -1229,8 +1228,7 @@ fn a_pause_that_dies_while_systemd_is_asked_never_lends_its_pid() {
     );
     *f.host.real_pause.lock().unwrap() = true;
     *f.host.systemd.lock().unwrap() = Some(fake.endpoints());
-    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
-        .unwrap();
+    f.create_in_slice("pod1");
     let e = f.start("pod1").unwrap_err();
     let seen = seen.lock().unwrap().clone();
     eprintln!("{seen:?}");
@@ -1267,8 +1265,7 @@ fn a_pause_that_dies_while_systemd_is_asked_never_lends_its_pid() {
 #[test]
 fn a_scope_stop_systemd_did_not_answer_fails_shutdown_until_it_does() {
     let f = fixture();
-    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
-        .unwrap();
+    f.create_in_slice("pod1");
     f.start("pod1").unwrap();
     *f.host.fail_stop_scope.lock().unwrap() = true;
     f.stop("pod1").unwrap();
@@ -1277,22 +1274,15 @@ fn a_scope_stop_systemd_did_not_answer_fails_shutdown_until_it_does() {
         format!("{e:?}").contains("stop the pod's systemd scope"),
         "{e:?}"
     );
-    assert!(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
+    assert!(f.state_file("pod1").exists());
     *f.host.fail_stop_scope.lock().unwrap() = false;
     f.shutdown("pod1").unwrap();
-    assert!(!f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
-    let stops = |f: &Fixture| {
-        f.host
-            .calls()
-            .iter()
-            .filter(|c| c.starts_with("stop_scope"))
-            .count()
-    };
+    assert!(!f.state_file("pod1").exists());
+    let stops = |f: &Fixture| f.host.calls_to("stop_scope").len();
     assert_eq!(stops(&f), 4, "{:?}", f.host.calls());
 
     let f = fixture();
-    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
-        .unwrap();
+    f.create_in_slice("pod1");
     f.start("pod1").unwrap();
     f.stop("pod1").unwrap();
     f.shutdown("pod1").unwrap();
@@ -1324,12 +1314,7 @@ fn the_spec_names_no_cgroup_when_the_pod_has_none() {
     let mut cfg = cri::PodSandboxConfig::new();
     cfg.hostname = "h".into();
     cfg.metadata.mut_or_insert_default().name = "web".into();
-    let any = Any {
-        type_url: "runtime.v1.PodSandboxConfig".into(),
-        value: cfg.write_to_bytes().unwrap(),
-        ..Default::default()
-    };
-    f.create("pod1", any).unwrap();
+    f.create("pod1", any_config(&cfg)).unwrap();
     let start = f.start("pod1").unwrap();
     let spec: serde_json::Value = serde_json::from_slice(&start.spec.value).unwrap();
     assert!(spec["linux"].get("cgroupsPath").is_none(), "{spec}");
@@ -1343,14 +1328,7 @@ fn the_spec_names_no_cgroup_when_the_pod_has_none() {
 #[test]
 fn create_twice_start_before_create_and_unknown_ids() {
     let f = fixture();
-    let r = f.svc.start_sandbox(
-        &ctx(),
-        StartSandboxRequest {
-            sandbox_id: "pod1".into(),
-            ..Default::default()
-        },
-    );
-    assert_eq!(code(r), Code::FAILED_PRECONDITION);
+    assert_eq!(code(f.start("pod1")), Code::FAILED_PRECONDITION);
     f.create("pod1", pod_config("a", false)).unwrap();
     assert_eq!(
         code(f.create("pod1", pod_config("a", false))),
@@ -1370,29 +1348,13 @@ fn create_twice_start_before_create_and_unknown_ids() {
         },
     );
     assert_eq!(code(w), Code::NOT_FOUND);
-    let cfg_pid = f
-        .svc
-        .start_sandbox(
-            &ctx(),
-            StartSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let cfg_pid = f.start("pod1").unwrap();
     assert!(
         f.host.pause.lock().unwrap().as_ref().unwrap().new_pid,
         "the pause process must not stay in the host's pid namespace without hostPID"
     );
     assert_eq!(cfg_pid.pid, PAUSE_PID as u32);
-    let again = f.svc.start_sandbox(
-        &ctx(),
-        StartSandboxRequest {
-            sandbox_id: "pod1".into(),
-            ..Default::default()
-        },
-    );
-    assert_eq!(code(again), Code::FAILED_PRECONDITION);
+    assert_eq!(code(f.start("pod1")), Code::FAILED_PRECONDITION);
 }
 
 #[test]
@@ -1403,12 +1365,7 @@ fn bad_pod_configs_are_rejected_with_the_field_and_leave_nothing() {
         .mut_or_insert_default()
         .sysctls
         .insert("kernel.panic".into(), "1".into());
-    let any = Any {
-        type_url: "runtime.v1.PodSandboxConfig".into(),
-        value: cfg.write_to_bytes().unwrap(),
-        ..Default::default()
-    };
-    let r = f.create("pod1", any);
+    let r = f.create("pod1", any_config(&cfg));
     let msg = match r {
         Err(ttrpc::Error::RpcStatus(s)) => {
             assert_eq!(s.code(), Code::INVALID_ARGUMENT);
@@ -1430,18 +1387,7 @@ fn bad_pod_configs_are_rejected_with_the_field_and_leave_nothing() {
     );
 
     // A netns path that does not exist.
-    let bundle = f.dir.path().join("pod9");
-    std::fs::create_dir_all(&bundle).unwrap();
-    let r = f.svc.create_sandbox(
-        &ctx(),
-        CreateSandboxRequest {
-            sandbox_id: "pod9".into(),
-            bundle_path: bundle.display().to_string(),
-            options: MessageField::some(pod_config("a", false)),
-            netns_path: "/nonexistent/netns".into(),
-            ..Default::default()
-        },
-    );
+    let r = f.create_in("pod9", pod_config("a", false), "/nonexistent/netns");
     assert_eq!(code(r), Code::INVALID_ARGUMENT);
 }
 
@@ -1450,14 +1396,7 @@ fn a_failing_pause_leaves_the_sandbox_created_and_startable_state_clean() {
     let f = fixture();
     f.create("pod1", pod_config("a", false)).unwrap();
     *f.host.fail_pause.lock().unwrap() = true;
-    let r = f.svc.start_sandbox(
-        &ctx(),
-        StartSandboxRequest {
-            sandbox_id: "pod1".into(),
-            ..Default::default()
-        },
-    );
-    match r {
+    match f.start("pod1") {
         Err(ttrpc::Error::RpcStatus(s)) => assert_eq!(
             s.message(),
             "start sandbox pod1: pause: set the hostname: Operation not permitted"
@@ -1465,15 +1404,7 @@ fn a_failing_pause_leaves_the_sandbox_created_and_startable_state_clean() {
         other => panic!("{other:?}"),
     }
     // containerd answers a failed start with ShutdownSandbox: everything goes.
-    f.svc
-        .shutdown_sandbox(
-            &ctx(),
-            ShutdownSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.shutdown("pod1").unwrap();
     let calls = f.host.calls();
     assert!(
         calls.contains(&"unmount_shm".into()) && calls.contains(&"remove_files".into()),
@@ -1615,27 +1546,12 @@ fn shutdown_after_a_failed_create_lets_the_shim_exit() {
     let f = fixture();
     // an unknown ID while the shim holds a sandbox: NotFound, no exit
     f.create("pod1", pod_config("a", false)).unwrap();
-    let r = f.svc.shutdown_sandbox(
-        &ctx(),
-        ShutdownSandboxRequest {
-            sandbox_id: "other".into(),
-            ..Default::default()
-        },
-    );
-    assert_eq!(code(r), Code::NOT_FOUND);
+    assert_eq!(code(f.shutdown("other")), Code::NOT_FOUND);
     assert!(!*f.shut.lock().unwrap());
 
     // containerd's cleanup after a CreateSandbox that failed: the shim holds nothing
     let f = fixture();
-    f.svc
-        .shutdown_sandbox(
-            &ctx(),
-            ShutdownSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.shutdown("pod1").unwrap();
     assert!(*f.shut.lock().unwrap(), "the shim was not told to exit");
 }
 
@@ -1747,21 +1663,12 @@ fn a_sandbox_without_netns_gets_the_shim_network_and_loses_it_at_stop() {
     let pause = f.host.pause.lock().unwrap().clone().unwrap();
     assert_eq!(pause.netns, Some(FakeNetwork::netns_of("pod1")));
 
-    let sm = f.sm.clone();
-    let reaper = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        sm.on_exit(Exit {
-            pid: PAUSE_PID,
-            status: 0,
-            at: SystemTime::now(),
-        });
-    });
+    let reaper = f.pause_exits_soon(0);
     f.stop("pod1").unwrap();
     reaper.join().unwrap();
     assert_eq!(net.calls(), ["setup k8s.io pod1 web", "teardown pod1"]);
     // The record no longer names a network: neither shutdown nor `delete` tears it down again.
-    let record =
-        std::fs::read_to_string(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE)).unwrap();
+    let record = std::fs::read_to_string(f.state_file("pod1")).unwrap();
     assert!(record.contains("\"network\":null"), "{record}");
     f.stop("pod1").unwrap();
     f.shutdown("pod1").unwrap();
@@ -1819,11 +1726,7 @@ fn bad_bandwidth_annotations_fail_before_any_network_is_made() {
     let mut cfg = crate::cri::PodSandboxConfig::new();
     cfg.annotations
         .insert("kubernetes.io/ingress-bandwidth".into(), "1".into());
-    let any = Any {
-        type_url: "runtime.v1.PodSandboxConfig".into(),
-        value: cfg.write_to_bytes().unwrap(),
-        ..Default::default()
-    };
+    let any = any_config(&cfg);
     let r = f.create_in("pod1", any.clone(), "");
     assert_eq!(code(r), Code::INVALID_ARGUMENT);
     assert!(net.calls().is_empty(), "{:?}", net.calls());
@@ -1869,11 +1772,7 @@ fn host_network_pod_config() -> Any {
         .mut_or_insert_default();
     ns.network = cri::NamespaceMode::NODE.into();
     ns.pid = cri::NamespaceMode::CONTAINER.into();
-    Any {
-        type_url: "runtime.v1.PodSandboxConfig".into(),
-        value: cfg.write_to_bytes().unwrap(),
-        ..Default::default()
-    }
+    any_config(&cfg)
 }
 
 /// A container spec as `ctr run --sandbox` sends it: new namespaces of every kind, no paths.
@@ -2030,11 +1929,7 @@ fn an_old_exit_of_a_recycled_pid_does_not_touch_a_new_pause() {
     let reaper = crate::reaper::Reaper::new_for_test();
     let f = fixture_with(Some(reaper.clone()), None);
     // Some helper with the pid the pause process will get exited long before.
-    reaper.inject(Exit {
-        pid: PAUSE_PID,
-        status: 1,
-        at: SystemTime::now(),
-    });
+    reaper.inject(pause_exit(1));
     f.create("pod1", pod_config("web-0", true)).unwrap();
     f.start("pod1").unwrap();
     assert_eq!(f.status("pod1").unwrap().state, "SANDBOX_READY");
@@ -2048,15 +1943,7 @@ fn wait_sandbox_is_parked_until_the_pod_ends_and_unknown_ids_are_refused() {
     f.sm.wait("pod1", Box::new(crate::waiters::ChannelWaiter(tx)))
         .unwrap();
     assert!(rx.try_recv().is_err(), "nothing ended yet");
-    f.svc
-        .stop_sandbox(
-            &ctx(),
-            StopSandboxRequest {
-                sandbox_id: "pod1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.stop("pod1").unwrap();
     assert_eq!(
         rx.try_recv().unwrap().status,
         crate::waiters::UNKNOWN_EXIT_STATUS,
@@ -2073,8 +1960,7 @@ fn wait_sandbox_is_parked_until_the_pod_ends_and_unknown_ids_are_refused() {
 /// 200000.
 fn userns_pod_config() -> Any {
     use crate::cri;
-    let any = pod_config("web-u", true);
-    let mut cfg = cri::PodSandboxConfig::parse_from_bytes(&any.value).unwrap();
+    let mut cfg = pod_sandbox_config("web-u", true);
     let u = cfg
         .linux
         .mut_or_insert_default()
@@ -2093,11 +1979,7 @@ fn userns_pod_config() -> Any {
     };
     u.uids = vec![map(100000)];
     u.gids = vec![map(200000)];
-    Any {
-        type_url: "runtime.v1.PodSandboxConfig".into(),
-        value: cfg.write_to_bytes().unwrap(),
-        ..Default::default()
-    }
+    any_config(&cfg)
 }
 
 /// Issue 16: a user-namespaced pod checks its runc first, gives its files to the mapped root,
@@ -2178,10 +2060,7 @@ fn a_user_namespaced_pod_is_refused_with_an_old_runc() {
 fn the_record_lists_the_pods_containers_until_they_are_deleted() {
     let f = fixture();
     f.create("pod1", pod_config("a", false)).unwrap();
-    let record = || -> SandboxRecord {
-        let raw = std::fs::read(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE)).unwrap();
-        serde_json::from_slice(&raw).unwrap()
-    };
+    let record = || f.record("pod1");
     let member = |id: &str| crate::reclaim::Member {
         id: id.into(),
         bundle: Some(f.dir.path().join(id)),
@@ -2215,12 +2094,7 @@ fn a_containers_mount_label_labels_the_pod_files() {
     f.sm.prepare_spec("c1", &mut spec).unwrap();
     let mut plain = serde_json::json!({"root": {"path": "rootfs"}, "linux": {"mountLabel": ""}});
     f.sm.prepare_spec("c2", &mut plain).unwrap();
-    let labelled: Vec<String> = f
-        .host
-        .calls()
-        .into_iter()
-        .filter(|c| c.starts_with("label_pod_files"))
-        .collect();
+    let labelled = f.host.calls_to("label_pod_files");
     assert_eq!(labelled, [format!("label_pod_files etc {label}")]);
 }
 
@@ -2238,12 +2112,13 @@ fn a_shm_stop_could_not_unmount_is_tried_again_by_shutdown() {
     f.stop("pod1").unwrap();
     let e = f.shutdown("pod1").unwrap_err();
     assert!(format!("{e:?}").contains("/dev/shm"), "{e:?}");
-    let state = f.dir.path().join("pod1").join(SANDBOX_STATE_FILE);
-    let record: SandboxRecord = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
-    assert!(record.shm.is_some(), "the record still names the mount");
+    assert!(
+        f.record("pod1").shm.is_some(),
+        "the record still names the mount"
+    );
     *f.host.fail_unmount_shm.lock().unwrap() = false;
     f.shutdown("pod1").unwrap();
-    assert!(!state.exists());
+    assert!(!f.state_file("pod1").exists());
     let unmounts = f
         .host
         .calls()
@@ -2261,18 +2136,12 @@ fn a_shm_stop_could_not_unmount_is_tried_again_by_shutdown() {
 /// StopSandbox kills the pause after it.
 #[test]
 fn an_unconfirmed_scope_whose_stop_gets_no_answer_keeps_the_pause() {
-    let f = fixture();
-    *f.host.fail_scope.lock().unwrap() = Some(
-        "StartTransientUnit cri-containerd-pod1.scope: call: no answer before the deadline".into(),
-    );
-    *f.host.scope_may_remain.lock().unwrap() = true;
-    f.create("pod1", with_cgroup_parent("kubepods-besteffort-pod1.slice"))
-        .unwrap();
+    let f = fixture_whose_scope_start_gets_no_answer();
     f.start("pod1").unwrap_err();
     *f.host.fail_stop_scope.lock().unwrap() = true;
     let e = f.stop("pod1").unwrap_err();
     assert!(format!("{e:?}").contains("pause process is kept"), "{e:?}");
-    let killed = |f: &Fixture| f.host.calls().iter().any(|c| c.starts_with("kill"));
+    let killed = |f: &Fixture| !f.host.calls_to("kill").is_empty();
     assert!(
         !killed(&f),
         "the pause was killed while systemd may still start its scope: {:?}",
@@ -2281,20 +2150,9 @@ fn an_unconfirmed_scope_whose_stop_gets_no_answer_keeps_the_pause() {
     // Shutdown (containerd's after a failed start) fails alike and keeps everything.
     f.shutdown("pod1").unwrap_err();
     assert!(!killed(&f), "{:?}", f.host.calls());
-    assert!(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
+    assert!(f.state_file("pod1").exists());
     *f.host.fail_stop_scope.lock().unwrap() = false;
-    let sm = f.sm.clone();
-    let host = f.host.clone();
-    let exits = std::thread::spawn(move || {
-        while !host.calls().iter().any(|c| c.starts_with("kill")) {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        sm.on_exit(Exit {
-            pid: PAUSE_PID,
-            status: 137,
-            at: SystemTime::now(),
-        });
-    });
+    let exits = f.pause_exits_once_killed();
     f.stop("pod1").unwrap();
     exits.join().unwrap();
     let calls = f.host.calls();
@@ -2314,10 +2172,8 @@ fn an_unconfirmed_scope_whose_stop_gets_no_answer_keeps_the_pause() {
 /// StopSandbox's 10 s.)
 #[test]
 fn the_mcs_level_of_a_pause_that_would_not_die_is_kept() {
-    let d = tempfile::tempdir().unwrap();
-    let reg = crate::mcs::Registry::at(d.path().join("mcs"));
-    let f = fixture();
-    *f.host.mcs.lock().unwrap() = Some(reg.clone());
+    let (_d, reg) = mcs_registry();
+    let f = fixture_with_mcs(&reg);
     *f.host.unkillable_pause.lock().unwrap() = true;
     f.create("pod1", pod_config("web-0", true)).unwrap();
     f.start("pod1").unwrap();
@@ -2325,15 +2181,11 @@ fn the_mcs_level_of_a_pause_that_would_not_die_is_kept() {
     f.stop("pod1").unwrap();
     let e = f.shutdown("pod1").unwrap_err();
     assert!(format!("{e:?}").contains("has not exited"), "{e:?}");
-    let released = |f: &Fixture| f.host.calls().iter().any(|c| c.starts_with("release_mcs"));
+    let released = |f: &Fixture| !f.host.calls_to("release_mcs").is_empty();
     assert!(!released(&f), "{:?}", f.host.calls());
     assert_eq!(reg.users(&level), ["pod1"]);
-    assert!(f.dir.path().join("pod1").join(SANDBOX_STATE_FILE).exists());
-    f.sm.on_exit(Exit {
-        pid: PAUSE_PID,
-        status: 137,
-        at: SystemTime::now(),
-    });
+    assert!(f.state_file("pod1").exists());
+    f.pause_exits(137);
     f.shutdown("pod1").unwrap();
     assert!(released(&f), "{:?}", f.host.calls());
     assert!(reg.users(&level).is_empty());
@@ -2351,20 +2203,12 @@ fn delete_keeps_the_mcs_level_of_a_pause_still_there() {
     let node = crate::mcs::Registry::node();
     let level = "s0:c1020,c1021";
     let r = node.reserve_given(&id, level).unwrap();
-    let bundle = f.dir.path().join(&id);
-    let mut record: SandboxRecord =
-        serde_json::from_slice(&std::fs::read(bundle.join(SANDBOX_STATE_FILE)).unwrap()).unwrap();
+    let mut record = f.record(&id);
     record.mcs = Some(r.clone());
     record.pause_pid = 1;
     record.pause_start_ticks = crate::util::process_start_ticks(1).unwrap();
-    std::fs::write(
-        bundle.join(SANDBOX_STATE_FILE),
-        serde_json::to_vec(&record).unwrap(),
-    )
-    .unwrap();
-    let budget = crate::timing::Budget::new(std::time::Duration::from_secs(2));
-    let mut undone = crate::timing::Undone::default();
-    cleanup_from_bundle("default", &id, &bundle, &budget, &mut undone);
+    f.write_record(&id, &record);
+    let (_, undone) = f.delete_from_bundle(&id, &id, 2);
     let users = node.users(level);
     node.release(&r);
     assert_eq!(users, std::slice::from_ref(&id), "{undone:?}");

@@ -10,6 +10,7 @@ use containerd_shim_protos::api::*;
 use containerd_shim_protos::shim_sync::Task;
 use protobuf::MessageField;
 use protobuf::well_known_types::any::Any;
+use protobuf::well_known_types::empty::Empty;
 use ttrpc::Code;
 
 use crate::testutil::*;
@@ -283,6 +284,24 @@ fn fixture_with(reaper: Option<Arc<Reaper>>) -> Fixture {
     }
 }
 
+/// CreateTask of `id` from `bundle`, nothing else set.
+fn create_req(id: &str, bundle: &str) -> CreateTaskRequest {
+    CreateTaskRequest {
+        id: id.into(),
+        bundle: bundle.into(),
+        ..Default::default()
+    }
+}
+
+/// An exec's process spec as containerd sends it (`json`: the OCI process).
+fn process_spec(json: &[u8]) -> MessageField<Any> {
+    MessageField::some(Any {
+        type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
+        value: json.to_vec(),
+        ..Default::default()
+    })
+}
+
 const SPEC: &str = r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"args":["sh"],"terminal":false},
 "linux":{"namespaces":[{"type":"pid"},{"type":"mount"}]}}"#;
 
@@ -299,15 +318,13 @@ impl Fixture {
         self.svc.create(
             &ctx(),
             CreateTaskRequest {
-                id: id.into(),
-                bundle,
                 rootfs: vec![containerd_shim_protos::types::mount::Mount {
                     type_: "overlay".into(),
                     source: "overlay".into(),
                     options: vec!["lowerdir=/l".into()],
                     ..Default::default()
                 }],
-                ..Default::default()
+                ..create_req(id, &bundle)
             },
         )
     }
@@ -341,21 +358,72 @@ impl Fixture {
         });
     }
 
-    fn exec(
-        &self,
-        id: &str,
-        exec_id: &str,
-    ) -> ttrpc::Result<protobuf::well_known_types::empty::Empty> {
+    fn delete(&self, id: &str, exec_id: &str) -> ttrpc::Result<DeleteResponse> {
+        self.svc.delete(
+            &ctx(),
+            DeleteRequest {
+                id: id.into(),
+                exec_id: exec_id.into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> ttrpc::Result<Empty> {
+        self.svc.kill(
+            &ctx(),
+            KillRequest {
+                id: id.into(),
+                exec_id: exec_id.into(),
+                signal,
+                all,
+                ..Default::default()
+            },
+        )
+    }
+
+    fn pause(&self, id: &str) -> ttrpc::Result<Empty> {
+        self.svc.pause(
+            &ctx(),
+            PauseRequest {
+                id: id.into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn resume(&self, id: &str) -> ttrpc::Result<Empty> {
+        self.svc.resume(
+            &ctx(),
+            ResumeRequest {
+                id: id.into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn shutdown(&self, id: &str) -> ttrpc::Result<Empty> {
+        self.svc.shutdown(
+            &ctx(),
+            ShutdownRequest {
+                id: id.into(),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Makes the fake runtime's `op` fail with `e` (until the failures are cleared).
+    fn fail(&self, op: &'static str, e: Error) {
+        self.host.runtime.fail.lock().unwrap().insert(op, e);
+    }
+
+    fn exec(&self, id: &str, exec_id: &str) -> ttrpc::Result<Empty> {
         self.svc.exec(
             &ctx(),
             ExecProcessRequest {
                 id: id.into(),
                 exec_id: exec_id.into(),
-                spec: MessageField::some(Any {
-                    type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
-                    value: br#"{"args":["true"],"cwd":"/"}"#.to_vec(),
-                    ..Default::default()
-                }),
+                spec: process_spec(br#"{"args":["true"],"cwd":"/"}"#),
                 ..Default::default()
             },
         )
@@ -386,16 +454,7 @@ fn lifecycle_publishes_events_in_order_and_cleans_up() {
     );
     assert_eq!(st.exit_status, 3);
 
-    let del = f
-        .svc
-        .delete(
-            &ctx(),
-            DeleteRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let del = f.delete("t1", "").unwrap();
     assert_eq!((del.pid, del.exit_status), (pid, 3));
     assert_eq!(
         f.events.topics(),
@@ -444,138 +503,32 @@ fn an_exit_during_start_is_published_after_start() {
 fn unknown_ids_answer_not_found_everywhere() {
     let f = fixture();
     let c = ctx();
-    let id = || "nope".to_string();
-    assert_eq!(
-        code(f.svc.state(
-            &c,
-            StateRequest {
-                id: id(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
+    // Calls that take only an ID, each given one nobody knows.
+    macro_rules! not_found {
+        ($($call:ident($req:ident)),+) => {$(
+            let r = f.svc.$call(&c, $req { id: "nope".into(), ..Default::default() });
+            assert_eq!(code(r), Code::NOT_FOUND, stringify!($call));
+        )+};
+    }
+    not_found!(
+        state(StateRequest),
+        start(StartRequest),
+        delete(DeleteRequest)
     );
-    assert_eq!(
-        code(f.svc.start(
-            &c,
-            StartRequest {
-                id: id(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
-    );
-    assert_eq!(
-        code(f.svc.delete(
-            &c,
-            DeleteRequest {
-                id: id(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
-    );
-    assert_eq!(
-        code(f.svc.kill(
-            &c,
-            KillRequest {
-                id: id(),
-                signal: 9,
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
-    );
-    assert_eq!(
-        code(f.svc.wait(
-            &c,
-            WaitRequest {
-                id: id(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
-    );
-    assert_eq!(
-        code(f.svc.pids(
-            &c,
-            PidsRequest {
-                id: id(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
-    );
-    assert_eq!(
-        code(f.svc.pause(
-            &c,
-            PauseRequest {
-                id: id(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
-    );
-    assert_eq!(
-        code(f.svc.resume(
-            &c,
-            ResumeRequest {
-                id: id(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
+    assert_eq!(code(f.kill("nope", "", 9, false)), Code::NOT_FOUND);
+    not_found!(
+        wait(WaitRequest),
+        pids(PidsRequest),
+        pause(PauseRequest),
+        resume(ResumeRequest)
     );
     assert_eq!(code(f.exec("nope", "e1")), Code::NOT_FOUND);
-    assert_eq!(
-        code(f.svc.resize_pty(
-            &c,
-            ResizePtyRequest {
-                id: id(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
-    );
-    assert_eq!(
-        code(f.svc.close_io(
-            &c,
-            CloseIORequest {
-                id: id(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
-    );
-    assert_eq!(
-        code(f.svc.update(
-            &c,
-            UpdateTaskRequest {
-                id: id(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
-    );
-    assert_eq!(
-        code(f.svc.stats(
-            &c,
-            StatsRequest {
-                id: id(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
-    );
-    assert_eq!(
-        code(f.svc.connect(
-            &c,
-            ConnectRequest {
-                id: id(),
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
+    not_found!(
+        resize_pty(ResizePtyRequest),
+        close_io(CloseIORequest),
+        update(UpdateTaskRequest),
+        stats(StatsRequest),
+        connect(ConnectRequest)
     );
     f.create("t1").unwrap();
     assert_eq!(
@@ -596,43 +549,18 @@ fn bad_ids_and_paths_are_invalid_arguments() {
     let f = fixture();
     let c = ctx();
     for bad in ["a/b", "..", "", "-x"] {
-        let r = f.svc.create(
-            &c,
-            CreateTaskRequest {
-                id: bad.into(),
-                bundle: "/tmp".into(),
-                ..Default::default()
-            },
-        );
+        let r = f.svc.create(&c, create_req(bad, "/tmp"));
         assert_eq!(code(r), Code::INVALID_ARGUMENT, "{bad:?}");
-        assert_eq!(
-            code(f.svc.state(
-                &c,
-                StateRequest {
-                    id: bad.into(),
-                    ..Default::default()
-                }
-            )),
-            Code::INVALID_ARGUMENT
-        );
+        assert_eq!(code(f.state(bad)), Code::INVALID_ARGUMENT);
     }
-    let r = f.svc.create(
-        &c,
-        CreateTaskRequest {
-            id: "t1".into(),
-            bundle: "relative/b".into(),
-            ..Default::default()
-        },
-    );
+    let r = f.svc.create(&c, create_req("t1", "relative/b"));
     assert!(message(r).contains("must be an absolute path"));
     let bundle = f.bundle("t2", SPEC);
     let r = f.svc.create(
         &c,
         CreateTaskRequest {
-            id: "t2".into(),
-            bundle,
             stdout: "tcp://x".into(),
-            ..Default::default()
+            ..create_req("t2", &bundle)
         },
     );
     assert_eq!(code(r), Code::INVALID_ARGUMENT);
@@ -661,14 +589,7 @@ fn malformed_spec_is_rejected_before_mounting() {
         ),
     ] {
         let bundle = f.bundle("bad", spec);
-        let r = f.svc.create(
-            &ctx(),
-            CreateTaskRequest {
-                id: "bad".into(),
-                bundle,
-                ..Default::default()
-            },
-        );
+        let r = f.svc.create(&ctx(), create_req("bad", &bundle));
         let msg = message(r);
         assert!(
             msg.starts_with("create task bad: ") && msg.contains(why),
@@ -682,7 +603,7 @@ fn malformed_spec_is_rejected_before_mounting() {
 #[test]
 fn a_failed_create_leaves_nothing_and_the_id_can_be_reused() {
     let f = fixture();
-    f.host.runtime.fail.lock().unwrap().insert(
+    f.fail(
         "create",
         Error::internal("runc create: exec: \"nope\": not found"),
     );
@@ -710,13 +631,7 @@ fn create_twice_is_already_exists_and_running_delete_is_refused() {
     f.create("t1").unwrap();
     assert_eq!(code(f.create("t1")), Code::ALREADY_EXISTS);
     f.start("t1", "").unwrap();
-    let r = f.svc.delete(
-        &ctx(),
-        DeleteRequest {
-            id: "t1".into(),
-            ..Default::default()
-        },
-    );
+    let r = f.delete("t1", "");
     assert_eq!(code(r), Code::FAILED_PRECONDITION);
     assert_eq!(code(f.start("t1", "")), Code::FAILED_PRECONDITION);
 }
@@ -776,17 +691,7 @@ fn exec_lifecycle_and_init_exit_waits_for_execs() {
         "containerd.runc.v1.ProcessDetails"
     );
 
-    f.svc
-        .kill(
-            &ctx(),
-            KillRequest {
-                id: "t1".into(),
-                exec_id: "e1".into(),
-                signal: 15,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.kill("t1", "e1", 15, false).unwrap();
     assert_eq!(*f.host.signals.lock().unwrap(), vec![(epid as i32, 15)]);
 
     // The init dies first; its exit must still come after the exec's.
@@ -823,69 +728,24 @@ fn exec_lifecycle_and_init_exit_waits_for_execs() {
         })
         .collect();
     assert_eq!(exits, ["e1", "t1"]);
-    let d = f
-        .svc
-        .delete(
-            &ctx(),
-            DeleteRequest {
-                id: "t1".into(),
-                exec_id: "e1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let d = f.delete("t1", "e1").unwrap();
     assert_eq!(d.exit_status, 143);
-    assert_eq!(
-        code(f.svc.kill(
-            &ctx(),
-            KillRequest {
-                id: "t1".into(),
-                signal: 9,
-                ..Default::default()
-            }
-        )),
-        Code::NOT_FOUND
-    );
+    assert_eq!(code(f.kill("t1", "", 9, false)), Code::NOT_FOUND);
 }
 
 #[test]
 fn pause_resume_update_stats_and_checkpoint() {
     let f = fixture();
     f.create("t1").unwrap();
-    assert_eq!(
-        code(f.svc.pause(
-            &ctx(),
-            PauseRequest {
-                id: "t1".into(),
-                ..Default::default()
-            }
-        )),
-        Code::FAILED_PRECONDITION
-    );
+    assert_eq!(code(f.pause("t1")), Code::FAILED_PRECONDITION);
     f.start("t1", "").unwrap();
-    f.svc
-        .pause(
-            &ctx(),
-            PauseRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.pause("t1").unwrap();
     let st = f.state("t1").unwrap();
     assert_eq!(
         st.status.enum_value().unwrap(),
         containerd_shim_protos::types::task::Status::PAUSED
     );
-    f.svc
-        .resume(
-            &ctx(),
-            ResumeRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.resume("t1").unwrap();
     assert!(
         f.events
             .topics()
@@ -935,36 +795,12 @@ fn pause_resume_update_stats_and_checkpoint() {
 fn shutdown_exits_only_without_tasks() {
     let f = fixture();
     let pid = f.create("t1").unwrap().pid;
-    f.svc
-        .shutdown(
-            &ctx(),
-            ShutdownRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.shutdown("t1").unwrap();
     assert_eq!(f.shutdowns.load(Ordering::SeqCst), 0);
     f.start("t1", "").unwrap();
     f.exit(pid, 0);
-    f.svc
-        .delete(
-            &ctx(),
-            DeleteRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-    f.svc
-        .shutdown(
-            &ctx(),
-            ShutdownRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.delete("t1", "").unwrap();
+    f.shutdown("t1").unwrap();
     assert_eq!(f.shutdowns.load(Ordering::SeqCst), 1);
     // The shim is exiting: a Create now would be left behind.
     assert_eq!(code(f.create("t2")), Code::FAILED_PRECONDITION);
@@ -1038,15 +874,7 @@ fn an_exec_racing_the_delete_of_its_container_is_not_found() {
     let c = f.tm.container("t1").unwrap();
     // ... then the init exited and the container was deleted ...
     f.exit(pid, 0);
-    f.svc
-        .delete(
-            &ctx(),
-            DeleteRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.delete("t1", "").unwrap();
     // ... before the Exec registered its process.
     let p = crate::task::Process::new(
         "t1",
@@ -1086,10 +914,8 @@ fn checkpoint_restore_on_create_is_unimplemented() {
     let r = f.svc.create(
         &ctx(),
         CreateTaskRequest {
-            id: "t1".into(),
-            bundle,
             checkpoint: "/x".into(),
-            ..Default::default()
+            ..create_req("t1", &bundle)
         },
     );
     assert_eq!(code(r), Code::UNIMPLEMENTED);
@@ -1103,10 +929,8 @@ fn a_terminal_without_a_console_takes_the_container_down_again() {
     let r = f.svc.create(
         &ctx(),
         CreateTaskRequest {
-            id: "t1".into(),
-            bundle,
             terminal: true,
-            ..Default::default()
+            ..create_req("t1", &bundle)
         },
     );
     assert!(message(r).contains("runc did not send a console"));
@@ -1148,7 +972,7 @@ fn running(f: &Fixture, id: &str) -> u32 {
 fn failed_exec_starts_answer_their_waits_and_leave_nothing_behind() {
     let f = fixture();
     let init = running(&f, "t1");
-    f.host.runtime.fail.lock().unwrap().insert(
+    f.fail(
         "exec",
         Error::internal("exec: \"nope\": executable file not found in $PATH"),
     );
@@ -1167,16 +991,7 @@ fn failed_exec_starts_answer_their_waits_and_leave_nothing_behind() {
             f.tm.state("t1", &e).unwrap().status,
             crate::task::Status::Stopped
         );
-        f.svc
-            .delete(
-                &ctx(),
-                DeleteRequest {
-                    id: "t1".into(),
-                    exec_id: e,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        f.delete("t1", &e).unwrap();
     }
     assert_eq!(f.tm.watched_pids(), 1, "only the init is watched");
     assert!(f.tm.container("t1").unwrap().exec_ids().is_empty());
@@ -1193,17 +1008,7 @@ fn deleting_processes_nobody_started_answers_their_waits() {
     running(&f, "t1");
     f.exec("t1", "e1").unwrap();
     let exec_wait = park_wait(&f, "t1", "e1");
-    let deleted = f
-        .svc
-        .delete(
-            &ctx(),
-            DeleteRequest {
-                id: "t1".into(),
-                exec_id: "e1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let deleted = f.delete("t1", "e1").unwrap();
     // Delete answers 0, as containerd's runc shim (TestDeleteContainerExecCreated); the Wait
     // learns that the exec will never run.
     assert_eq!((deleted.exit_status, deleted.pid), (0, 0));
@@ -1214,16 +1019,7 @@ fn deleting_processes_nobody_started_answers_their_waits() {
     let pid = f.create("t2").unwrap().pid;
     let init_wait = park_wait(&f, "t2", "");
     *f.host.runtime.on_delete.lock().unwrap() = Some(Box::new(exit_later(&f, pid, 137)));
-    let deleted = f
-        .svc
-        .delete(
-            &ctx(),
-            DeleteRequest {
-                id: "t2".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let deleted = f.delete("t2", "").unwrap();
     assert_eq!((deleted.exit_status, deleted.pid), (0, pid));
     assert_eq!(f.host.runtime.calls().last().unwrap(), "delete t2 true");
     match f.events.events.lock().unwrap().last() {
@@ -1239,15 +1035,7 @@ fn deleting_processes_nobody_started_answers_their_waits() {
     let e2 = park_wait(&f, "t1", "e2");
     let pid = f.tm.task_pid("t1").unwrap();
     f.exit(pid, 9);
-    f.svc
-        .delete(
-            &ctx(),
-            DeleteRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.delete("t1", "").unwrap();
     assert_eq!(e2.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
     assert_eq!(f.host.runtime.calls().last().unwrap(), "delete t1 false");
 }
@@ -1257,26 +1045,13 @@ fn a_failed_init_start_answers_its_waits() {
     let f = fixture();
     f.create("t1").unwrap();
     let waited = park_wait(&f, "t1", "");
-    f.host
-        .runtime
-        .fail
-        .lock()
-        .unwrap()
-        .insert("start", Error::internal("start failed"));
+    f.fail("start", Error::internal("start failed"));
     assert_eq!(code(f.start("t1", "")), Code::INTERNAL);
     assert_eq!(waited.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
     let m = message(f.start("t1", ""));
     assert!(m.contains("failed to start"), "{m}");
     // It can still be deleted (runc delete --force takes the created container down).
-    f.svc
-        .delete(
-            &ctx(),
-            DeleteRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.delete("t1", "").unwrap();
     assert!(f.tm.is_empty());
     assert_eq!(f.host.runtime.calls().last().unwrap(), "delete t1 true");
 }
@@ -1299,12 +1074,7 @@ fn misplaced(pid: i32) -> Error {
 fn an_init_outside_its_cgroups_after_create_fails_the_create_and_leaves_nothing() {
     let f = fixture();
     let first_pid = FAKE_PID_BASE;
-    f.host
-        .runtime
-        .fail
-        .lock()
-        .unwrap()
-        .insert("placement", misplaced(first_pid));
+    f.fail("placement", misplaced(first_pid));
     let r = f.create("t1");
     assert_eq!(code(r.clone()), Code::INTERNAL);
     let m = message(r);
@@ -1342,12 +1112,7 @@ fn an_init_outside_its_cgroups_after_start_is_killed_and_the_start_fails() {
     let f = fixture();
     let pid = f.create("t1").unwrap().pid;
     let waited = park_wait(&f, "t1", "");
-    f.host
-        .runtime
-        .fail
-        .lock()
-        .unwrap()
-        .insert("placement", misplaced(pid as i32));
+    f.fail("placement", misplaced(pid as i32));
     let r = f.start("t1", "");
     assert_eq!(code(r.clone()), Code::INTERNAL);
     let m = message(r);
@@ -1364,15 +1129,7 @@ fn an_init_outside_its_cgroups_after_start_is_killed_and_the_start_fails() {
     );
     assert_eq!(waited.try_recv().unwrap().status, UNKNOWN_EXIT_STATUS);
     assert!(!f.events.topics().contains(&"/tasks/start"));
-    f.svc
-        .delete(
-            &ctx(),
-            DeleteRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.delete("t1", "").unwrap();
     assert!(f.tm.is_empty());
 }
 
@@ -1384,12 +1141,7 @@ fn an_exec_outside_its_cgroups_is_killed_and_its_start_fails() {
     running(&f, "t1");
     f.exec("t1", "e1").unwrap();
     let exec_pid = FAKE_PID_BASE + 1;
-    f.host
-        .runtime
-        .fail
-        .lock()
-        .unwrap()
-        .insert("placement", misplaced(exec_pid));
+    f.fail("placement", misplaced(exec_pid));
     let r = f.start("t1", "e1");
     assert_eq!(code(r.clone()), Code::INTERNAL);
     let m = message(r);
@@ -1417,29 +1169,12 @@ fn an_exec_outside_its_cgroups_is_killed_and_its_start_fails() {
 fn a_refused_plain_runc_delete_is_forced() {
     let f = fixture();
     let pid = running(&f, "t1");
-    f.svc
-        .pause(
-            &ctx(),
-            PauseRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.pause("t1").unwrap();
     f.exit(pid, 137);
     *f.host.runtime.refuse_plain_delete.lock().unwrap() = Some(Error::internal(
         "runc delete: cannot delete container t1 that is not stopped: paused",
     ));
-    let deleted = f
-        .svc
-        .delete(
-            &ctx(),
-            DeleteRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let deleted = f.delete("t1", "").unwrap();
     assert_eq!(deleted.exit_status, 137);
     assert!(
         f.host
@@ -1509,11 +1244,7 @@ fn the_exec_request_decides_the_terminal() {
                 id: "t1".into(),
                 exec_id: "tty".into(),
                 terminal: true,
-                spec: MessageField::some(Any {
-                    type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
-                    value: br#"{"args":["sh"],"terminal":false,"cwd":"/"}"#.to_vec(),
-                    ..Default::default()
-                }),
+                spec: process_spec(br#"{"args":["sh"],"terminal":false,"cwd":"/"}"#),
                 ..Default::default()
             },
         )
@@ -1553,16 +1284,7 @@ fn kill_all_and_wait_all_cover_every_live_container() {
     // A container in a shared pid namespace needs runc kill --all.
     let shared = SPEC.replace(r#"{"type":"pid"},"#, "");
     let bundle = f.bundle("c", &shared);
-    f.svc
-        .create(
-            &ctx(),
-            CreateTaskRequest {
-                id: "c".into(),
-                bundle,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.svc.create(&ctx(), create_req("c", &bundle)).unwrap();
     f.start("c", "").unwrap();
     f.tm.kill_all();
     assert!(
@@ -1591,17 +1313,7 @@ fn wait_on_an_unknown_process_is_not_found_and_parks_nothing() {
 fn killing_an_init_signals_it_directly_and_all_goes_through_runc() {
     let f = fixture();
     let pid = running(&f, "t1");
-    let kill = |signal: u32, all: bool| {
-        f.svc.kill(
-            &ctx(),
-            KillRequest {
-                id: "t1".into(),
-                signal,
-                all,
-                ..Default::default()
-            },
-        )
-    };
+    let kill = |signal: u32, all: bool| f.kill("t1", "", signal, all);
     kill(15, false).unwrap();
     assert_eq!(*f.host.signals.lock().unwrap(), [(pid as i32, 15)]);
     kill(9, true).unwrap();
@@ -1620,16 +1332,6 @@ fn killing_an_init_signals_it_directly_and_all_goes_through_runc() {
     );
 }
 
-fn kill_req(id: &str, exec_id: &str, signal: u32, all: bool) -> KillRequest {
-    KillRequest {
-        id: id.into(),
-        exec_id: exec_id.into(),
-        signal,
-        all,
-        ..Default::default()
-    }
-}
-
 /// Issue 14 item 1: every signal of 1..=SIGRTMAX reaches the process (SIGRTMIN+3 = 37 is
 /// systemd's stop signal), for the init, an exec and `all`; 0 and above SIGRTMAX do not.
 #[test]
@@ -1640,11 +1342,9 @@ fn kill_takes_every_signal_up_to_sigrtmax() {
     let epid = f.start("t1", "e1").unwrap().pid as i32;
     let max = libc::SIGRTMAX() as u32;
     for sig in [1, 15, 34, 37, max] {
-        f.svc.kill(&ctx(), kill_req("t1", "", sig, false)).unwrap();
-        f.svc
-            .kill(&ctx(), kill_req("t1", "e1", sig, false))
-            .unwrap();
-        f.svc.kill(&ctx(), kill_req("t1", "", sig, true)).unwrap();
+        f.kill("t1", "", sig, false).unwrap();
+        f.kill("t1", "e1", sig, false).unwrap();
+        f.kill("t1", "", sig, true).unwrap();
     }
     let signals = f.host.signals.lock().unwrap().clone();
     for sig in [1, 15, 34, 37, max] {
@@ -1661,7 +1361,7 @@ fn kill_takes_every_signal_up_to_sigrtmax() {
     }
     for bad in [0, max + 1, 1000, u32::MAX] {
         for (exec, all) in [("", false), ("e1", false), ("", true)] {
-            let r = f.svc.kill(&ctx(), kill_req("t1", exec, bad, all));
+            let r = f.kill("t1", exec, bad, all);
             assert_eq!(code(r), Code::INVALID_ARGUMENT, "{bad}");
         }
     }
@@ -1685,11 +1385,11 @@ fn kill_of_a_finished_process_is_not_found_and_runs_nothing() {
     );
     let calls_before = f.host.runtime.calls().len();
     for sig in [9, 15] {
-        let kill = || f.svc.kill(&ctx(), kill_req("t1", "", sig, false));
+        let kill = || f.kill("t1", "", sig, false);
         assert_eq!(code(kill()), Code::NOT_FOUND);
         let m = message(kill());
         assert!(m.contains("process already finished"), "{m}");
-        f.svc.kill(&ctx(), kill_req("t1", "", sig, true)).unwrap();
+        f.kill("t1", "", sig, true).unwrap();
     }
     f.exit(epid, 137);
     assert_eq!(
@@ -1697,10 +1397,10 @@ fn kill_of_a_finished_process_is_not_found_and_runs_nothing() {
         containerd_shim_protos::api::Status::STOPPED
     );
     for exec in ["", "e1"] {
-        let r = f.svc.kill(&ctx(), kill_req("t1", exec, 9, false));
+        let r = f.kill("t1", exec, 9, false);
         assert_eq!(code(r), Code::NOT_FOUND, "{exec}");
     }
-    f.svc.kill(&ctx(), kill_req("t1", "", 9, true)).unwrap();
+    f.kill("t1", "", 9, true).unwrap();
     assert_eq!(f.host.runtime.calls().len(), calls_before, "runc ran");
     assert!(
         f.host.signals.lock().unwrap().is_empty(),
@@ -1715,23 +1415,15 @@ fn sigkill_thaws_a_paused_task() {
     let f = fixture();
     running(&f, "t1");
     let thaws = || f.host.thaws.load(Ordering::SeqCst);
-    f.svc.kill(&ctx(), kill_req("t1", "", 15, false)).unwrap();
+    f.kill("t1", "", 15, false).unwrap();
     assert_eq!(thaws(), 0, "not paused");
-    f.svc
-        .pause(
-            &ctx(),
-            PauseRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-    f.svc.kill(&ctx(), kill_req("t1", "", 15, false)).unwrap();
-    f.svc.kill(&ctx(), kill_req("t1", "", 15, true)).unwrap();
+    f.pause("t1").unwrap();
+    f.kill("t1", "", 15, false).unwrap();
+    f.kill("t1", "", 15, true).unwrap();
     assert_eq!(thaws(), 0, "only SIGKILL thaws");
-    f.svc.kill(&ctx(), kill_req("t1", "", 9, false)).unwrap();
+    f.kill("t1", "", 9, false).unwrap();
     assert_eq!(thaws(), 1);
-    f.svc.kill(&ctx(), kill_req("t1", "", 9, true)).unwrap();
+    f.kill("t1", "", 9, true).unwrap();
     assert_eq!(thaws(), 2);
     f.tm.kill_all();
     assert_eq!(thaws(), 3);
@@ -1743,15 +1435,9 @@ fn sigkill_thaws_a_paused_task() {
 fn a_pause_after_a_sigkill_thaws_and_fails() {
     let f = fixture();
     running(&f, "t1");
-    f.svc.kill(&ctx(), kill_req("t1", "", 9, false)).unwrap();
+    f.kill("t1", "", 9, false).unwrap();
     assert_eq!(f.host.thaws.load(Ordering::SeqCst), 0, "it was not paused");
-    let r = f.svc.pause(
-        &ctx(),
-        PauseRequest {
-            id: "t1".into(),
-            ..Default::default()
-        },
-    );
+    let r = f.pause("t1");
     assert_eq!(code(r), Code::FAILED_PRECONDITION);
     assert_eq!(f.host.thaws.load(Ordering::SeqCst), 1);
     assert_ne!(
@@ -1760,28 +1446,33 @@ fn a_pause_after_a_sigkill_thaws_and_fails() {
     );
 }
 
+/// A fifo `name` in the fixture's directory.
+fn fifo(f: &Fixture, name: &str) -> std::path::PathBuf {
+    let fifo = f.dir.path().join(name);
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    fifo
+}
+
+/// Registers exec `exec_id` of `id`, a `cat` whose stdin is `stdin`.
+fn exec_reading(f: &Fixture, id: &str, exec_id: &str, stdin: &Path) -> ttrpc::Result<Empty> {
+    f.svc.exec(
+        &ctx(),
+        ExecProcessRequest {
+            id: id.into(),
+            exec_id: exec_id.into(),
+            stdin: stdin.display().to_string(),
+            spec: process_spec(br#"{"args":["cat"],"cwd":"/"}"#),
+            ..Default::default()
+        },
+    )
+}
+
 #[test]
 fn close_io_before_start_closes_stdin_as_soon_as_it_exists() {
     let f = fixture();
     running(&f, "t1");
-    let fifo = f.dir.path().join("stdin");
-    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-    let exec = |exec_id: &str| {
-        f.svc.exec(
-            &ctx(),
-            ExecProcessRequest {
-                id: "t1".into(),
-                exec_id: exec_id.into(),
-                stdin: fifo.display().to_string(),
-                spec: MessageField::some(Any {
-                    type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
-                    value: br#"{"args":["cat"],"cwd":"/"}"#.to_vec(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        )
-    };
+    let fifo = fifo(&f, "stdin");
+    let exec = |exec_id: &str| exec_reading(&f, "t1", exec_id, &fifo);
     let close_io = |exec_id: &str| {
         f.svc.close_io(
             &ctx(),
@@ -1818,24 +1509,8 @@ fn close_io_during_an_exec_start_still_ends_its_stdin() {
     // still runs `runc exec`: the shim's stdin writer must not outlive that CloseIO.
     let f = fixture();
     running(&f, "t1");
-    let fifo = f.dir.path().join("e1-stdin");
-    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-    f.svc
-        .exec(
-            &ctx(),
-            ExecProcessRequest {
-                id: "t1".into(),
-                exec_id: "e1".into(),
-                stdin: fifo.display().to_string(),
-                spec: MessageField::some(Any {
-                    type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
-                    value: br#"{"args":["cat"],"cwd":"/"}"#.to_vec(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let fifo = fifo(&f, "e1-stdin");
+    exec_reading(&f, "t1", "e1", &fifo).unwrap();
     let tm = f.tm.clone();
     *f.host.runtime.on_exec.lock().unwrap() = Some(Box::new(move || {
         tm.close_io("t1", "e1", true).unwrap();
@@ -1868,15 +1543,7 @@ fn deleting_a_container_whose_exit_is_held_publishes_it_first() {
         f.tm.state("t1", "").unwrap().status,
         crate::task::Status::Running
     );
-    f.svc
-        .delete(
-            &ctx(),
-            DeleteRequest {
-                id: "t1".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    f.delete("t1", "").unwrap();
     let topics = f.events.topics();
     assert_eq!(
         &topics[topics.len() - 2..],
@@ -1894,26 +1561,11 @@ fn exec_with_terminal(f: &Fixture, id: &str, exec_id: &str, terminal: bool) {
                 id: id.into(),
                 exec_id: exec_id.into(),
                 terminal,
-                spec: MessageField::some(Any {
-                    type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
-                    value: br#"{"args":["sh"],"cwd":"/"}"#.to_vec(),
-                    ..Default::default()
-                }),
+                spec: process_spec(br#"{"args":["sh"],"cwd":"/"}"#),
                 ..Default::default()
             },
         )
         .unwrap();
-}
-
-fn delete_exec(f: &Fixture, id: &str, exec_id: &str) -> ttrpc::Result<DeleteResponse> {
-    f.svc.delete(
-        &ctx(),
-        DeleteRequest {
-            id: id.into(),
-            exec_id: exec_id.into(),
-            ..Default::default()
-        },
-    )
 }
 
 /// Issue 20 item 2: an exec whose runc connects to the console socket and then sends nothing
@@ -1960,42 +1612,15 @@ fn a_hung_exec_start_holds_up_nothing_else_of_its_container() {
     let (conn, runc_pid) = connect_as_runc(dir.path());
 
     // While its runc sits on the console socket:
-    delete_exec(&f, "t1", "done").unwrap();
+    f.delete("t1", "done").unwrap();
     let other = f.start("t1", "other").unwrap().pid;
-    let pause = |freeze: bool| {
-        let id = "t1".to_string();
-        if freeze {
-            f.svc
-                .pause(
-                    &ctx(),
-                    PauseRequest {
-                        id,
-                        ..Default::default()
-                    },
-                )
-                .map(drop)
-        } else {
-            f.svc
-                .resume(
-                    &ctx(),
-                    ResumeRequest {
-                        id,
-                        ..Default::default()
-                    },
-                )
-                .map(drop)
-        }
-    };
-    pause(true).unwrap();
-    pause(false).unwrap();
+    f.pause("t1").unwrap();
+    f.resume("t1").unwrap();
     f.exit(other, 0);
-    delete_exec(&f, "t1", "other").unwrap();
+    f.delete("t1", "other").unwrap();
     // A second Start or a Delete of the hung exec is refused at once, not queued.
     assert_eq!(code(f.start("t1", "hung")), Code::FAILED_PRECONDITION);
-    assert_eq!(
-        code(delete_exec(&f, "t1", "hung")),
-        Code::FAILED_PRECONDITION
-    );
+    assert_eq!(code(f.delete("t1", "hung")), Code::FAILED_PRECONDITION);
     assert!(
         rx.try_recv().is_err(),
         "all of the above finished only after the hung exec gave up ({timeout:?}): they \
@@ -2022,7 +1647,7 @@ fn a_hung_exec_start_holds_up_nothing_else_of_its_container() {
         f.tm.wait_blocking("t1", "hung").unwrap().status,
         UNKNOWN_EXIT_STATUS
     );
-    delete_exec(&f, "t1", "hung").unwrap();
+    f.delete("t1", "hung").unwrap();
     let topics = f.events.topics();
     assert_eq!(
         topics
@@ -2195,7 +1820,7 @@ fn an_exec_start_that_panics_fails_its_exec() {
         3
     );
     assert_eq!(f.events.topics().last(), Some(&"/tasks/exit"));
-    delete_exec(&f, "t1", "e1").unwrap();
+    f.delete("t1", "e1").unwrap();
 }
 
 /// An exec's Delete takes it out of the table under the lock its Start claims it under: a
@@ -2247,16 +1872,7 @@ fn a_systemd_cgroups_path_runs_the_container_with_runc_s_systemd_driver() {
             &format!(r#""linux":{{"cgroupsPath":"{path}","#),
         );
         let bundle = f.bundle(id, &spec);
-        f.svc
-            .create(
-                &ctx(),
-                CreateTaskRequest {
-                    id: id.into(),
-                    bundle: bundle.clone(),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        f.svc.create(&ctx(), create_req(id, &bundle)).unwrap();
         let config = f.host.configs.lock().unwrap().last().cloned().unwrap();
         assert_eq!(config.systemd_cgroup, systemd, "{id}");
         let record: crate::task::TaskRecord = serde_json::from_slice(
