@@ -734,11 +734,7 @@ mod tests {
                 result: None,
             }),
         };
-        std::fs::write(
-            bundle.join(TASK_STATE_FILE),
-            serde_json::to_vec(&record).unwrap(),
-        )
-        .unwrap();
+        write_task_record(&bundle, &record);
         let start = std::time::Instant::now();
         let (_, undone) = delete_within("ns", "t1", &bundle, &Budget::new(DELETE_BUDGET));
         let took = start.elapsed();
@@ -822,6 +818,15 @@ mod tests {
         assert!(elsewhere.exists());
     }
 
+    /// Writes `record` as `bundle`'s task record, as the daemon does.
+    fn write_task_record(bundle: &Path, record: &TaskRecord) {
+        std::fs::write(
+            bundle.join(TASK_STATE_FILE),
+            serde_json::to_vec(record).unwrap(),
+        )
+        .unwrap();
+    }
+
     /// Whether another `delete` could take `bundle`'s lock now (a second open of the
     /// directory: `flock` locks of two open files conflict within one process too).
     fn bundle_lock_is_free(bundle: &Path) -> bool {
@@ -852,11 +857,7 @@ mod tests {
             rootfs_mounted: false,
             network: None,
         };
-        std::fs::write(
-            bundle.join(TASK_STATE_FILE),
-            serde_json::to_vec(&record).unwrap(),
-        )
-        .unwrap();
+        write_task_record(&bundle, &record);
         let (_, undone) = delete_within("ns", "t1", &bundle, &Budget::new(Duration::ZERO));
         assert!(
             undone.cut_off.iter().any(|c| c.contains("container t1")),

@@ -422,6 +422,25 @@ impl SandboxManager {
         Ok(())
     }
 
+    /// Keeps the pause of a StartSandbox that failed and could not let it go (its systemd
+    /// scope may remain, or it has not exited since its kill) in sandbox `id`: its pid names
+    /// it for Stop, Shutdown and `delete`, the pod is NOTREADY and never started again, and
+    /// `mark` says why it is kept.
+    fn keep_failed_pause(
+        &self,
+        id: &str,
+        pid: i32,
+        pause: Arc<PauseProcess>,
+        mark: impl FnOnce(&mut Sandbox),
+    ) {
+        if let Some(s) = self.lock().as_mut().filter(|s| s.id == id) {
+            s.pid = pid;
+            s.pause = Some(pause);
+            s.state = State::NotReady;
+            mark(s);
+        }
+    }
+
     /// Takes down what `record` says was made: the network, /dev/shm, the pod files, the
     /// pause's MCS reservation.
     fn undo(&self, record: &SandboxRecord) {
@@ -585,12 +604,7 @@ impl SandboxManager {
                     "sandbox {id}: the systemd scope may exist; the pause process {pid} is kept \
                      until it is stopped"
                 );
-                if let Some(s) = self.lock().as_mut().filter(|s| s.id == id) {
-                    s.pid = pid;
-                    s.pause = Some(pause);
-                    s.state = State::NotReady;
-                    s.scope_unconfirmed = true;
-                }
+                self.keep_failed_pause(id, pid, pause, |s| s.scope_unconfirmed = true);
                 drop(held);
                 return Err(e);
             }
@@ -623,12 +637,7 @@ impl SandboxManager {
                         "sandbox {id}: the pause process {pid} has not exited since it was \
                          killed: its SELinux level and record are kept"
                     );
-                    if let Some(s) = self.lock().as_mut().filter(|s| s.id == id) {
-                        s.pid = pid;
-                        s.pause = Some(pause);
-                        s.state = State::NotReady;
-                        s.pause_lingers = true;
-                    }
+                    self.keep_failed_pause(id, pid, pause, |s| s.pause_lingers = true);
                 }
                 drop(held);
                 return Err(e);
