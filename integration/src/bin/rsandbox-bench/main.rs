@@ -243,6 +243,13 @@ async fn measure(cri: &Cri, o: &Opts, work: &Path, res: &mut Results) -> Result<
             res.add(g, "`start` (spawn to exit)", "ms", h, stats::ms(t.start));
             res.add(
                 g,
+                "one ttrpc round trip to the daemon (Task Connect)",
+                "µs",
+                h,
+                stats::us(t.round_trip),
+            );
+            res.add(
+                g,
                 "daemon exit after its Shutdown reply",
                 "ms",
                 h,

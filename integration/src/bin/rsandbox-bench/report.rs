@@ -216,7 +216,7 @@ impl Results {
         let mut data = String::new();
         let mut top: f64 = 1.0;
         for r in &self.rows {
-            if !matches!(r.unit.as_str(), "ms" | "s" | "MiB") {
+            if !matches!(r.unit.as_str(), "µs" | "ms" | "s" | "MiB") {
                 continue;
             }
             if let Some(x) = r.ratio_p50() {

@@ -3,9 +3,11 @@
 //! environment, cwd the bundle, a `log` fifo opened by the caller.
 //!
 //! One sample: `start` (spawn to exit: it binds the socket, starts the daemon, prints the
-//! address), then the Task `Shutdown` call on the new daemon and the time from its reply
-//! until the daemon's exit, then `delete` on the bundle (spawn to exit). Plus `-v`: the
-//! binary's bare exec + start-up cost.
+//! address), one ttrpc round trip to the new daemon (the median of [`ROUND_TRIPS`] Task
+//! `Connect` calls, which rsandbox answers through its worker pool: its answers to CRI's most
+//! frequent call, a non-verbose SandboxStatus, skip that hand-over), then the Task `Shutdown`
+//! call and the time from its reply until the daemon's exit, then `delete` on the bundle
+//! (spawn to exit). Plus `-v`: the binary's bare exec + start-up cost.
 
 use std::fs;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -33,11 +35,17 @@ pub struct ShimBinary {
     pub needs_spec: bool,
 }
 
+/// Round trips timed per sample (after one that is not: it may start the shim's threads); odd,
+/// so that the median is one of them.
+pub const ROUND_TRIPS: usize = 11;
+
 /// One sample's durations.
 #[derive(Debug, Clone, Copy)]
 pub struct ActionTimes {
     pub version: Duration,
     pub start: Duration,
+    /// One request's write to its whole reply, on an idle daemon (the median of the sample's).
+    pub round_trip: Duration,
     /// From the Shutdown reply until the daemon has exited.
     pub exit_after_shutdown: Duration,
     pub delete: Duration,
@@ -79,7 +87,7 @@ impl ShimBinary {
         Ok(d)
     }
 
-    /// One start / Shutdown / delete round in a fresh bundle under `work`.
+    /// One start / round trips / Shutdown / delete round in a fresh bundle under `work`.
     pub fn sample(&self, work: &Path, id: &str) -> Result<ActionTimes, String> {
         let version = self.version()?;
         let bundle = work.join(id);
@@ -123,6 +131,18 @@ impl ShimBinary {
             .ok_or_else(|| format!("start: no daemon process with -id {id}"))?;
         let pidfd = pidfd_open(daemon)?;
 
+        let mut trips = crate::ttrpc::connect_round_trips(
+            &socket,
+            id,
+            NAMESPACE,
+            ROUND_TRIPS + 1,
+            Duration::from_millis(1),
+        )
+        .map_err(|e| format!("Connect ({}): {e}", socket.display()))?;
+        trips.remove(0);
+        trips.sort();
+        let round_trip = trips[trips.len() / 2];
+
         let conn = crate::ttrpc::shutdown_task(&socket, id, NAMESPACE)
             .map_err(|e| format!("Shutdown ({}): {e}", socket.display()))?;
         // containerd closes its connection as soon as it has the reply (rsandbox waits for
@@ -157,6 +177,7 @@ impl ShimBinary {
         Ok(ActionTimes {
             version,
             start,
+            round_trip,
             exit_after_shutdown,
             delete,
         })

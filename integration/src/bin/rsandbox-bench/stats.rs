@@ -46,6 +46,11 @@ pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// Microseconds, as a float.
+pub fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
 /// Nearest-rank percentile of sorted, non-empty `v`: the smallest value with at least `q`% of
 /// the samples at or below it.
 pub fn percentile(v: &[f64], q: f64) -> f64 {

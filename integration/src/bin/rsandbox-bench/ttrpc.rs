@@ -1,5 +1,6 @@
-//! The smallest ttrpc client that can ask a shim to shut down: one unary request on a unix
-//! socket, protobuf encoded by hand (strings, bytes and a bool are all it needs).
+//! The smallest ttrpc client that can ask a shim to shut down or time its round trip: unary
+//! requests on a unix socket, protobuf encoded by hand (strings, bytes and a bool are all it
+//! needs).
 //!
 //! Frame: 10-byte header (payload length u32 BE, stream id u32 BE, type u8: 1 request,
 //! 2 response; flags u8), then a `ttrpc.Request` {service=1, method=2, payload=3,
@@ -118,6 +119,40 @@ pub fn request(service: &str, method: &str, payload: &[u8], ns: &str) -> Vec<u8>
     r
 }
 
+/// A request frame: the header, then `body`.
+fn frame(stream_id: u32, body: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(10 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&stream_id.to_be_bytes());
+    frame.push(REQUEST);
+    frame.push(0);
+    frame.extend_from_slice(body);
+    frame
+}
+
+/// The next response frame's `ttrpc.Response`, which must answer `stream`, or None when the
+/// peer closed the connection before it.
+fn read_response(s: &mut UnixStream, stream: u32) -> std::io::Result<Option<Vec<u8>>> {
+    let mut hdr = [0u8; 10];
+    if let Err(e) = s.read_exact(&mut hdr) {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            return Ok(None);
+        }
+        return Err(e);
+    }
+    let len = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize;
+    let answers = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
+    if hdr[8] != RESPONSE || len > 4 << 20 || answers != stream {
+        return Err(std::io::Error::other(format!(
+            "unexpected ttrpc frame: type {}, length {len}, stream {answers} (asked on {stream})",
+            hdr[8]
+        )));
+    }
+    let mut resp = vec![0u8; len];
+    s.read_exact(&mut resp)?;
+    Ok(Some(resp))
+}
+
 /// One unary call on a fresh connection; returns (status code, message), or
 /// [`CLOSED_WITHOUT_REPLY`] when the peer closed the connection instead of replying. The
 /// connection is returned too, so a caller can watch it close.
@@ -130,36 +165,47 @@ pub fn call(
 ) -> std::io::Result<((i32, String), UnixStream)> {
     let mut s = UnixStream::connect(socket)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let body = request(service, method, payload, ns);
-    let mut frame = Vec::with_capacity(10 + body.len());
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&1u32.to_be_bytes());
-    frame.push(REQUEST);
-    frame.push(0);
-    frame.extend_from_slice(&body);
-    s.write_all(&frame)?;
-    let mut hdr = [0u8; 10];
-    if let Err(e) = s.read_exact(&mut hdr) {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            // The peer closed without a reply: containerd takes that as done for Shutdown
-            // (core/runtime/v2/shim.go: a ttrpc.ErrClosed is no error); the Go shim often
-            // exits before its reply is written.
-            return Ok(((CLOSED_WITHOUT_REPLY, String::new()), s));
-        }
-        return Err(e);
-    }
-    let len = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize;
-    if hdr[8] != RESPONSE || len > 4 << 20 {
-        return Err(std::io::Error::other(format!(
-            "unexpected ttrpc frame type {} length {len}",
-            hdr[8]
-        )));
-    }
-    let mut resp = vec![0u8; len];
-    s.read_exact(&mut resp)?;
+    s.write_all(&frame(1, &request(service, method, payload, ns)))?;
+    // The peer closed without a reply: containerd takes that as done for Shutdown
+    // (core/runtime/v2/shim.go: a ttrpc.ErrClosed is no error); the Go shim often exits
+    // before its reply is written.
+    let Some(resp) = read_response(&mut s, 1)? else {
+        return Ok(((CLOSED_WITHOUT_REPLY, String::new()), s));
+    };
     let status =
         response_status(&resp).ok_or_else(|| std::io::Error::other("malformed ttrpc response"))?;
     Ok((status, s))
+}
+
+/// `n` Task `Connect` calls for `id` on one connection, `pause` apart (so that each meets a
+/// shim that went idle, as a CRI call does), as containerd's client sends them: the time
+/// from each request's write to its whole response. The answer's content does not matter
+/// (without a task runc's shim answers pid 0 and rsandbox NOT_FOUND): the round trip does.
+pub fn connect_round_trips(
+    socket: &Path,
+    id: &str,
+    ns: &str,
+    n: usize,
+    pause: Duration,
+) -> std::io::Result<Vec<Duration>> {
+    let mut s = UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut payload = Vec::new();
+    field_bytes(&mut payload, 1, id.as_bytes());
+    let body = request("containerd.task.v3.Task", "Connect", &payload, ns);
+    let mut times = Vec::with_capacity(n);
+    for k in 0..n {
+        // Client-initiated ttrpc streams have odd ids.
+        let stream = 2 * k as u32 + 1;
+        let f = frame(stream, &body);
+        std::thread::sleep(pause);
+        let t = std::time::Instant::now();
+        s.write_all(&f)?;
+        read_response(&mut s, stream)?
+            .ok_or_else(|| std::io::Error::other("Connect: closed without a reply"))?;
+        times.push(t.elapsed());
+    }
+    Ok(times)
 }
 
 /// `containerd.task.v3.Task/Shutdown` (v2 if the shim answers UNIMPLEMENTED) for `id`.
@@ -211,6 +257,71 @@ mod tests {
         })
         .unwrap();
         assert_eq!(kv[1], (2, Value::Bytes(b"ns")));
+    }
+
+    /// A peer that answers each request, `delay` after reading it, with an empty OK response on
+    /// the request's stream plus `skew`, and returns the stream ids it saw once the client
+    /// hangs up (or once it has answered a skewed one: the client gives up then).
+    fn answering_peer(
+        socket: &Path,
+        delay: Duration,
+        skew: u32,
+    ) -> std::thread::JoinHandle<Vec<u32>> {
+        let listener = std::os::unix::net::UnixListener::bind(socket).unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut streams = Vec::new();
+            let mut hdr = [0u8; 10];
+            while s.read_exact(&mut hdr).is_ok() {
+                assert_eq!(hdr[8], REQUEST);
+                let len = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize;
+                let mut body = vec![0u8; len];
+                s.read_exact(&mut body).unwrap();
+                let stream = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
+                streams.push(stream);
+                std::thread::sleep(delay);
+                let mut reply = Vec::new();
+                reply.extend_from_slice(&0u32.to_be_bytes());
+                reply.extend_from_slice(&(stream + skew).to_be_bytes());
+                reply.extend_from_slice(&[RESPONSE, 0]);
+                if s.write_all(&reply).is_err() || skew != 0 {
+                    break;
+                }
+            }
+            streams
+        })
+    }
+
+    fn socket_path(name: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("rsandbox-bench-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    #[test]
+    fn round_trips_are_one_timed_call_each_on_new_odd_streams() {
+        // Each reply comes 5 ms after its request: a call timed without waiting for its reply
+        // (or requests written before the replies are read) would take less.
+        let delay = Duration::from_millis(5);
+        let socket = socket_path("rtt");
+        let peer = answering_peer(&socket, delay, 0);
+        let times = connect_round_trips(&socket, "id", "ns", 3, Duration::ZERO);
+        let _ = std::fs::remove_file(&socket);
+        let times = times.unwrap();
+        assert_eq!(times.len(), 3);
+        assert!(times.iter().all(|t| *t >= delay), "{times:?}");
+        assert_eq!(peer.join().unwrap(), vec![1, 3, 5]);
+    }
+
+    #[test]
+    fn a_reply_on_another_stream_is_an_error() {
+        let socket = socket_path("rtt-skew");
+        let peer = answering_peer(&socket, Duration::ZERO, 2);
+        let r = connect_round_trips(&socket, "id", "ns", 3, Duration::ZERO);
+        let _ = std::fs::remove_file(&socket);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("stream 3 (asked on 1)"), "{e}");
+        assert_eq!(peer.join().unwrap(), vec![1]);
     }
 
     #[test]
