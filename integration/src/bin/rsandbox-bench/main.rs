@@ -2,12 +2,13 @@
 //! side by side, on the hack/ bench's containerd (run it through `hack/bench.sh`).
 //!
 //! Both handlers run the same workload, interleaved runc, rsandbox, rsandbox, runc, ... so
-//! drift hits both alike: every CRI call of one pod's life, pod + container from scratch and
-//! back, N pods with K in flight, density (110 pods with a sleeping container each: Ready?,
-//! wall time, PSS of the per-pod shim and pause processes, containerd's RSS), and the shim
-//! binaries' own `start` / `delete` actions. It prints markdown tables (p50 / p95 / min / max
-//! and the p50 ratio rsandbox/runc), writes JSON, and a PNG of the ratios when gnuplot is
-//! installed.
+//! drift hits both alike: every CRI call of one pod's life (then containerd's garbage
+//! collection of what the pod left, run and timed), pod + container from scratch and back, N
+//! pods with K in flight, density (110 pods with a sleeping container each: Ready?, wall time,
+//! PSS of the per-pod shim and pause processes, containerd's RSS), and the shim binaries' own
+//! `start` / `delete` actions with a ttrpc round trip to the daemon. It prints markdown tables
+//! (p50 / p95 / min / max and the p50 ratio rsandbox/runc), writes JSON, and a PNG of the
+//! ratios when gnuplot is installed.
 //!
 //! Everything it creates carries a label and is removed at the end, on failure and on
 //! Ctrl-C/SIGTERM; it then checks that nothing of it is left and fails if something is.
@@ -608,10 +609,11 @@ async fn main() {
         }
     }
     let (rt, _) = cri_clients().await;
+    let containerd = rsandbox_integration::tasks::channel().await;
     let id = std::process::id();
     let work = prefix().join(format!("run/rsandbox-bench-{id}"));
     let log_dir = std::env::temp_dir().join(format!("rsandbox-bench-logs-{id}"));
-    let cri = Cri::new(rt, log_dir.clone());
+    let cri = Cri::new(rt, containerd, log_dir.clone());
 
     let (removed, errors) = cri.sweep().await;
     if removed > 0 || !errors.is_empty() {

@@ -9,6 +9,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use containerd_client::services::v1::leases_client::LeasesClient;
+use containerd_client::services::v1::{
+    CreateRequest as CreateLease, DeleteRequest as DeleteLease, ListRequest as ListLeases,
+};
 use rsandbox_integration::Runtime;
 use rsandbox_integration::cri::*;
 use rsandbox_integration::pods::{container_config, namespaces};
@@ -19,6 +23,11 @@ use tokio::task::JoinSet;
 pub const LABEL: (&str, &str) = ("io.rsandbox.bench", "1");
 /// Kubernetes namespace in the pods' metadata.
 const POD_NAMESPACE: &str = "rsandbox-bench";
+/// containerd namespace of CRI's objects, where [`Cri::collect_garbage`] makes its lease.
+const CRI_NAMESPACE: &str = "k8s.io";
+
+/// The per-call row of [`Cri::collect_garbage`] after a pod's removal.
+pub const GC_AFTER_REMOVAL: &str = "containerd's garbage collection of the removed pod";
 
 /// Durations of one pod's calls, in the order they ran.
 pub type Timings = Vec<(&'static str, Duration)>;
@@ -27,6 +36,7 @@ pub type Timings = Vec<(&'static str, Duration)>;
 #[derive(Clone)]
 pub struct Cri {
     rt: Runtime,
+    leases: LeasesClient<tonic::transport::Channel>,
     live: Arc<Mutex<BTreeSet<String>>>,
     /// Every pod ID ever created, for the final leftover check.
     all: Arc<Mutex<Vec<String>>>,
@@ -49,9 +59,10 @@ async fn timed<T, F: std::future::Future<Output = T>>(f: F) -> (T, Duration) {
 }
 
 impl Cri {
-    pub fn new(rt: Runtime, log_dir: PathBuf) -> Cri {
+    pub fn new(rt: Runtime, containerd: tonic::transport::Channel, log_dir: PathBuf) -> Cri {
         Cri {
             rt,
+            leases: LeasesClient::new(containerd),
             live: Arc::default(),
             all: Arc::default(),
             log_dir,
@@ -166,9 +177,49 @@ impl Cri {
         Ok(())
     }
 
+    /// containerd's garbage collection, run now and waited for: a lease made and deleted with
+    /// `sync` (containerd's `ScheduleAndWait`). CRI deletes a pod's lease and its containers'
+    /// snapshots without waiting; the collection that removes what they held runs later, when
+    /// containerd's scheduler gets to it (at most about every 245 ms, by its pause threshold),
+    /// and while it removes snapshots it holds the snapshotter's lock that every snapshot
+    /// `Prepare` takes (`core/metadata/snapshot.go`, `garbageCollect`). Left to itself, one
+    /// pod's collection lands in some later call of whichever handler runs next (the two
+    /// handlers' pods alternate); run after each pod of the one-at-a-time workloads, it is timed
+    /// with the pod whose removal left the garbage. It times what is left to collect then: the
+    /// scheduler may have collected part of it during the pod's last calls.
+    pub async fn collect_garbage(&self) -> Result<Duration, String> {
+        let id = {
+            let mut s = self.seq.lock().unwrap();
+            *s += 1;
+            format!("rsandbox-bench-gc-{}-{}", std::process::id(), *s)
+        };
+        let mut leases = self.leases.clone();
+        leases
+            .create(rsandbox_integration::tasks::in_ns(
+                CRI_NAMESPACE,
+                CreateLease {
+                    id: id.clone(),
+                    labels: [(LABEL.0.to_string(), LABEL.1.to_string())].into(),
+                },
+            ))
+            .await
+            .map_err(|e| format!("create lease {id}: {}", e.message()))?;
+        let (r, d) = timed(leases.delete(rsandbox_integration::tasks::in_ns(
+            CRI_NAMESPACE,
+            DeleteLease {
+                id: id.clone(),
+                sync: true,
+            },
+        )))
+        .await;
+        r.map_err(|e| format!("delete lease {id} (sync): {}", e.message()))?;
+        Ok(d)
+    }
+
     /// Every call of one pod's life, one by one: RunPodSandbox, PodSandboxStatus,
     /// CreateContainer, StartContainer, ExecSync, StopContainer, RemoveContainer,
-    /// StopPodSandbox, RemovePodSandbox.
+    /// StopPodSandbox, RemovePodSandbox; then containerd's garbage collection of what the pod
+    /// left ([`Cri::collect_garbage`]).
     pub async fn calls_one_by_one(&self, handler: &str) -> Result<Timings, String> {
         let mut rt = self.rt.clone();
         let mut t = Timings::new();
@@ -218,11 +269,14 @@ impl Cri {
         r.map_err(fail(handler, "RemoveContainer"))?;
         t.push(("RemoveContainer", d));
         self.stop_remove_pod(handler, &pod, &mut t).await?;
+        t.push((GC_AFTER_REMOVAL, self.collect_garbage().await?));
         Ok(t)
     }
 
     /// A pod and one container from nothing to Running (RunPodSandbox, CreateContainer,
-    /// StartContainer) and back to nothing (StopPodSandbox, RemovePodSandbox).
+    /// StartContainer) and back to nothing (StopPodSandbox, RemovePodSandbox), then
+    /// containerd's garbage collection of what the pod left (not timed here: the per-call
+    /// workload times it).
     pub async fn pod_from_scratch(&self, handler: &str) -> Result<(Duration, Duration), String> {
         let mut t = Timings::new();
         let config = self.pod_config(&self.next_name(handler, "scratch"));
@@ -232,7 +286,9 @@ impl Cri {
         let up = up.elapsed();
         let down = Instant::now();
         self.stop_remove_pod(handler, &pod, &mut t).await?;
-        Ok((up, down.elapsed()))
+        let down = down.elapsed();
+        self.collect_garbage().await?;
+        Ok((up, down))
     }
 
     /// `n` pods, each run, stopped and removed, `in_flight` at a time; the wall time.
@@ -402,6 +458,34 @@ impl Cri {
                 }
                 (_, Err(s)) => errors.push(format!("RemovePodSandbox {id}: {}", s.message())),
             }
+        }
+        // A lease of collect_garbage that a killed bench did not delete.
+        let mut leases = self.leases.clone();
+        let filter = format!("labels.\"{}\"=={}", LABEL.0, LABEL.1);
+        let found = leases
+            .list(rsandbox_integration::tasks::in_ns(
+                CRI_NAMESPACE,
+                ListLeases {
+                    filters: vec![filter],
+                },
+            ))
+            .await;
+        match found {
+            Ok(r) => {
+                for l in r.into_inner().leases {
+                    let req = DeleteLease {
+                        id: l.id.clone(),
+                        sync: false,
+                    };
+                    if let Err(s) = leases
+                        .delete(rsandbox_integration::tasks::in_ns(CRI_NAMESPACE, req))
+                        .await
+                    {
+                        errors.push(format!("delete lease {}: {}", l.id, s.message()));
+                    }
+                }
+            }
+            Err(s) => errors.push(format!("list leases: {}", s.message())),
         }
         (removed, errors)
     }
