@@ -121,9 +121,14 @@ pub fn serve(flags: &Flags) -> Result<()> {
     ) {
         eprintln!("{RUNTIME_ID}: no log fifo: {e}");
     }
+    // From here (the logger decides whether steps are timed): where the daemon's start-up goes,
+    // while containerd's first request (CreateSandbox) waits for it.
+    let mut steps = crate::timing::Steps::new(|| format!("daemon {} start-up", flags.id));
     let listener = listener(flags)?;
     nix::sys::prctl::set_child_subreaper(true).context("become a child subreaper")?;
+    steps.step("listener and subreaper");
     let reaper = Reaper::start().context("start the reaper")?;
+    steps.step("reaper");
     let ttrpc_address = std::env::var("TTRPC_ADDRESS").unwrap_or_default();
     let publisher = Arc::new(
         RemotePublisher::start(ttrpc_address, flags.namespace.clone())
@@ -143,6 +148,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
         unified,
         socket_dir: PathBuf::from(SOCKET_DIR),
     });
+    steps.step("event forwarder and host");
     let config = crate::config::ShimConfig::load().unwrap_or_else(|e| {
         log::error!("{e}; using the defaults");
         Default::default()
@@ -157,6 +163,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
     let exit = Arc::new(ExitSignal::default());
     let e = exit.clone();
     let on_shutdown: Arc<dyn Fn() + Send + Sync> = Arc::new(move || e.signal());
+    steps.step("config and networker");
     let sm = SandboxManager::new(
         SandboxDeps {
             host: Arc::new(LinuxPodHost {
@@ -199,6 +206,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
         }
     });
 
+    steps.step("managers");
     let mut server = ServerBuilder::default();
     let task = Arc::new(TaskService::new(tm.clone()));
     server.register(create_task(task.clone()));
@@ -220,6 +228,8 @@ pub fn serve(flags: &Flags) -> Result<()> {
     );
     let server = server.build();
     let handle = server.start(listener).context("start the ttrpc server")?;
+    steps.step("server");
+    drop(steps);
     log::info!(
         "shim {} serving namespace {} (pid {})",
         flags.id,
