@@ -75,10 +75,15 @@ impl Cri {
         self.all.lock().unwrap().clone()
     }
 
-    fn next_name(&self, handler: &str, kind: &str) -> String {
+    /// A name unique to this run of the bench: `<stem>-<pid>-<n>`.
+    fn unique(&self, stem: &str) -> String {
         let mut s = self.seq.lock().unwrap();
         *s += 1;
-        format!("{kind}-{handler}-{}-{}", std::process::id(), *s)
+        format!("{stem}-{}-{}", std::process::id(), *s)
+    }
+
+    fn next_name(&self, handler: &str, kind: &str) -> String {
+        self.unique(&format!("{kind}-{handler}"))
     }
 
     fn pod_config(&self, name: &str) -> PodSandboxConfig {
@@ -188,11 +193,7 @@ impl Cri {
     /// with the pod whose removal left the garbage. It times what is left to collect then: the
     /// scheduler may have collected part of it during the pod's last calls.
     pub async fn collect_garbage(&self) -> Result<Duration, String> {
-        let id = {
-            let mut s = self.seq.lock().unwrap();
-            *s += 1;
-            format!("rsandbox-bench-gc-{}-{}", std::process::id(), *s)
-        };
+        let id = self.unique("rsandbox-bench-gc");
         let mut leases = self.leases.clone();
         leases
             .create(rsandbox_integration::tasks::in_ns(
