@@ -15,10 +15,11 @@
 #   --help              every option (samples, pods, in flight, density, --only, ...)
 #
 # Both CRI runtime handlers run the same workload, interleaved (runc, rsandbox,
-# rsandbox, runc, ...): every CRI call of a pod's life, pod + container from
-# scratch and back, N pods with K in flight, density (110 pods with a sleeping
-# container: Ready?, wall time, PSS of the per-pod shim and pause processes,
-# containerd's RSS), and the shim binaries' start/delete actions. Prints
+# rsandbox, runc, ...): every CRI call of a pod's life (then containerd's garbage
+# collection of the pod, run and timed), pod + container from scratch and back,
+# N pods with K in flight, density (110 pods with a sleeping container: Ready?,
+# wall time, PSS of the per-pod shim and pause processes, containerd's RSS), and
+# the shim binaries' start/delete actions (and a ttrpc round trip). Prints
 # markdown tables (p50/p95/min/max, p50 ratio rsandbox/runc) and writes
 #   target/bench/rsandbox-bench[-quick].json   (override: --json PATH)
 #   target/bench/rsandbox-bench[-quick].png    bar chart of the ratios (gnuplot:
