@@ -16,7 +16,8 @@
 #     launcher's pty as /dev/console (no /dev/kmsg: the host's kernel log stays the host's);
 #   - tmpfs /run and /tmp, and fresh tmpfs for containerd's root and state, CNI's state and the
 #     log under the bench prefix (containerd's overlayfs snapshotter cannot work on an
-#     overlay upper; nothing of the host bench's state is seen or touched);
+#     overlay upper; nothing of the host bench's state is seen or touched); a prefix below
+#     /tmp or /run gets an overlay of its own, as /'s;
 #   - the repository bound read-only (live, not through the overlay);
 #   - the node's files (hack/node/units.sh): units, masks, containerd's config, machine-id;
 #   - pivot_root, the old root detached, `mount --make-rshared /`, then
@@ -96,6 +97,17 @@ fi
 
 mount -t tmpfs -o mode=0755,nosuid,nodev run "$R/run"
 mount -t tmpfs -o mode=1777,nosuid,nodev tmp "$R/tmp"
+# A bench prefix below /tmp or /run (RSANDBOX_PREFIX=/tmp/...) is gone under those tmpfs: it
+# gets the same overlay as / (the host's prefix the read-only lower, the node's writes, such
+# as its runc link, in a tmpfs upper).
+case "$RSANDBOX_PREFIX/" in
+/tmp/* | /run/*)
+	mkdir -p "$FS"/prefix-{upper,work} "$R$RSANDBOX_PREFIX"
+	mount -t overlay rsandbox-node-prefix \
+		-o "lowerdir=$RSANDBOX_PREFIX,upperdir=$FS/prefix-upper,workdir=$FS/prefix-work" \
+		"$R$RSANDBOX_PREFIX"
+	;;
+esac
 # containerd's root and state, CNI's leases and cache, the log, containerd's temp dir
 state_dirs=("$R$RSANDBOX_PREFIX"/{var/lib/containerd,run,var/lib/cni,log,tmp} "$R/var/lib/cni")
 mkdir -p "${state_dirs[@]}"
