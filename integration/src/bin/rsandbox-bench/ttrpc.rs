@@ -119,15 +119,22 @@ pub fn request(service: &str, method: &str, payload: &[u8], ns: &str) -> Vec<u8>
     r
 }
 
-/// A request frame: the header, then `body`.
-fn frame(stream_id: u32, body: &[u8]) -> Vec<u8> {
+/// A frame of type `kind` ([`REQUEST`] or [`RESPONSE`]): the header, then `body`.
+fn frame(stream_id: u32, kind: u8, body: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(10 + body.len());
     frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
     frame.extend_from_slice(&stream_id.to_be_bytes());
-    frame.push(REQUEST);
+    frame.push(kind);
     frame.push(0);
     frame.extend_from_slice(body);
     frame
+}
+
+/// A frame header's (payload length, stream id, type).
+fn header(hdr: &[u8; 10]) -> (usize, u32, u8) {
+    let len = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize;
+    let stream = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
+    (len, stream, hdr[8])
 }
 
 /// The next response frame's `ttrpc.Response`, which must answer `stream`, or None when the
@@ -140,12 +147,10 @@ fn read_response(s: &mut UnixStream, stream: u32) -> std::io::Result<Option<Vec<
         }
         return Err(e);
     }
-    let len = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize;
-    let answers = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
-    if hdr[8] != RESPONSE || len > 4 << 20 || answers != stream {
+    let (len, answers, kind) = header(&hdr);
+    if kind != RESPONSE || len > 4 << 20 || answers != stream {
         return Err(std::io::Error::other(format!(
-            "unexpected ttrpc frame: type {}, length {len}, stream {answers} (asked on {stream})",
-            hdr[8]
+            "unexpected ttrpc frame: type {kind}, length {len}, stream {answers} (asked on {stream})"
         )));
     }
     let mut resp = vec![0u8; len];
@@ -165,7 +170,7 @@ pub fn call(
 ) -> std::io::Result<((i32, String), UnixStream)> {
     let mut s = UnixStream::connect(socket)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(&frame(1, &request(service, method, payload, ns)))?;
+    s.write_all(&frame(1, REQUEST, &request(service, method, payload, ns)))?;
     // The peer closed without a reply: containerd takes that as done for Shutdown
     // (core/runtime/v2/shim.go: a ttrpc.ErrClosed is no error); the Go shim often exits
     // before its reply is written.
@@ -197,7 +202,7 @@ pub fn connect_round_trips(
     for k in 0..n {
         // Client-initiated ttrpc streams have odd ids.
         let stream = 2 * k as u32 + 1;
-        let f = frame(stream, &body);
+        let f = frame(stream, REQUEST, &body);
         std::thread::sleep(pause);
         let t = std::time::Instant::now();
         s.write_all(&f)?;
@@ -273,17 +278,13 @@ mod tests {
             let mut streams = Vec::new();
             let mut hdr = [0u8; 10];
             while s.read_exact(&mut hdr).is_ok() {
-                assert_eq!(hdr[8], REQUEST);
-                let len = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize;
+                let (len, stream, kind) = header(&hdr);
+                assert_eq!(kind, REQUEST);
                 let mut body = vec![0u8; len];
                 s.read_exact(&mut body).unwrap();
-                let stream = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
                 streams.push(stream);
                 std::thread::sleep(delay);
-                let mut reply = Vec::new();
-                reply.extend_from_slice(&0u32.to_be_bytes());
-                reply.extend_from_slice(&(stream + skew).to_be_bytes());
-                reply.extend_from_slice(&[RESPONSE, 0]);
+                let reply = frame(stream + skew, RESPONSE, &[]);
                 if s.write_all(&reply).is_err() || skew != 0 {
                     break;
                 }
