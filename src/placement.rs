@@ -1,7 +1,20 @@
 //! Is a container's process where runc put it? After `runc create` (before the container's
 //! own code runs), after `runc start` and after `runc exec`, the process must sit in the
-//! container's own cgroup in every hierarchy runc's state says the container joined
-//! (`state.json`'s `cgroup_paths`: hierarchy → directory). If it does not, the container runs
+//! container's own cgroup, or in a cgroup below it, in every hierarchy runc's state says the
+//! container joined (`state.json`'s `cgroup_paths`: hierarchy → directory).
+//!
+//! Below it counts as in place because that is where runc itself puts processes of a
+//! container that runs its own cgroups: docker:dind's entrypoint, systemd as a container's
+//! init, a kind node move every process of their cgroup into a child (`init`) and enable
+//! controllers in their `cgroup.subtree_control`; on cgroup v2 the kernel then refuses new
+//! processes in the container's cgroup (no internal processes), and runc's `setnsProcess`
+//! puts an exec'd process into the init's cgroup instead (runc issue 2356, the same in 1.1
+//! and 1.3). An init that moves itself into a child at once is the same shape after `runc
+//! start`. A descendant is still under every limit and device policy of the container's
+//! cgroup (v1 children cannot widen their parent's devices list; a v2 parent's BPF program
+//! keeps running for its descendants), so nothing is escaped by it.
+//!
+//! Anywhere else (a parent, a sibling, the root), the container runs
 //! under another cgroup's limits — with systemd on cgroup v1, in an allow-all devices cgroup
 //! (see [`crate::systemd::devices`] for how systemd 252 moves a container's init into its pod
 //! slice's devices cgroup) — and the caller must fail the operation and take the process down
@@ -15,7 +28,7 @@ use std::path::{Path, PathBuf};
 use crate::cgroups::cgroup_mounts;
 use crate::error::{Context, Error, Result};
 
-/// A process outside the cgroup runc says its container joined.
+/// A process outside the cgroup runc says its container joined, and outside every cgroup below it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "process {pid} is not in its container's cgroup in the {hierarchy} hierarchy: runc's state \
@@ -149,7 +162,8 @@ pub fn misplaced(
             Ok(below) => mount.mountpoint.join(below),
             Err(_) => PathBuf::from(rel),
         };
-        if normalized(&actual) != normalized(expected) {
+        // Component-wise: `<ctr>/init` is below `<ctr>`, `<ctr>-x` is not.
+        if !normalized(&actual).starts_with(normalized(expected)) {
             return Some(Misplaced {
                 pid,
                 hierarchy: if unified {
@@ -298,6 +312,49 @@ mod tests {
             let m = misplaced(7, &j, &line, mountinfo).unwrap();
             assert_eq!(m.hierarchy, hierarchy, "{line}");
         }
+    }
+
+    /// A container that runs its own cgroups (docker:dind, systemd as init): runc puts an
+    /// exec'd process into the child its init moved to. That is in place; a sibling whose
+    /// name only begins with the container's, the parent and the root are not.
+    #[test]
+    fn a_descendant_of_the_container_s_cgroup_is_in_place_and_a_sibling_is_not() {
+        let mountinfo = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let j: BTreeMap<String, PathBuf> = [(
+            String::new(),
+            PathBuf::from(format!("/sys/fs/cgroup{SCOPE}")),
+        )]
+        .into();
+        for inside in [
+            format!("0::{SCOPE}/init\n"),
+            format!("0::{SCOPE}/init.scope/deeper\n"),
+            format!("0::{SCOPE}/\n"),
+        ] {
+            assert_eq!(misplaced(7, &j, &inside, mountinfo), None, "{inside}");
+        }
+        for outside in [
+            format!("0::{SCOPE}2\n"),
+            format!("0::{SCOPE}-init\n"),
+            format!("0::{SLICE}\n"),
+            format!("0::{SLICE}/other.scope/init\n"),
+            "0::/\n".to_string(),
+        ] {
+            let m = misplaced(7, &j, &outside, mountinfo);
+            assert!(m.is_some(), "{outside}");
+        }
+        // v1: the devices escape of systemd's migration (the pod slice, a parent) is still
+        // caught when the other hierarchies are below the scope.
+        let v1 = format!(
+            "9:name=systemd:{SCOPE}/init\n5:devices:{SLICE}\n4:memory:{SCOPE}/init\n\
+             2:cpuacct:{SCOPE}\n1:cpu:{SCOPE}\n0::{SCOPE}/init\n"
+        );
+        let m = misplaced(7, &v1_joined(), &v1, MOUNTINFO).unwrap();
+        assert_eq!(m.hierarchy, "devices");
+        let below = format!(
+            "9:name=systemd:{SCOPE}/init\n5:devices:{SCOPE}/init\n4:memory:{SCOPE}/init\n\
+             2:cpuacct:{SCOPE}\n1:cpu:{SCOPE}\n0::{SCOPE}/init\n"
+        );
+        assert_eq!(misplaced(7, &v1_joined(), &below, MOUNTINFO), None);
     }
 
     /// cgroup v2: one hierarchy, runc's key "".
