@@ -74,9 +74,10 @@ pub fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
     out
 }
 
-/// Whether cgroup directory `dir` is the own cgroup of container (or pod) `id`, by the one
-/// rule that every cgroup the shim kills processes in or removes without having just made it
-/// must pass (`delete` after a crash, pod teardown): its last component is the ID (cgroupfs:
+/// Whether cgroup directory `dir` is named as the own cgroup of pod `id`'s pause: the second
+/// test, after the record's `created`, of a pause cgroup teardown removes (a container's are
+/// decided at create: [`crate::cgroup_ownership`]; a name alone proves nothing: a task may be
+/// named `system.slice`). Its last component is the ID (cgroupfs:
 /// ctr's default `/<namespace>/<id>`, CRI's `<cgroup_parent>/<id>`, the pause's
 /// `<cgroup_parent>/<pod id>`) or `<prefix>-<id>.scope` (systemd: CRI's
 /// `<slice>:cri-containerd:<id>`, which runc makes `cri-containerd-<id>.scope`). Anything else

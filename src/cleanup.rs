@@ -176,6 +176,7 @@ fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget, undone
         })
         .map(|d| d.record);
     let network = record.as_ref().and_then(|r| r.network.clone());
+    let cgroups_at_create = record.as_ref().and_then(|r| r.cgroups_at_create.clone());
     let runc = record
         .map(|r| r.runc)
         .unwrap_or_else(|| RuncConfig::defaults(namespace));
@@ -192,6 +193,7 @@ fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget, undone
             bundle: Some(bundle.to_path_buf()),
             runc,
             cgroups_path: cgroups_path_of(bundle),
+            cgroups_at_create,
         };
         reclaim_all(&[member], &budget.before(reserve), undone);
     } else {
@@ -413,7 +415,7 @@ mod tests {
         let old: SandboxRecord = serde_json::from_slice(raw).unwrap();
         let new = state_file::encode(&SANDBOX_RECORD, &old).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&new).unwrap();
-        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["schema_version"], SANDBOX_RECORD.version);
         // The previous release's reader: plain serde of the same struct.
         let back: SandboxRecord = serde_json::from_slice(&new).unwrap();
         assert_eq!(back, old);
@@ -733,6 +735,7 @@ mod tests {
                 loopback_only: false,
                 result: None,
             }),
+            cgroups_at_create: None,
         };
         write_task_record(&bundle, &record);
         let start = std::time::Instant::now();
@@ -856,6 +859,7 @@ mod tests {
             },
             rootfs_mounted: false,
             network: None,
+            cgroups_at_create: None,
         };
         write_task_record(&bundle, &record);
         let (_, undone) = delete_within("ns", "t1", &bundle, &Budget::new(Duration::ZERO));

@@ -5,6 +5,7 @@
 
 pub mod blocking;
 pub mod bundle;
+pub mod cgroup_ownership;
 pub mod cgroups;
 pub mod cleanup;
 pub mod cli;

@@ -12,11 +12,12 @@
 //! state directory too. The cgroups come from runc's `state.json` (`cgroup_paths`), read before
 //! runc deletes it, else from the container's `cgroupsPath`.
 //!
-//! Only cgroups that are the container's own are touched ([`crate::cgroups::is_own_cgroup`]:
-//! the last component is its ID, or `<prefix>-<id>.scope`): a spec may name a cgroup shared
-//! with others (`/system.slice`), and runc's state then names that one. Its processes are not
-//! the container's to kill (`runc delete --force` kills only the container's own), nor its
-//! directories ours to remove.
+//! Only cgroups that are the container's own are touched, and which are is decided at create,
+//! not from a name ([`crate::cgroup_ownership`]): the directories runc made, because none of
+//! them existed before its `runc create`. A spec may name a cgroup shared with others
+//! (`/system.slice`, even as task `system.slice`), and runc's state then names that one. Its
+//! processes are not the container's to kill (`runc delete --force` kills only the
+//! container's own), nor its directories ours to remove.
 //!
 //! The members of a pod are taken down in parallel ([`reclaim_all`]), each within the budget
 //! `delete` gives them: a `runc delete` that hangs costs the others nothing, and whatever is not
@@ -31,7 +32,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::cgroups::is_own_cgroup;
+use crate::cgroup_ownership::{CgroupsAtCreate, dirs_of};
 use crate::error::Kind;
 use crate::reaper::Spawner;
 use crate::runtime::{Runc, RuncConfig, Runtime};
@@ -61,6 +62,11 @@ pub struct Member {
     /// `linux.cgroupsPath` of its spec: where its cgroups are if runc's state is gone.
     #[serde(default)]
     pub cgroups_path: Option<String>,
+    /// Which of its cgroup directories existed before its `runc create`: its cgroups are its
+    /// own to kill in and remove only when runc made them all. `None`: a record of a shim
+    /// from before the survey, or a container found only in runc's state: not its own.
+    #[serde(default)]
+    pub cgroups_at_create: Option<CgroupsAtCreate>,
 }
 
 /// What runc's `state.json` tells about a container.
@@ -128,24 +134,18 @@ pub fn members_in_root(root: &Path, pod: &str) -> Vec<(String, RuncState)> {
     found
 }
 
-/// The directories of container `id`'s cgroupfs path `cgroups_path` (`/k8s.io/<id>`,
-/// `<parent>/<id>`: what containerd gives a container ends in its ID) under each hierarchy in
-/// `roots`. A systemd path (`slice:prefix:name`), one with `..`, or one that is not the
-/// container's own ([`is_own_cgroup`]) gives none: every process in these directories is
-/// killed, and a spec's path naming a cgroup of others (`/system.slice`) must not take them
-/// along.
-pub fn cgroup_dirs_of(cgroups_path: &str, id: &str, roots: &[PathBuf]) -> Vec<PathBuf> {
-    if cgroups_path.contains(':') {
-        return Vec::new();
+/// Whether `member`'s cgroups are its own to kill in and remove: runc made them all, as its
+/// create recorded ([`crate::cgroup_ownership`]); else the reason they are not.
+fn owns_its_cgroups(member: &Member) -> Result<(), String> {
+    match &member.cgroups_at_create {
+        Some(at) if at.made_by_runc() => Ok(()),
+        Some(at) => Err(at.why_not_own()),
+        None => Err(
+            "no record says its runc made its cgroup (a record of an older shim, or a \
+                     container found only in runc's state)"
+                .into(),
+        ),
     }
-    let rel = Path::new(cgroups_path.trim_start_matches('/'));
-    if rel.as_os_str().is_empty()
-        || !rel.components().all(|c| matches!(c, Component::Normal(_)))
-        || !is_own_cgroup(rel, id)
-    {
-        return Vec::new();
-    }
-    roots.iter().map(|r| r.join(rel)).collect()
 }
 
 /// Where a member's take-down is (for the report of one the deadline cut off).
@@ -229,25 +229,29 @@ pub fn reclaim(member: &Member, budget: &Budget, stage: &Stage) -> Undone {
         .into_iter()
         .map(|m| m.mountpoint)
         .collect();
-    let (mut dirs, others): (Vec<PathBuf>, Vec<PathBuf>) = read_state(&member.runc.root, id)
+    let mut dirs: Vec<PathBuf> = read_state(&member.runc.root, id)
         .map(|s| s.cgroup_dirs)
         .unwrap_or_default()
         .into_iter()
         .filter(|d| below_a_root(d, &mounts))
-        .partition(|d| is_own_cgroup(d, id));
-    if let Some(d) = others.first() {
-        undone.failed(format!(
-            "container {id}: its cgroup {} is not its own (named neither {id} nor \
-             <prefix>-{id}.scope) but shared with others: delete kills nothing in it and \
-             removes nothing of it (runc delete --force kills the container's own processes)",
-            d.display()
-        ));
-    }
+        .collect();
+    // A systemd path's scope is systemd's unit: runc delete stops it; nothing to fall back on.
     if dirs.is_empty()
-        && others.is_empty()
         && let Some(path) = &member.cgroups_path
+        && !crate::systemd::names::is_systemd_cgroups_path(path)
     {
-        dirs = cgroup_dirs_of(path, id, &hierarchy_roots());
+        dirs = dirs_of(path, &hierarchy_roots()).unwrap_or_default();
+    }
+    if let Err(why) = owns_its_cgroups(member) {
+        if let Some(d) = dirs.iter().find(|d| d.is_dir()) {
+            undone.failed(format!(
+                "container {id}: its cgroup {} is not its own ({why}): delete kills nothing in \
+                 it and removes nothing of it (runc delete --force kills the container's own \
+                 processes)",
+                d.display()
+            ));
+        }
+        dirs.clear();
     }
     at("runc delete --force");
     if budget.is_spent() {
@@ -527,25 +531,11 @@ mod tests {
     }
 
     #[test]
-    fn cgroups_path_resolves_under_each_hierarchy() {
+    fn what_runc_s_state_names_is_used_only_below_a_root() {
         let roots = vec![
             PathBuf::from("/sys/fs/cgroup/memory"),
             PathBuf::from("/sys/fs/cgroup/pids"),
         ];
-        assert_eq!(
-            cgroup_dirs_of("/k8s.io/c1", "c1", &roots),
-            vec![
-                PathBuf::from("/sys/fs/cgroup/memory/k8s.io/c1"),
-                PathBuf::from("/sys/fs/cgroup/pids/k8s.io/c1")
-            ]
-        );
-        assert!(cgroup_dirs_of("/k8s.io/../../etc", "etc", &roots).is_empty());
-        assert!(cgroup_dirs_of("kubepods.slice:cri-containerd:c1", "c1", &roots).is_empty());
-        assert!(cgroup_dirs_of("/", "c1", &roots).is_empty());
-        // Not the container's own cgroup: its processes are not the container's to kill.
-        assert!(cgroup_dirs_of("/system.slice", "c1", &roots).is_empty());
-        assert!(cgroup_dirs_of("/k8s.io/c1/..", "c1", &roots).is_empty());
-        assert!(cgroup_dirs_of("/k8s.io", "c1", &roots).is_empty());
         // What runc's state names is used only strictly below a hierarchy's root.
         assert!(below_a_root(
             Path::new("/sys/fs/cgroup/memory/k8s.io/c1"),
@@ -566,6 +556,7 @@ mod tests {
             bundle: None,
             runc: RuncConfig::defaults("k8s.io"),
             cgroups_path: None,
+            cgroups_at_create: None,
         };
         let undone = reclaim(&m, &Budget::new(Duration::from_secs(60)), &Stage::new(""));
         assert_eq!(undone.failed.len(), 1, "{undone:?}");
@@ -607,6 +598,8 @@ mod tests {
                 ..RuncConfig::defaults("ns")
             },
             cgroups_path: None,
+            // its create found none of its cgroups: runc made them
+            cgroups_at_create: Some(CgroupsAtCreate::default()),
         }
     }
 
@@ -734,10 +727,14 @@ mod tests {
             .map(|m| m.mountpoint)
     }
 
-    /// Issue 27 item 1: runc's state names a cgroup shared with others (a spec's cgroupsPath
-    /// `/system.slice`, here a test cgroup holding another process in a child cgroup, in every
-    /// hierarchy, v2's `cgroup.kill` included). With runc failing, `reclaim` kills nothing in
-    /// it and removes none of it, and says why.
+    /// Issue 27 item 1 and issue 33 item 2: runc's state names a cgroup shared with others (a
+    /// spec's cgroupsPath `/system.slice` for a task named `system.slice`: the name is the
+    /// container's ID, so no rule by name can tell), here a test cgroup holding another process
+    /// in a child cgroup, in every hierarchy, v2's `cgroup.kill` included. The record's survey,
+    /// taken as create takes it (before `runc create`), found the cgroup; with runc failing,
+    /// `reclaim` kills nothing in it and removes none of it, and says why. A record without a
+    /// survey (an older shim's) is treated the same; one whose survey found nothing would be
+    /// runc's own (the other tests).
     #[test]
     #[ignore = "needs root"]
     fn a_shared_cgroup_in_runc_state_is_neither_killed_nor_removed() {
@@ -750,31 +747,46 @@ mod tests {
         }
         let foreign_dirs: Vec<PathBuf> = dirs.iter().map(|d| d.join("foreign")).collect();
         let mut foreign = sleep_in(&foreign_dirs);
-        let id = format!("c{}", std::process::id());
-        let runc_root = tempfile::tempdir().unwrap();
-        write_runc_state(runc_root.path(), &id, cgroup_paths(&dirs));
-        let undone = reclaim(
-            &member_with_failing_runc(&id, runc_root.path()),
-            &Budget::new(Duration::from_secs(60)),
-            &Stage::new(""),
+        // The container's ID is the shared cgroup's name, as for task `system.slice`.
+        let id = shared.clone();
+        let surveyed = crate::cgroup_ownership::survey(
+            Some(&format!("/{shared}")),
+            &crate::cgroup_ownership::all_hierarchies(),
         );
-        let alive = foreign.try_wait().unwrap().is_none();
-        let kept: Vec<bool> = foreign_dirs.iter().map(|d| d.is_dir()).collect();
+        let mut results = Vec::new();
+        for (what, at_create) in [("surveyed", Some(surveyed)), ("no survey", None)] {
+            let runc_root = tempfile::tempdir().unwrap();
+            write_runc_state(runc_root.path(), &id, cgroup_paths(&dirs));
+            let member = Member {
+                cgroups_at_create: at_create,
+                ..member_with_failing_runc(&id, runc_root.path())
+            };
+            let undone = reclaim(
+                &member,
+                &Budget::new(Duration::from_secs(60)),
+                &Stage::new(""),
+            );
+            let alive = foreign.try_wait().unwrap().is_none();
+            let kept: Vec<bool> = foreign_dirs.iter().map(|d| d.is_dir()).collect();
+            results.push((what, alive, kept, undone));
+        }
         let _ = foreign.kill();
         let _ = foreign.wait();
         remove_test_cgroups(&dirs);
-        assert!(
-            alive,
-            "reclaim killed a process of a cgroup that is not the container's"
-        );
-        assert!(
-            kept.iter().all(|k| *k),
-            "removed: {foreign_dirs:?} {kept:?}"
-        );
-        assert!(
-            undone.failed.iter().any(|p| p.contains("is not its own")),
-            "{undone:?}"
-        );
+        for (what, alive, kept, undone) in results {
+            assert!(
+                alive,
+                "{what}: reclaim killed a process of a cgroup that is not the container's"
+            );
+            assert!(
+                kept.iter().all(|k| *k),
+                "{what}: removed: {foreign_dirs:?} {kept:?}"
+            );
+            assert!(
+                undone.failed.iter().any(|p| p.contains("is not its own")),
+                "{what}: {undone:?}"
+            );
+        }
     }
 
     /// The test cgroups `name` of the fallback kill's tests, by kind: below each v1 hierarchy
@@ -934,6 +946,7 @@ mod tests {
                     ..RuncConfig::defaults("ns")
                 },
                 cgroups_path: None,
+                cgroups_at_create: None,
             })
             .collect()
     }

@@ -39,16 +39,17 @@ pub struct Schema {
     pub version: u64,
 }
 
-/// The sandbox record. 1: 0.2.0 (0.1.0's layout, versioned).
+/// The sandbox record. 1: 0.2.0 (0.1.0's layout, versioned). 2: each member's
+/// `cgroups_at_create` (issue 33: cgroup ownership decided at create).
 pub const SANDBOX_RECORD: Schema = Schema {
     file: crate::bundle::SANDBOX_STATE_FILE,
-    version: 1,
+    version: 2,
 };
 
-/// The task record. 1: 0.2.0 (0.1.0's layout, versioned).
+/// The task record. 1: 0.2.0 (0.1.0's layout, versioned). 2: `cgroups_at_create`.
 pub const TASK_RECORD: Schema = Schema {
     file: crate::bundle::TASK_STATE_FILE,
-    version: 1,
+    version: 2,
 };
 
 /// A record read back, with the version it was written with.

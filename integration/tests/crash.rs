@@ -478,15 +478,34 @@ struct SharedCrash {
     foreign_cgroups_gone: Vec<PathBuf>,
 }
 
-/// Another process in a child cgroup `foreign` of `shared` in every hierarchy: killed and its
-/// cgroups removed on drop (also when the test fails).
+/// A cgroup `shared` that exists before the container is created, in every hierarchy (as
+/// `/system.slice` does), and later another process in a child cgroup `foreign` of it: killed
+/// and its cgroups removed on drop (also when the test fails).
 struct Foreign {
-    child: std::process::Child,
+    child: Option<std::process::Child>,
+    /// `<root>/<shared>/foreign` in each hierarchy.
     dirs: Vec<PathBuf>,
 }
 
 impl Foreign {
-    fn start(shared: &str) -> Result<Foreign, String> {
+    /// Makes `shared` in every hierarchy (empty: runc cannot set up v1 `devices` in a cgroup
+    /// that has children already, EINVAL).
+    fn prepare(shared: &str) -> Result<Foreign, String> {
+        let mut f = Foreign {
+            child: None,
+            dirs: Vec::new(),
+        };
+        for root in cgroup_roots() {
+            let d = root.join(shared).join("foreign");
+            f.dirs.push(d.clone());
+            make_cgroup(d.parent().unwrap())?;
+        }
+        ensure!(!f.dirs.is_empty(), "no cgroup hierarchy");
+        Ok(f)
+    }
+
+    /// The other process, in `<shared>/foreign` in every hierarchy.
+    fn start(&mut self) -> Result<u32, String> {
         let child = std::process::Command::new("sleep")
             .arg("3600")
             .stdin(std::process::Stdio::null())
@@ -494,29 +513,23 @@ impl Foreign {
             .stderr(std::process::Stdio::null())
             .spawn()
             .map_err(|e| format!("spawn sleep: {e}"))?;
-        let mut f = Foreign {
-            child,
-            dirs: Vec::new(),
-        };
-        for root in cgroup_roots() {
-            let d = root.join(shared).join("foreign");
-            if !d.parent().unwrap().exists() {
-                make_cgroup(d.parent().unwrap())?;
-            }
-            f.dirs.push(d.clone());
-            make_cgroup(&d)?;
-            std::fs::write(d.join("cgroup.procs"), f.child.id().to_string())
+        let pid = child.id();
+        self.child = Some(child);
+        for d in &self.dirs {
+            make_cgroup(d)?;
+            std::fs::write(d.join("cgroup.procs"), pid.to_string())
                 .map_err(|e| format!("move the foreign sleep into {}: {e}", d.display()))?;
         }
-        ensure!(!f.dirs.is_empty(), "no cgroup hierarchy");
-        Ok(f)
+        Ok(pid)
     }
 }
 
 impl Drop for Foreign {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         for d in &self.dirs {
             for dir in [d.as_path(), d.parent().unwrap()] {
                 let _ = poll(Duration::from_secs(5), || {
@@ -529,12 +542,13 @@ impl Drop for Foreign {
     }
 }
 
-/// A `ctr run` task `cid` on `runtime` whose `cgroupsPath` names `shared` (a cgroup that also
-/// holds another process, in a child cgroup in every hierarchy), its shim SIGKILLed,
-/// containerd's `delete` run for it (the task bundle is then gone).
+/// A `ctr run` task `cid` on `runtime` whose `cgroupsPath` names `shared` (a cgroup that
+/// exists before the task is created and later also holds another process, in a child cgroup
+/// in every hierarchy), its shim SIGKILLed, containerd's `delete` run for it (the task bundle
+/// is then gone).
 fn crash_in_shared_cgroup(runtime: &str, shared: &str, cid: &str) -> Result<SharedCrash, String> {
     // Dropped after the container is gone: its cgroups can then be removed.
-    let foreign: Foreign;
+    let mut foreign = Foreign::prepare(shared)?;
     let _objs = CtrObjects {
         ns: "default",
         ids: vec![cid.to_string()],
@@ -561,7 +575,7 @@ fn crash_in_shared_cgroup(runtime: &str, shared: &str, cid: &str) -> Result<Shar
     );
     // The other process's cgroup is made once the container runs: runc cannot set up v1
     // `devices` in a cgroup that has children already (EINVAL).
-    foreign = Foreign::start(shared)?;
+    let foreign_pid = foreign.start()?;
     let pid = task_pid("default", cid).ok_or(format!("{runtime}: no pid for {cid}"))?;
     let handler = if runtime == RUNTIME { HANDLER } else { "runc" };
     let shim = shim_of(handler, cid).ok_or(format!("{runtime}: no shim for {cid}"))?;
@@ -583,7 +597,7 @@ fn crash_in_shared_cgroup(runtime: &str, shared: &str, cid: &str) -> Result<Shar
     let container_died = poll(Duration::from_secs(10), || (!alive(pid)).then_some(())).is_some();
     Ok(SharedCrash {
         container_died,
-        foreign_alive: alive(foreign.child.id()),
+        foreign_alive: alive(foreign_pid),
         foreign_cgroups_gone: foreign
             .dirs
             .iter()
@@ -593,12 +607,14 @@ fn crash_in_shared_cgroup(runtime: &str, shared: &str, cid: &str) -> Result<Shar
     })
 }
 
-/// Issue 27 item 1: a task created through the Task API whose `cgroupsPath` names a cgroup
-/// shared with others (here one holding another process in a child cgroup, as
-/// `/system.slice` would), its shim SIGKILLed, containerd's `delete`: the container dies, the
-/// other process lives on and keeps its cgroup. `runc delete --force` kills only the
-/// container's own processes; `delete` touches only cgroups that are the container's own
-/// (the last component its ID, or `<prefix>-<id>.scope`). The runc shim in the same test
+/// Issue 27 item 1, issue 33 item 2: a task created through the Task API whose `cgroupsPath`
+/// names a cgroup shared with others, with the task's ID the cgroup's name (task
+/// `system.slice` with cgroupsPath `/system.slice`: the cgroup exists before the task, and
+/// here holds another process in a child cgroup), its shim SIGKILLed, containerd's `delete`:
+/// the container dies, the other process lives on and keeps its cgroup. `runc delete --force`
+/// kills only the container's own processes; `delete` kills in and removes only cgroups the
+/// container's runc made, as recorded before its `runc create` (a rule by name took this one
+/// for the container's own and killed the other process). The runc shim in the same test
 /// shows the same.
 #[test]
 fn delete_after_a_crash_leaves_a_shared_cgroup_s_other_processes_alone() {
@@ -607,7 +623,8 @@ fn delete_after_a_crash_leaves_a_shared_cgroup_s_other_processes_alone() {
     let mut ids = Vec::new();
     for (runtime, short) in [(RUNTIME, "rsandbox"), ("io.containerd.runc.v2", "runc")] {
         let shared = unique_id(&format!("shared-cg-{short}"));
-        let cid = unique_id(&format!("shared-task-{short}"));
+        // The task is named as the shared cgroup is (`system.slice` in `/system.slice`).
+        let cid = shared.clone();
         ids.push(cid.clone());
         let r = crash_in_shared_cgroup(runtime, &shared, &cid);
         if short == "runc" {

@@ -382,8 +382,8 @@ async fn old_pod_across_the_upgrade(
     );
     let (sandbox_bundle, _) = bundles(new);
     ensure!(
-        record_version(&sandbox_bundle.join("rsandbox-sandbox.json"))? == Some(1),
-        "this release's sandbox record has no schema_version 1"
+        record_version(&sandbox_bundle.join("rsandbox-sandbox.json"))? == Some(2),
+        "this release's sandbox record has no schema_version 2"
     );
     let r = new
         .exec(&["echo", "new"], 10)

@@ -1605,6 +1605,8 @@ fn members_of(namespace: &str, record: &SandboxRecord) -> Vec<Member> {
                     bundle: state.bundle,
                     runc: runc.clone(),
                     cgroups_path: None,
+                    // found in runc's state only: nothing says runc made its cgroups
+                    cgroups_at_create: None,
                 });
             }
         }
@@ -1639,6 +1641,7 @@ mod tests {
             bundle: Some(PathBuf::from("/bundles/c1")),
             runc: runc.clone(),
             cgroups_path: Some("/k8s.io/c1".into()),
+            cgroups_at_create: Some(Default::default()),
         };
         let record = SandboxRecord {
             id: "pod1".into(),
@@ -1655,6 +1658,7 @@ mod tests {
                 bundle: Some(PathBuf::from("/b")),
                 runc,
                 cgroups_path: None,
+                cgroups_at_create: None,
             }
         );
     }

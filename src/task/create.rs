@@ -122,11 +122,26 @@ impl TaskManager {
             let data = serde_json::to_vec(&spec).map_err(|e| Error::internal(e.to_string()))?;
             write_file_atomic(&config_path, &data, 0o600).context("write config.json")?;
         }
+        // Before `runc create`, and recorded before it runs: whether the container's cgroups
+        // will be runc's own or a cgroup that exists already (shared: `/system.slice`).
+        let cgroups_path = oci::cgroups_path(&spec);
+        let cgroups_at_create = crate::cgroup_ownership::survey(
+            cgroups_path.as_deref(),
+            &crate::cgroup_ownership::all_hierarchies(),
+        );
+        if !cgroups_at_create.made_by_runc() {
+            log::info!(
+                "task {}: {}: delete will not kill in or remove it",
+                req.id,
+                cgroups_at_create.why_not_own()
+            );
+        }
         let record = TaskRecord {
             id: req.id.clone(),
             runc: runc.clone(),
             rootfs_mounted: !req.rootfs.is_empty(),
             network: network.clone(),
+            cgroups_at_create: Some(cgroups_at_create.clone()),
         };
         let record_path = req.bundle.join(TASK_STATE_FILE);
         let data = crate::state_file::encode(&crate::state_file::TASK_RECORD, &record)?;
@@ -139,7 +154,8 @@ impl TaskManager {
                 id: req.id.clone(),
                 bundle: Some(req.bundle.clone()),
                 runc: runc.clone(),
-                cgroups_path: oci::cgroups_path(&spec),
+                cgroups_path,
+                cgroups_at_create: Some(cgroups_at_create),
             })
             .context("record the pod's container")?;
             let (pod, id) = (pod.clone(), req.id.clone());

@@ -58,6 +58,10 @@ pub struct TaskRecord {
     /// The network the shim set up for a standalone task (opt-in).
     #[serde(default)]
     pub network: Option<NetworkRecord>,
+    /// Which of its cgroup directories existed before its `runc create`
+    /// ([`crate::cgroup_ownership`]): `delete` kills in and removes only cgroups runc made.
+    #[serde(default)]
+    pub cgroups_at_create: Option<crate::cgroup_ownership::CgroupsAtCreate>,
 }
 
 /// A task's creation request, already decoded from the wire.

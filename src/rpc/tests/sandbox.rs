@@ -2066,6 +2066,7 @@ fn the_record_lists_the_pods_containers_until_they_are_deleted() {
         bundle: Some(f.dir.path().join(id)),
         runc: RuncConfig::defaults("k8s.io"),
         cgroups_path: Some(format!("/k8s.io/{id}")),
+        cgroups_at_create: Some(Default::default()),
     };
     f.sm.add_member(member("c1")).unwrap();
     f.sm.add_member(member("c2")).unwrap();
