@@ -52,7 +52,11 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 /// The start time of `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat), used to
 /// tell a live process from a recycled pid.
 pub fn process_start_ticks(pid: i32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    start_ticks_of_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The start time (field 22, clock ticks since boot) in the text of a `/proc/<pid>/stat`.
+pub fn start_ticks_of_stat(stat: &str) -> Option<u64> {
     // comm (field 2) may hold spaces and parentheses: fields resume after the last ')'.
     let rest = stat.get(stat.rfind(')')? + 2..)?;
     rest.split(' ').nth(19)?.parse().ok()

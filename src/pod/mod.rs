@@ -23,6 +23,7 @@ pub mod sandbox_spec;
 pub mod scope;
 pub mod spec;
 pub mod status_info;
+pub mod unrecorded_pause;
 
 pub use files::{PodFiles, mount_shm, unmount_shm};
 pub use spec::decode::{decode_pod_config, pod_config_bytes};

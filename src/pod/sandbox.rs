@@ -104,6 +104,11 @@ pub struct SandboxRecord {
     pub pause_pid: i32,
     /// /proc/<pid>/stat start time of the pause process, to never kill a recycled pid.
     pub pause_start_ticks: u64,
+    /// Set just before the pause is spawned (boot-time clock ticks), cleared once its pid is
+    /// recorded: a shim killed in between leaves a pause that `delete` then finds by its
+    /// command line ([`super::unrecorded_pause`]).
+    #[serde(default)]
+    pub pause_spawning_since_ticks: u64,
     pub shm: Option<PathBuf>,
     pub files_dir: PathBuf,
     pub cgroup: PodCgroup,
@@ -509,7 +514,7 @@ impl SandboxManager {
             .host
             .reserve_mcs(id, s.spec.selinux.as_ref())
             .context("reserve the pause's SELinux categories")
-            .and_then(|m| self.record_mcs(id, m.clone()).map(|()| m))
+            .and_then(|m| self.record_before_spawn(id, m.clone()).map(|()| m))
         {
             Ok(m) => m,
             Err(e) => {
@@ -668,6 +673,7 @@ impl SandboxManager {
         s.record.cgroup = cgroup;
         s.record.pause_pid = pid;
         s.record.pause_start_ticks = crate::util::process_start_ticks(pid).unwrap_or(0);
+        s.record.pause_spawning_since_ticks = 0;
         let early = subscription.and_then(|sub| sub.take(pid));
         let mut ended = Vec::new();
         if let Some(e) = early {
@@ -713,11 +719,27 @@ impl SandboxManager {
             0 => 0,
             pid => crate::util::process_start_ticks(pid).unwrap_or(0),
         };
+        s.record.pause_spawning_since_ticks = 0;
         save_record(&s.bundle, &s.record)
     }
 
-    /// Writes the pause's MCS reservation into the stored record.
+    /// Writes what `delete` needs if the shim dies from here until the pause's pid is recorded
+    /// into the stored record: the pause's MCS reservation, and that its spawn begins now.
+    fn record_before_spawn(&self, id: &str, mcs: Option<crate::mcs::Reservation>) -> Result<()> {
+        self.record_mcs_and_spawn(id, mcs, super::unrecorded_pause::boot_ticks_now())
+    }
+
+    /// Writes the pause's MCS reservation into the stored record (after a failed start).
     fn record_mcs(&self, id: &str, mcs: Option<crate::mcs::Reservation>) -> Result<()> {
+        self.record_mcs_and_spawn(id, mcs, 0)
+    }
+
+    fn record_mcs_and_spawn(
+        &self,
+        id: &str,
+        mcs: Option<crate::mcs::Reservation>,
+        spawning_since: u64,
+    ) -> Result<()> {
         let mut guard = self.lock();
         let Some(s) = guard.as_mut().filter(|s| s.id == id) else {
             if let Some(r) = &mcs {
@@ -728,21 +750,27 @@ impl SandboxManager {
             )));
         };
         s.record.mcs = mcs;
+        s.record.pause_spawning_since_ticks = spawning_since;
         save_record(&s.bundle, &s.record)
     }
 
-    /// After a failed start that leaves no pause: its MCS level is released.
+    /// After a failed start that leaves no pause: its MCS level is released, and the record
+    /// no longer says a spawn is under way.
     fn forget_mcs(&self, id: &str) {
-        let mcs = self
-            .lock()
-            .as_mut()
-            .filter(|s| s.id == id)
-            .and_then(|s| s.record.mcs.take());
-        if let Some(r) = mcs {
-            self.host.release_mcs(&r);
-            if let Err(e) = self.record_mcs(id, None) {
-                log::warn!("sandbox {id}: {e}");
-            }
+        let (mcs, marked) = match self.lock().as_mut().filter(|s| s.id == id) {
+            Some(s) => (
+                s.record.mcs.take(),
+                std::mem::take(&mut s.record.pause_spawning_since_ticks) != 0,
+            ),
+            None => return,
+        };
+        if let Some(r) = &mcs {
+            self.host.release_mcs(r);
+        }
+        if (mcs.is_some() || marked)
+            && let Err(e) = self.record_mcs(id, None)
+        {
+            log::warn!("sandbox {id}: {e}");
         }
     }
 
@@ -1528,6 +1556,22 @@ fn take_down_pod(record: &SandboxRecord, budget: &crate::timing::Budget) -> crat
         mcs: crate::mcs::Registry::node(),
     };
     let mut pause_left = false;
+    if record.pause_pid == 0 && record.pause_spawning_since_ticks > 0 {
+        // The shim died between the pause's spawn and its record: found by its command line.
+        let found = super::unrecorded_pause::find(
+            Path::new("/proc"),
+            &record.id,
+            record.pause_spawning_since_ticks,
+        );
+        for (pid, start) in found {
+            let ours = || crate::util::process_start_ticks(pid) == Some(start);
+            let gone = crate::util::kill_and_wait(pid, ours, budget.bound(Duration::from_secs(1)));
+            if !gone && ours() {
+                pause_left = true;
+                undone.failed(format!("the unrecorded pause process {pid} is still there"));
+            }
+        }
+    }
     if record.pause_pid > 0 {
         // Only while the pid still names the pause process we started.
         let ours =
@@ -1617,6 +1661,52 @@ fn members_of(namespace: &str, record: &SandboxRecord) -> Vec<Member> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 33 item 5: a shim killed between the pause's spawn and its record left a record
+    /// with the spawn's mark and no pid. `delete` finds the pod's pause by its command line
+    /// (here a `sleep` named as the shim names the pause of pod `3600`) and kills it; a
+    /// process with the same command line started before the mark is not this spawn's.
+    #[test]
+    fn delete_kills_a_pause_spawned_but_never_recorded() {
+        use std::os::unix::process::CommandExt;
+        let pause_like = || {
+            std::process::Command::new("sleep")
+                .arg0(crate::pod::pause::PAUSE_ARGV0)
+                .arg("3600")
+                .spawn()
+                .unwrap()
+        };
+        let mut older = pause_like();
+        // The clock's ticks are coarse (10 ms): the mark lies after the older one's start.
+        std::thread::sleep(Duration::from_millis(50));
+        let since = crate::pod::unrecorded_pause::boot_ticks_now();
+        let mut pause = pause_like();
+        let files = tempfile::tempdir().unwrap();
+        let record = SandboxRecord {
+            id: "3600".into(),
+            pause_spawning_since_ticks: since,
+            files_dir: files.path().join("files"),
+            ..Default::default()
+        };
+        let undone = take_down_pod(
+            &record,
+            &crate::timing::Budget::new(Duration::from_secs(30)),
+        );
+        let killed = pause.try_wait().unwrap();
+        let older_alive = older.try_wait().unwrap().is_none();
+        let _ = older.kill();
+        let _ = older.wait();
+        let _ = pause.kill();
+        let _ = pause.wait();
+        assert!(
+            killed.is_some(),
+            "the unrecorded pause still runs: {undone:?}"
+        );
+        assert!(
+            older_alive,
+            "a process older than the spawn's mark was killed"
+        );
+    }
 
     /// `delete` takes down the containers the record lists and those a runc root it knows
     /// puts in the pod (listed once).
