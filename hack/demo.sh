@@ -19,6 +19,10 @@ set -euo pipefail
 need_root
 cd "$RSANDBOX_REPO"
 
+# Before anything is set up or trapped: without a toolchain the first build would stop the
+# demo minutes in.
+need_rust_toolchain
+
 keep=0
 case "${1:-}" in
 --keep) keep=1 ;;

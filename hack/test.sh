@@ -66,6 +66,8 @@ on_exit() {
 	fi
 	exit "$rc"
 }
+# First, before anything is trapped or set up: what every build needs.
+need_rust_toolchain rustfmt clippy
 trap on_exit EXIT
 
 section "install what the tests need"
@@ -77,6 +79,18 @@ if [[ "${RSANDBOX_GUEST:-1}" != 0 ]]; then
 	hack/guest.sh --prepare
 	hack/guest.sh --systemd --prepare
 fi
+
+section "a machine without Rust: hack/demo.sh stops at once and names what to install"
+# A newcomer's first run: no cargo on PATH nor in ~/.cargo/bin. The demo must stop before any
+# set-up (no section of it printed) and name the pinned toolchain and rustup.
+if out=$(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/nonexistent hack/demo.sh 2>&1); then
+	die "hack/demo.sh without a Rust toolchain exited 0:"$'\n'"$out"
+fi
+pinned=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+if [[ "$out" != *"rustup toolchain install $pinned"* || "$out" == *"=== "* ]]; then
+	die "hack/demo.sh without a Rust toolchain did not stop first naming Rust $pinned:"$'\n'"$out"
+fi
+log "ok: $(grep -m1 'missing:' <<<"$out")"
 
 section "cargo fmt --check"
 cargo fmt --check
