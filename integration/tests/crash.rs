@@ -679,6 +679,102 @@ fn delete_after_a_crash_leaves_a_shared_cgroup_s_other_processes_alone() {
     g.assert_clean(&ids);
 }
 
+/// Issue 33 item 2, the pod path: a member container of an rsandbox pod (sandbox API, `ctr
+/// run --sandbox`) named as a cgroup that exists before it and later holds another process
+/// (`system.slice` in `/system.slice`), the pod's shim SIGKILLed. containerd runs `delete` for
+/// the task's bundle and the sandbox's; the sandbox record lists the member with what its
+/// create found, so neither kills the other process or removes its cgroups. (No runc
+/// counterpart: containerd's podsandbox path takes no member through the sandbox API; the
+/// task path above shows the runc shim beside ours.)
+#[tokio::test]
+async fn delete_of_a_crashed_pod_leaves_a_member_s_shared_cgroup_alone() {
+    use rsandbox_integration::controller::{controller, create_and_start, stop_and_shutdown};
+    let g = Guard::new();
+    let pod = unique_id("shared-pod");
+    let shared = unique_id("shared-cg-member");
+    let mut c = controller().await;
+    let res: Result<SharedCrash, String> = async {
+        let mut foreign = Foreign::prepare(&shared)?;
+        let _objs = CtrObjects {
+            ns: "default",
+            ids: vec![shared.clone()],
+        };
+        // No netns given: the shim makes the pod's and runs the CNI chain itself.
+        create_and_start(&mut c, &pod, "").await?;
+        let cgroups_path = format!("/{shared}");
+        let run = ctr(
+            "default",
+            &[
+                "run",
+                "-d",
+                "--sandbox",
+                &pod,
+                "--runtime",
+                RUNTIME,
+                "--cgroup",
+                &cgroups_path,
+                BUSYBOX,
+                &shared,
+                "sleep",
+                "3600",
+            ],
+        );
+        ensure!(
+            run.ok(),
+            "ctr run --sandbox {pod} --cgroup {cgroups_path}: {run:?}"
+        );
+        let foreign_pid = foreign.start()?;
+        let pid = task_pid("default", &shared).ok_or(format!("no pid for {shared}"))?;
+        let shim = shim_of(HANDLER, &pod).ok_or(format!("no shim for {pod}"))?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(shim),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .map_err(|e| format!("kill the shim: {e}"))?;
+        // containerd runs `delete` for each bundle once it sees the connections close, and
+        // removes each bundle once that has returned.
+        let tasks = prefix().join("run/containerd/io.containerd.runtime.v2.task/default");
+        for bundle in [tasks.join(&shared), tasks.join(&pod)] {
+            ensure!(
+                poll(HANG, || (!bundle.exists()).then_some(())).is_some(),
+                "the bundle {} stayed after the shim's death",
+                bundle.display()
+            );
+        }
+        let container_died =
+            poll(Duration::from_secs(10), || (!alive(pid)).then_some(())).is_some();
+        Ok(SharedCrash {
+            container_died,
+            foreign_alive: alive(foreign_pid),
+            foreign_cgroups_gone: foreign
+                .dirs
+                .iter()
+                .filter(|d| !d.exists())
+                .cloned()
+                .collect(),
+        })
+    }
+    .await;
+    // containerd's sandbox object (the shim is gone: errors here are expected and not ours).
+    let _ = stop_and_shutdown(&mut c, &pod).await;
+    let c = res.unwrap_or_else(|e| panic!("{e}\n{}", log_lines(&pod, 30)));
+    eprintln!(
+        "container died: {}, foreign process alive: {}, its cgroups removed: {:?}",
+        c.container_died, c.foreign_alive, c.foreign_cgroups_gone
+    );
+    assert!(c.container_died, "the member still runs after delete");
+    assert!(
+        c.foreign_alive,
+        "delete killed a process of the shared cgroup that is not the container's"
+    );
+    assert!(
+        c.foreign_cgroups_gone.is_empty(),
+        "delete removed cgroups that are not the container's: {:?}",
+        c.foreign_cgroups_gone
+    );
+    g.assert_clean(&[pod, shared]);
+}
+
 /// Takes down a `ctr run` task of the runc handler whose dead shim's `delete` containerd
 /// killed (the test made it): its runc state, the bundle's rootfs mount and the bundle, then
 /// containerd's task and container objects.
