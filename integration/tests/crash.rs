@@ -682,17 +682,20 @@ fn delete_after_a_crash_leaves_a_shared_cgroup_s_other_processes_alone() {
 /// Issue 33 item 2, the pod path: a member container of an rsandbox pod (sandbox API, `ctr
 /// run --sandbox`) named as a cgroup that exists before it and later holds another process
 /// (`system.slice` in `/system.slice`), the pod's shim SIGKILLed. containerd runs `delete` for
-/// the task's bundle and the sandbox's; the sandbox record lists the member with what its
-/// create found, so neither kills the other process or removes its cgroups. (No runc
+/// the sandbox's bundle, which takes the member down from the sandbox record; the record lists
+/// it with what its create found, so the other process and its cgroups are left alone. (No runc
 /// counterpart: containerd's podsandbox path takes no member through the sandbox API; the
 /// task path above shows the runc shim beside ours.)
 #[tokio::test]
 async fn delete_of_a_crashed_pod_leaves_a_member_s_shared_cgroup_alone() {
-    use rsandbox_integration::controller::{controller, create_and_start, stop_and_shutdown};
+    use rsandbox_integration::controller::*;
     let g = Guard::new();
     let pod = unique_id("shared-pod");
     let shared = unique_id("shared-cg-member");
     let mut c = controller().await;
+    // `ctr run --sandbox` finds the sandbox in containerd's store, which the controller API
+    // alone does not write.
+    store_record(&pod).await;
     let res: Result<SharedCrash, String> = async {
         let mut foreign = Foreign::prepare(&shared)?;
         let _objs = CtrObjects {
@@ -731,16 +734,18 @@ async fn delete_of_a_crashed_pod_leaves_a_member_s_shared_cgroup_alone() {
             nix::sys::signal::Signal::SIGKILL,
         )
         .map_err(|e| format!("kill the shim: {e}"))?;
-        // containerd runs `delete` for each bundle once it sees the connections close, and
-        // removes each bundle once that has returned.
-        let tasks = prefix().join("run/containerd/io.containerd.runtime.v2.task/default");
-        for bundle in [tasks.join(&shared), tasks.join(&pod)] {
-            ensure!(
-                poll(HANG, || (!bundle.exists()).then_some(())).is_some(),
-                "the bundle {} stayed after the shim's death",
-                bundle.display()
-            );
-        }
+        // containerd runs `delete` for the sandbox's bundle once it sees the connection close
+        // (the member's task shares it: its bundle waits for the task's own removal), and
+        // removes the bundle once that has returned: the member is taken down from the pod's
+        // record.
+        let bundle = prefix()
+            .join("run/containerd/io.containerd.runtime.v2.task/default")
+            .join(&pod);
+        ensure!(
+            poll(HANG, || (!bundle.exists()).then_some(())).is_some(),
+            "the bundle {} stayed after the shim's death",
+            bundle.display()
+        );
         let container_died =
             poll(Duration::from_secs(10), || (!alive(pid)).then_some(())).is_some();
         Ok(SharedCrash {
@@ -757,6 +762,24 @@ async fn delete_of_a_crashed_pod_leaves_a_member_s_shared_cgroup_alone() {
     .await;
     // containerd's sandbox object (the shim is gone: errors here are expected and not ours).
     let _ = stop_and_shutdown(&mut c, &pod).await;
+    drop_store_record(&pod).await;
+    // containerd 2.1.9 runs no `delete` for the bundle of a task that shared the dead
+    // sandbox's shim (only the sandbox's connection closes): that bundle stays until
+    // containerd restarts and cleans up dead shims. containerd's, not the shim's: taken down.
+    let member_bundle = prefix()
+        .join("run/containerd/io.containerd.runtime.v2.task/default")
+        .join(&shared);
+    if member_bundle.exists() {
+        eprintln!(
+            "known containerd behaviour (not a failure), taken down: {}",
+            member_bundle.display()
+        );
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(member_bundle.join("rootfs"))
+            .output();
+        let _ = std::fs::remove_dir_all(&member_bundle);
+    }
     let c = res.unwrap_or_else(|e| panic!("{e}\n{}", log_lines(&pod, 30)));
     eprintln!(
         "container died: {}, foreign process alive: {}, its cgroups removed: {:?}",

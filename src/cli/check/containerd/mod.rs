@@ -15,9 +15,12 @@
 //!   `/etc/containerd/conf.d/*.toml`, but a `config.toml` is read as written, and `config dump`
 //!   always prints the default pattern in `imports` (the defaults' value, which containerd
 //!   itself never resolves): only the walk over the files tells;
-//! - a drop-in whose `version` is higher than the root config's: containerd >= 2.3 refuses to
-//!   start, 2.1 and 2.2 merge it and then skip migrating the root's older plugin sections.
+//! - a drop-in whose `version` is higher than the root config's: what each release does with it
+//!   is in [`config_version`] (2.3.0 to 2.3.4 refuse to start, a refusal reverted after 2.3.4;
+//!   2.1 and 2.2 drop a version-2 root's plugin sections; a root without `version` is loaded by
+//!   every release).
 
+mod config_version;
 mod effective;
 mod files;
 mod version;
@@ -278,6 +281,67 @@ fn judge_version(v: Option<Version>) -> Finding {
     }
 }
 
+/// An imported file of a higher config version than the root's: what this containerd does
+/// with it ([`config_version`]).
+fn judge_config_versions(f: &Facts, root: &LoadedFile) -> Finding {
+    use config_version::Verdict;
+    let higher: Vec<(&LoadedFile, Verdict)> = f.chain.files[1..]
+        .iter()
+        .filter(|l| l.version > root.version)
+        .map(|l| {
+            (
+                l,
+                config_version::verdict(f.version, root.version, l.version),
+            )
+        })
+        .collect();
+    if higher.is_empty() {
+        return Finding::new(
+            "containerd.config-version",
+            Status::Ok,
+            format!("every file is config version {} or lower", root.version),
+        );
+    }
+    let breaks = higher.iter().any(|(_, v)| matches!(v, Verdict::Breaks(_)));
+    let untested = higher
+        .iter()
+        .any(|(_, v)| matches!(v, Verdict::Untested(_)));
+    let detail: Vec<String> = higher
+        .iter()
+        .map(|(l, v)| {
+            let (Verdict::Loads(why) | Verdict::Untested(why) | Verdict::Breaks(why)) = v;
+            format!("{} (version {}): {why}", l.path.display(), l.version)
+        })
+        .collect();
+    let status = if breaks {
+        Status::Block
+    } else if untested {
+        Status::Warn
+    } else {
+        Status::Ok
+    };
+    let summary = format!(
+        "an imported file has a higher config version than {} (version {})",
+        root.path.display(),
+        root.version
+    );
+    let finding =
+        Finding::new("containerd.config-version", status, summary).detail(detail.join("\n"));
+    if status == Status::Ok {
+        return finding;
+    }
+    finding.fix(if root.version >= 2 {
+        format!(
+            "write the drop-in with `version = {}` and that version's plugin names, or \
+             migrate the root config (`containerd config migrate`)",
+            root.version
+        )
+    } else {
+        // `version = 1`: containerd's deprecated version-1 layout.
+        "migrate the root config to version 3 (`containerd config migrate`)".to_string()
+    })
+}
+
 fn judge_files(f: &Facts, inputs: &Inputs) -> Vec<Finding> {
     let mut out = Vec::new();
     if !f.chain.errors.is_empty() {
@@ -292,46 +356,7 @@ fn judge_files(f: &Facts, inputs: &Inputs) -> Vec<Finding> {
         );
     }
     if let Some(root) = f.chain.files.first() {
-        let higher: Vec<String> = f.chain.files[1..]
-            .iter()
-            .filter(|l| l.version > root.version)
-            .map(|l| format!("{} (version {})", l.path.display(), l.version))
-            .collect();
-        if higher.is_empty() {
-            out.push(Finding::new(
-                "containerd.config-version",
-                Status::Ok,
-                format!("every file is config version {} or lower", root.version),
-            ));
-        } else {
-            out.push(
-                Finding::new(
-                    "containerd.config-version",
-                    Status::Block,
-                    format!(
-                        "an imported file has a higher config version than {} (version {})",
-                        root.path.display(),
-                        root.version
-                    ),
-                )
-                .detail(format!(
-                    "{}\ncontainerd >= 2.3 refuses to start; 2.1 and 2.2 take the highest version and then \
-                     ignore the root config's version-{} plugin sections",
-                    higher.join("\n"),
-                    root.version
-                ))
-                .fix(if root.version >= 2 {
-                    format!(
-                        "write the drop-in with `version = {}` and that version's plugin names, or \
-                         migrate the root config (`containerd config migrate`)",
-                        root.version
-                    )
-                } else {
-                    // No `version` (or 1): containerd's deprecated version-1 layout.
-                    "migrate the root config to version 3 (`containerd config migrate`)".to_string()
-                }),
-            );
-        }
+        out.push(judge_config_versions(f, root));
     }
     let eff = f.effective.as_ref().and_then(|e| e.as_ref().ok());
     let configured = eff.is_some_and(|e| !e.handlers.is_empty());

@@ -363,8 +363,50 @@ fn the_import_walk_follows_containerd() {
     );
 }
 
-/// A version-3 drop-in imported by a version-2 root: containerd >= 2.3 refuses to start, 2.1 and 2.2 drop
-/// the root's version-2 CRI settings. Blocking on every version.
+/// The false block found by review: a root config without `version` beside the installer's
+/// version-3 drop-in. Every release loads it (2.1/2.2 migrate the root first; 2.3.0-2.3.4 take
+/// the root's version from the first drop-in), so it must not block.
+#[test]
+fn a_root_config_without_a_version_beside_a_versioned_drop_in_does_not_block() {
+    for line in [V2_1_9_DEBIAN, V2_2_1, V2_3_4, V2_4_BETA] {
+        let mut n = node(
+            line,
+            Some("imports = ['/etc/containerd/conf.d/*.toml']\n"),
+            &dump(true, "runc", RSANDBOX),
+        );
+        n.file(DEFAULT_DROP_IN, DROP_IN);
+        let fs = findings(&n, Some("rsandbox"));
+        assert_eq!(
+            status(&fs, "containerd.config-version"),
+            Status::Ok,
+            "{line}"
+        );
+    }
+}
+
+/// A version-2 root with a version-3 drop-in: 2.3.0 to 2.3.4 and 2.4.0-beta.0 refuse to start
+/// (blocks); a release after the refusal's revert is said untested (warns).
+#[test]
+fn a_drop_in_newer_than_a_versioned_root_blocks_where_containerd_refuses_it() {
+    let after_revert = "containerd github.com/containerd/containerd/v2 v2.3.5 0000000\n";
+    for (line, want) in [
+        (V2_3_4, Status::Block),
+        (V2_4_BETA, Status::Block),
+        (after_revert, Status::Warn),
+    ] {
+        let mut n = node(
+            line,
+            Some("version = 2\nimports = ['/etc/containerd/conf.d/*.toml']\n"),
+            &dump(true, "runc", RSANDBOX),
+        );
+        n.file(DEFAULT_DROP_IN, DROP_IN);
+        let fs = findings(&n, Some("rsandbox"));
+        assert_eq!(status(&fs, "containerd.config-version"), want, "{line}");
+    }
+}
+
+/// A version-3 drop-in imported by a version-2 root: 2.3.0 to 2.3.4 refuse to start, 2.1 and 2.2
+/// drop the root's version-2 CRI settings.
 #[test]
 fn a_drop_in_newer_than_the_root_config_blocks() {
     let mut n = node(
