@@ -6,7 +6,10 @@
 #      (kustomize from Debian sid, through the bench's private apt state, extracted under
 #      $RSANDBOX_PREFIX/tools), each validated by kubernetes-validate --strict (PyPI, pinned, in
 #      a venv under $RSANDBOX_PREFIX/tools: Kubernetes' own OpenAPI schemas, offline) against
-#      Kubernetes 1.30 (the oldest the manifests support) and the newest schema it has;
+#      Kubernetes 1.30 (the oldest the manifests support) and the newest schema it has, and
+#      deploy/kubernetes/node-labels (the second step's grant) likewise; then the admission
+#      policies' CEL evaluated on admission requests as the API server builds them, and the
+#      RBAC judged, by hack/installer/policy-check.py (cel-python, pinned, same venv);
 #   2. the installer's CRI reader on responses captured from containerd 2.1.9
 #      (hack/installer/fixtures);
 #   3. integration/tests/installer.rs on a systemd node (hack/node.sh -n installer: systemd as
@@ -46,6 +49,8 @@ KUSTOMIZE=$TOOLS/kustomize/usr/bin/kustomize
 VALIDATE_VENV=$TOOLS/kubernetes-validate
 # the schemas of Kubernetes 1.30 .. 1.37; pinned so that a new release cannot change a verdict
 VALIDATE_PIN=kubernetes-validate==1.37.0
+# a CEL evaluator for the policies' expressions (hack/installer/policy-check.py), in the same venv
+CEL_PIN=cel-python==0.5.0
 
 tools() {
 	if [[ ! -x "$KUSTOMIZE" ]]; then
@@ -72,6 +77,11 @@ tools() {
 		python3 -m venv "$VALIDATE_VENV"
 		"$VALIDATE_VENV/bin/pip" install -q "$VALIDATE_PIN"
 	fi
+	if ! "$VALIDATE_VENV/bin/pip" show cel-python 2>/dev/null | grep -qx "Version: ${CEL_PIN#*==}"; then
+		log "installing $CEL_PIN into $VALIDATE_VENV"
+		"$VALIDATE_VENV/bin/pip" install -q "$CEL_PIN"
+	fi
+	"$VALIDATE_VENV/bin/python" -c 'import celpy' || die "cel-python does not import in $VALIDATE_VENV"
 }
 
 manifests() {
@@ -80,13 +90,16 @@ manifests() {
 	tools
 	"$KUSTOMIZE" build deploy/kubernetes >"$out/install.yaml"
 	"$KUSTOMIZE" build deploy/kubernetes/uninstall >"$out/uninstall.yaml"
+	"$KUSTOMIZE" build deploy/kubernetes/node-labels >"$out/node-labels.yaml"
 	for v in 1.30.0 "$("$VALIDATE_VENV/bin/kubernetes-validate" --version)"; do
-		for k in install uninstall; do
+		for k in install uninstall node-labels; do
 			"$VALIDATE_VENV/bin/kubernetes-validate" --quiet --strict -k "$v" "$out/$k.yaml" ||
 				die "deploy/kubernetes ($k) does not validate against Kubernetes $v"
 		done
-		log "deploy/kubernetes (install, uninstall): $(grep -c '^kind:' "$out/install.yaml") objects, valid (strict) for Kubernetes $v"
+		log "deploy/kubernetes (install, uninstall, node-labels): $(grep -c '^kind:' "$out/install.yaml") + $(grep -c '^kind:' "$out/node-labels.yaml") objects, valid (strict) for Kubernetes $v"
 	done
+	"$VALIDATE_VENV/bin/python" hack/installer/policy-check.py "$out/install.yaml" "$out/node-labels.yaml" ||
+		die "deploy/kubernetes: the admission policies or the RBAC fail their checks"
 	# the overlay changes the DaemonSet's action, nothing else
 	diff <(grep -v -e '- install$' -e '- uninstall$' -e '- --wait-for-pods=-1$' "$out/install.yaml") \
 		<(grep -v -e '- install$' -e '- uninstall$' -e '- --wait-for-pods=-1$' "$out/uninstall.yaml") >/dev/null ||
@@ -152,7 +165,7 @@ node_tests() {
 }
 
 if ((tools_only)); then
-	section "installer: tools (kustomize, kubernetes-validate)"
+	section "installer: tools (kustomize, kubernetes-validate, cel-python)"
 	tools
 	exit 0
 fi
