@@ -1,11 +1,27 @@
 #!/usr/bin/env bash
-# hack/release.sh [--once] [--clean] - build the release artefacts of HEAD into dist/:
+# hack/release.sh [--once] [--clean] [--ssh-key KEY] [--gpg-key ID] - build the release
+# artefacts of HEAD into dist/:
 #
 #   dist/containerd-shim-rsandbox-v1-<version>-linux-amd64   static x86_64 binary
 #   dist/rsandbox_<version>_amd64.deb                         the binary, the containerd drop-in
 #                                                             snippet, README, CHANGELOG, license
 #   dist/rsandbox-<version>.cdx.json                          SBOM (CycloneDX 1.5, hack/release/sbom.sh)
 #   dist/SHA256SUMS                                           sha256sum of the three
+#   dist/rsandbox-<version>.intoto.json                       build provenance of the three: in-toto
+#                                                             Statement v1, SLSA provenance v1
+#                                                             (hack/release/provenance.sh)
+#   dist/SHA256SUMS.sig, dist/rsandbox-<version>.intoto.json.sig
+#                                                             detached SSH signatures (with a key)
+#   dist/SHA256SUMS.asc, dist/rsandbox-<version>.intoto.json.asc
+#                                                             detached OpenPGP signatures (with an ID)
+#
+# Signing (hack/release/sign.sh, after the builds): `--ssh-key KEY` or RSANDBOX_RELEASE_SSH_KEY
+# (`ssh-keygen -Y sign -n file -f KEY`: a private key, or the public key of one in ssh-agent);
+# `--gpg-key ID` or RSANDBOX_RELEASE_GPG_KEY (`gpg --detach-sign --local-user ID`). Without
+# either the release is unsigned and the script says so loudly at the end; hack/release/sign.sh
+# DIR signs a dist/ later (on another machine: the key need not be where the build runs).
+# docs/install.md shows how a node verifies the signatures, the sums and the provenance;
+# hack/release/test-verify.sh runs those commands.
 #
 # The release is HEAD's tree (`git archive`: what is not committed is not in it), built twice,
 # in two directories (target/release-work/{a,b}: path, target dir and all), and every artefact
@@ -17,7 +33,9 @@
 # timestamp); --remap-path-prefix maps the source, the target dir and $CARGO_HOME to fixed
 # names; the revision comes from RSANDBOX_REVISION (no .git in an archive); build.rs builds
 # the embedded pause program with fixed flags from a relative path; the .deb's files get fixed
-# modes, owners and times, and one compressor thread.
+# modes, owners and times, and one compressor thread. The provenance has no clock and no work
+# directory in it, and is compared like the rest; the signatures are made once, after the
+# comparison (an Ed25519 SSH signature is deterministic, an OpenPGP one carries its time).
 #
 # Static: the gnu target with `-C target-feature=+crt-static` and glibc's static libraries
 # (libc6-dev): the one toolchain (1.95.0) has no musl target, and the shim calls glibc's
@@ -32,16 +50,28 @@ set -euo pipefail
 cd "$RSANDBOX_REPO"
 
 once=0 clean=0
-for arg in "$@"; do
-	case "$arg" in
+# the command as typed, for the provenance (the script's own path as in the repository)
+command=(hack/release.sh "$@")
+while (($#)); do
+	case "$1" in
 	--once) once=1 ;;
 	--clean) clean=1 ;;
+	--ssh-key | --gpg-key)
+		(($# >= 2)) || die "$1 needs a value"
+		if [[ "$1" == --ssh-key ]]; then
+			export RSANDBOX_RELEASE_SSH_KEY=$2
+		else
+			export RSANDBOX_RELEASE_GPG_KEY=$2
+		fi
+		shift
+		;;
 	-h | --help)
 		sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
 		exit 0
 		;;
-	*) die "unknown argument $arg (want --once, --clean)" ;;
+	*) die "unknown argument $1 (want --once, --clean, --ssh-key KEY, --gpg-key ID)" ;;
 	esac
+	shift
 done
 for tool in git jq dpkg-deb file readelf sha256sum; do
 	command -v "$tool" >/dev/null || die "$tool is missing (hack/setup.sh installs it)"
@@ -53,14 +83,24 @@ version=$(git show HEAD:Cargo.toml | sed -n 's/^version = "\(.*\)"$/\1/p' | head
 [[ -n "$version" ]] || die "no version in HEAD's Cargo.toml"
 export SOURCE_DATE_EPOCH
 SOURCE_DATE_EPOCH=$(git log -1 --format=%ct HEAD)
+checkout_clean=true
 if ! git diff --quiet HEAD -- 2>/dev/null; then
+	checkout_clean=false
 	log "note: the working tree differs from HEAD; the release is HEAD's tree ($commit)"
 fi
 work=${RSANDBOX_RELEASE_WORK:-$RSANDBOX_REPO/target/release-work}
 bin_name=$SHIM_NAME-$version-linux-amd64
 deb_name=rsandbox_${version}_amd64.deb
 sbom_name=rsandbox-$version.cdx.json
+prov_name=rsandbox-$version.intoto.json
 cargo_home=${CARGO_HOME:-${HOME:-/root}/.cargo}
+
+# rustflags SRC TARGET CARGO_HOME: the build's RUSTFLAGS (the provenance gets them with
+# placeholders for the three directories, which differ between builds a and b).
+rustflags() {
+	echo "-C target-feature=+crt-static --remap-path-prefix=$1=/rsandbox" \
+		"--remap-path-prefix=$2=/target --remap-path-prefix=$3=/cargo"
+}
 
 # build DIR: HEAD's tree into DIR/src, built into DIR/target, artefacts into DIR/dist.
 build() {
@@ -75,9 +115,7 @@ build() {
 	warnings=$dir/link-warnings.txt
 	(
 		cd "$src"
-		RUSTFLAGS="-C target-feature=+crt-static \
---remap-path-prefix=$src=/rsandbox --remap-path-prefix=$target=/target \
---remap-path-prefix=$cargo_home=/cargo" \
+		RUSTFLAGS=$(rustflags "$src" "$target" "$cargo_home") \
 			RSANDBOX_REVISION=$commit CARGO_TARGET_DIR=$target \
 			cargo build --locked --release --target "$TARGET" --bin "$SHIM_NAME" 2>&1
 	) | tee "$warnings" >&2
@@ -94,6 +132,8 @@ build() {
 	hack/release/sbom.sh "$src" "$out/$bin_name" "$version" "$commit" "$SOURCE_DATE_EPOCH" >"$out/$sbom_name"
 	make_deb "$dir" "$out/$bin_name" "$out/$deb_name"
 	(cd "$out" && sha256sum "$bin_name" "$deb_name" "$sbom_name" >SHA256SUMS)
+	hack/release/provenance.sh "$out" "$src" "$TARGET" "$commit" "$checkout_clean" \
+		"$(rustflags '<src>' '<target>' '<cargo home>')" -- "${command[@]}" >"$out/$prov_name"
 }
 
 # check_static BINARY: no interpreter, no shared library, runs and names HEAD's commit.
@@ -155,7 +195,7 @@ else
 	build "$work/b"
 	section "reproducibility: build a vs build b"
 	differ=()
-	for f in "$bin_name" "$deb_name" "$sbom_name" SHA256SUMS; do
+	for f in "$bin_name" "$deb_name" "$sbom_name" SHA256SUMS "$prov_name"; do
 		if cmp -s "$work/a/dist/$f" "$work/b/dist/$f"; then
 			log "same bytes: $f"
 		else
@@ -170,6 +210,11 @@ fi
 rm -rf dist
 mkdir -p dist
 cp "$work/a/dist/"* dist/
+hack/release/sign.sh dist
 section "dist/ (HEAD $commit, version $version, SOURCE_DATE_EPOCH $SOURCE_DATE_EPOCH)"
 (cd dist && ls -l && cat SHA256SUMS) >&2
 log "hack/release.sh took $(($(date +%s) - total_start)) s"
+if [[ ! -e dist/SHA256SUMS.sig && ! -e dist/SHA256SUMS.asc ]]; then
+	section "UNSIGNED release: no --ssh-key nor --gpg-key (RSANDBOX_RELEASE_SSH_KEY, _GPG_KEY)"
+	log "WARNING: nothing in dist/ is signed; sign it with hack/release/sign.sh dist before publishing"
+fi
