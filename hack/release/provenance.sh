@@ -57,7 +57,8 @@ rustc_vv=$(cd "$src" && rustc -vV)
 cargo_v=$(cd "$src" && cargo -V)
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 deb_version() { dpkg-query -W -f='${Version}' "$1"; }
-libc_a=$(dpkg -L libc6-dev | grep -m1 '/libc\.a$')
+# no grep -m1: dpkg would die of SIGPIPE (pipefail)
+libc_a=$(dpkg -L libc6-dev | grep '/libc\.a$')
 os=$(. /etc/os-release && echo "${PRETTY_NAME:-$ID}")
 epoch=${SOURCE_DATE_EPOCH:?}
 
