@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hack/release/provenance.sh DIR SRC TARGET COMMIT CLEAN RUSTFLAGS -- COMMAND... - prints the
+# hack/release/provenance.sh DIR SRC TARGETS LIBCS COMMIT CLEAN RUSTFLAGS -- COMMAND... - prints the
 # build provenance of the release artefacts in DIR (hack/release.sh calls it once per build):
 # an in-toto Statement v1 (https://in-toto.io/Statement/v1) whose predicate is SLSA provenance
 # v1 (https://slsa.dev/provenance/v1).
@@ -8,15 +8,16 @@
 #   buildType            urn:rsandbox:build-type:release-sh:v1: hack/release.sh at the source
 #                        commit, which exports that commit's tree (`git archive`) and builds it
 #   externalParameters   the exact command (argv, the script's path as hack/release.sh), the
-#                        commit, the target
-#   internalParameters   what the script sets itself: the cargo command, RUSTFLAGS (the work
+#                        commit, the targets (TARGETS: comma-separated Rust triples)
+#   internalParameters   what the script sets itself: the cargo commands, RUSTFLAGS (the work
 #                        directories written as <src>, <target>, <cargo home>: they are remapped
 #                        out of the binary), SOURCE_DATE_EPOCH, RSANDBOX_REVISION
 #   resolvedDependencies the source (gitCommit, gitTree of the commit; whether the checkout's
 #                        tracked files matched it: the release is the commit's tree either way),
-#                        Cargo.lock, rustc (`rustc -vV`, the binary's sha256), cargo, the static
-#                        glibc (libc6-dev's version, libc.a's sha256), dpkg-deb and jq (they
-#                        write the .deb and the SBOM)
+#                        Cargo.lock, rustc (`rustc -vV`, the binary's sha256), cargo, each
+#                        target's static glibc (LIBCS: the Debian packages, comma-separated, in
+#                        TARGETS' order: their versions, their libc.a's sha256), dpkg-deb and jq
+#                        (they write the .deb and the SBOM)
 #   runDetails           builder.id: RSANDBOX_RELEASE_BUILDER (a URI naming who or what ran the
 #                        build, e.g. a CI job), else urn:rsandbox:builder:local (a person's
 #                        machine: nothing vouches for it but the release key); builder.version:
@@ -29,12 +30,12 @@
 # two builds like every artefact. It is a plain statement, not a DSSE envelope:
 # hack/release/sign.sh signs the file with a detached signature (docs/install.md).
 set -euo pipefail
-{ (($# >= 8)) && [[ "$7" == -- ]]; } || {
-	echo "usage: $0 DIR SRC TARGET COMMIT CLEAN RUSTFLAGS -- COMMAND..." >&2
+{ (($# >= 9)) && [[ "$8" == -- ]]; } || {
+	echo "usage: $0 DIR SRC TARGETS LIBCS COMMIT CLEAN RUSTFLAGS -- COMMAND..." >&2
 	exit 2
 }
-dir=$1 src=$2 target=$3 commit=$4 clean=$5 rustflags=$6
-shift 7
+dir=$1 src=$2 targets=$3 libcs=$4 commit=$5 clean=$6 rustflags=$7
+shift 8
 # one argument a line (jq 1.6 reads options among --args' words); none may hold a newline
 for word in "$@"; do
 	[[ "$word" != *$'\n'* ]] || {
@@ -57,19 +58,29 @@ rustc_vv=$(cd "$src" && rustc -vV)
 cargo_v=$(cd "$src" && cargo -V)
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 deb_version() { dpkg-query -W -f='${Version}' "$1"; }
-# no grep -m1: dpkg would die of SIGPIPE (pipefail)
-libc_a=$(dpkg -L libc6-dev | grep '/libc\.a$')
+# each glibc package: its purl and its libc.a's sha256 (no grep -m1: dpkg would die of
+# SIGPIPE under pipefail)
+libc_deps=$(
+	IFS=, read -r -a pkgs <<<"$libcs"
+	for pkg in "${pkgs[@]}"; do
+		libc_a=$(dpkg -L "$pkg" | grep '/libc\.a$')
+		jq -n --arg pkg "$pkg" --arg v "$(deb_version "$pkg")" \
+			--arg a "$(dpkg-query -W -f='${Architecture}' "$pkg")" --arg sha "$(sha "$libc_a")" \
+			'{name: $pkg, uri: "pkg:deb/debian/\($pkg)@\($v)?arch=\($a)", digest: {sha256: $sha},
+			  annotations: {linked: "libc.a, statically"}}'
+	done | jq -s 'unique_by(.name)'
+)
 os=$(. /etc/os-release && echo "${PRETTY_NAME:-$ID}")
 epoch=${SOURCE_DATE_EPOCH:?}
 
 jq -n --sort-keys \
 	--argjson subjects "$subjects" --argjson command "$command_json" \
-	--arg commit "$commit" --arg tree "$tree" --argjson clean "$clean" --arg target "$target" \
+	--arg commit "$commit" --arg tree "$tree" --argjson clean "$clean" --arg targets "$targets" \
 	--arg rustflags "$rustflags" --arg epoch "$epoch" \
 	--arg lock_sha "$(sha "$src/Cargo.lock")" \
 	--arg rustc_vv "$rustc_vv" --arg rustc_sha "$(sha "$sysroot/bin/rustc")" \
 	--arg cargo_v "$cargo_v" --arg cargo_sha "$(sha "$sysroot/bin/cargo")" \
-	--arg glibc "$(deb_version libc6-dev)" --arg libc_sha "$(sha "$libc_a")" \
+	--argjson libc_deps "$libc_deps" \
 	--arg dpkg "$(deb_version dpkg)" --arg jq_v "$(deb_version jq)" --arg os "$os" \
 	--arg builder "${RSANDBOX_RELEASE_BUILDER:-urn:rsandbox:builder:local}" \
 	--arg invocation "${RSANDBOX_RELEASE_INVOCATION:-}" '
@@ -80,9 +91,10 @@ jq -n --sort-keys \
   predicate: {
     buildDefinition: {
       buildType: "urn:rsandbox:build-type:release-sh:v1",
-      externalParameters: {command: $command, source: {gitCommit: $commit}, target: $target},
+      externalParameters: {command: $command, source: {gitCommit: $commit}, targets: ($targets | split(","))},
       internalParameters: {
-        cargo: ["cargo", "build", "--locked", "--release", "--target", $target, "--bin", "containerd-shim-rsandbox-v1"],
+        cargo: [$targets | split(",")[]
+          | ["cargo", "build", "--locked", "--release", "--target", ., "--bin", "containerd-shim-rsandbox-v1"]],
         env: {RUSTFLAGS: $rustflags, SOURCE_DATE_EPOCH: $epoch, RSANDBOX_REVISION: $commit}
       },
       resolvedDependencies: [
@@ -91,8 +103,7 @@ jq -n --sort-keys \
         {name: "Cargo.lock", digest: {sha256: $lock_sha}},
         {name: "rustc", digest: {sha256: $rustc_sha}, annotations: {"rustc -vV": $rustc_vv}},
         {name: "cargo", digest: {sha256: $cargo_sha}, annotations: {"cargo -V": $cargo_v}},
-        {name: "libc6-dev", uri: "pkg:deb/debian/libc6-dev@\($glibc)?arch=amd64",
-         digest: {sha256: $libc_sha}, annotations: {linked: "libc.a, statically"}},
+        $libc_deps[],
         {name: "dpkg-deb", uri: "pkg:deb/debian/dpkg@\($dpkg)?arch=amd64"},
         {name: "jq", uri: "pkg:deb/debian/jq@\($jq_v)?arch=amd64"}
       ]

@@ -34,7 +34,11 @@ prov=${provs[0]}
 version=${prov#dist/rsandbox-}
 version=${version%.intoto.json}
 commit=$(git rev-parse HEAD)
-bin=dist/$SHIM_NAME-$version-linux-amd64
+# the binary this machine runs (dist/ may hold other architectures' too)
+case "$(uname -m)" in
+aarch64) bin=dist/$SHIM_NAME-$version-linux-arm64 ;;
+*) bin=dist/$SHIM_NAME-$version-linux-amd64 ;;
+esac
 [[ "$("$bin" -v)" == *"Revision: $commit"$'\n'* ]] ||
 	die "$bin is not HEAD's ($commit) build: run hack/release.sh"
 
@@ -130,7 +134,7 @@ expect "the release as made" "$d" "$ok_settings" "" "${ssh_cmds[@]}"
 
 d=$(fresh artefact)
 # one byte in the middle of the binary, as a corrupted or replaced download
-bin_copy=$d/$SHIM_NAME-$version-linux-amd64
+bin_copy=$d/${bin#dist/}
 printf '\x00' | dd of="$bin_copy" bs=1 seek=$(($(stat -c %s "$bin_copy") / 2)) conv=notrunc status=none
 cmp -s "$bin_copy" "$bin" && printf '\x01' | dd of="$bin_copy" bs=1 seek=$(($(stat -c %s "$bin_copy") / 2)) conv=notrunc status=none
 expect "a changed binary" "$d" "$ok_settings" "sha256sum --check SHA256SUMS" "${ssh_cmds[@]}"
