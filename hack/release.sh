@@ -53,7 +53,8 @@
 # dlopen), which a static glibc cannot do; the link's warnings would name such calls and the
 # script fails on them. `file`, `ldd` and `readelf` must all say: no interpreter, no NEEDED.
 #
-# Needs: cargo (the repository's toolchain), git, jq, dpkg-deb, file, binutils (readelf).
+# Needs: cargo (the repository's toolchain), git, jq, dpkg-deb, file, binutils (readelf); to
+# sign, ssh-keygen (openssh-client) or gpg.
 set -euo pipefail
 # shellcheck source=hack/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
