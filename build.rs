@@ -111,7 +111,18 @@ fn pause_program() {
     // Flags of the pause program only; the shim's RUSTFLAGS (sanitizers, coverage, ...) are
     // not meant for it. No start files, no libc, static and not position independent: the
     // kernel maps it and jumps to `_start`, nothing else runs.
-    let status = Command::new(rustc)
+    let mut cmd = Command::new(rustc);
+    // The target's linker when one is configured (`CARGO_TARGET_<TRIPLE>_LINKER`, cargo hands
+    // it over as RUSTC_LINKER): a cross build (aarch64 on x86_64) links the pause with it;
+    // rustc's default, the host's `cc`, cannot link another architecture's objects.
+    if let Some(linker) = std::env::var_os("RUSTC_LINKER") {
+        cmd.arg("-C").arg({
+            let mut arg = std::ffi::OsString::from("linker=");
+            arg.push(linker);
+            arg
+        });
+    }
+    let status = cmd
         .args(["--edition", "2024", "--crate-type", "bin"])
         .args(["--crate-name", "rsandbox_pause", "--target", &target])
         .args([

@@ -31,8 +31,10 @@
 #      container, on a systemd node, hack/node.sh -n installer; on a scratch containerd
 #      where no node can run), after the node's stage, ~1.5-2 min
 #   8c. release artefacts: hack/release.sh (two static release builds of HEAD compared byte
-#      for byte: dist/ binary, .deb, SBOM, SHA256SUMS; RSANDBOX_RELEASE_REPRO=0 builds once),
-#      then hack/release/test-deb.sh (the .deb installs, its binary checks the bench and runs
+#      for byte: dist/ binary, .deb, SBOM, SHA256SUMS, provenance; RSANDBOX_RELEASE_REPRO=0
+#      builds once), then hack/release/test-verify.sh (docs/install.md's verification of a
+#      release signed with a throwaway key; tampered copies fail it), then
+#      hack/release/test-deb.sh (the .deb installs, its binary checks the bench and runs
 #      pods; the installed shim is put back)
 #   8d. the cgroup v2 guest: hack/guest.sh (QEMU, Debian's kernel booted with
 #      cgroup_no_v1=all; the cgroupv2 integration tests inside, both runcs);
@@ -172,13 +174,16 @@ else
 	hack/installer/test.sh --scratch || failed+=("node installer (scratch)")
 fi
 
-section "release artefacts: hack/release.sh, then hack/release/test-deb.sh"
-# Two release builds of HEAD in two directories, every artefact compared byte for byte (the
-# reproducibility check; RSANDBOX_RELEASE_REPRO=0 builds once), then the .deb installed into a
-# throwaway dpkg root, its binary's check against the bench and pods with it.
+section "release artefacts: hack/release.sh, hack/release/test-verify.sh, hack/release/test-deb.sh"
+# Two release builds of HEAD in two directories, every artefact and the provenance compared
+# byte for byte (the reproducibility check; RSANDBOX_RELEASE_REPRO=0 builds once); then the
+# verification docs/install.md shows, on dist/ signed with a throwaway key (tampered copies
+# must fail it); then the .deb installed into a throwaway dpkg root, its binary's check against
+# the bench and pods with it.
 release_flags=()
 [[ "${RSANDBOX_RELEASE_REPRO:-1}" = 0 ]] && release_flags=(--once)
 if hack/release.sh "${release_flags[@]}"; then
+	hack/release/test-verify.sh || failed+=("the release's verification (hack/release/test-verify.sh)")
 	hack/release/test-deb.sh || failed+=("the release's .deb on the bench")
 else
 	failed+=("release artefacts (hack/release.sh)")

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# hack/release/sbom.sh SRC BINARY VERSION COMMIT EPOCH - prints the CycloneDX 1.5 JSON SBOM of
-# the shim built from SRC into BINARY (hack/release.sh calls it).
+# hack/release/sbom.sh SRC BINARY VERSION COMMIT EPOCH [TARGET LIBC_PKG] - prints the CycloneDX
+# 1.5 JSON SBOM of the shim built from SRC into BINARY for TARGET (x86_64-unknown-linux-gnu),
+# glibc linked in from the Debian package LIBC_PKG (libc6-dev; a cross build's is e.g.
+# libc6-dev-arm64-cross). hack/release.sh calls it.
 #
 # Components: the crates linked into the binary (the normal-dependency closure of the rsandbox
-# package for x86_64-unknown-linux-gnu, from `cargo metadata --locked` and Cargo.lock's
+# package for TARGET, from `cargo metadata --locked` and Cargo.lock's
 # checksums; proc-macros included: their code expands into the binary), scope "required"; the
 # build-dependency closure (protobuf-codegen, which generates the CRI types), scope
 # "excluded" (used to build, not in the product); the Rust standard library and GNU libc
@@ -16,7 +18,7 @@
 # the document, so two builds would never give the same bytes. jq is a Debian package.
 set -euo pipefail
 src=$1 binary=$2 version=$3 commit=$4 epoch=$5
-target=x86_64-unknown-linux-gnu
+target=${6:-x86_64-unknown-linux-gnu} libc_pkg=${7:-libc6-dev}
 
 meta=$(cd "$src" && cargo metadata --locked --format-version 1 --filter-platform "$target")
 # Cargo.lock: "name@version" -> sha256 of the .crate
@@ -29,7 +31,8 @@ sums=$(awk '
 bin_sha=$(sha256sum "$binary" | cut -d' ' -f1)
 rustc=$(rustc --version)
 rust_version=$(awk '{print $2}' <<<"$rustc")
-glibc=$(dpkg-query -W -f='${Version}' libc6-dev)
+glibc=$(dpkg-query -W -f='${Version}' "$libc_pkg")
+libc_arch=$(dpkg-query -W -f='${Architecture}' "$libc_pkg")
 ts=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
 h=$(printf 'rsandbox %s %s %s' "$version" "$commit" "$bin_sha" | sha256sum | cut -c1-32)
 uuid="${h:0:8}-${h:8:4}-5${h:13:3}-a${h:17:3}-${h:20:12}"
@@ -37,7 +40,7 @@ uuid="${h:0:8}-${h:8:4}-5${h:13:3}-a${h:17:3}-${h:20:12}"
 jq --sort-keys --argjson sums "$sums" \
 	--arg version "$version" --arg commit "$commit" --arg ts "$ts" --arg uuid "$uuid" \
 	--arg bin_sha "$bin_sha" --arg rust_version "$rust_version" --arg rustc "$rustc" \
-	--arg glibc "$glibc" '
+	--arg glibc "$glibc" --arg libc_pkg "$libc_pkg" --arg libc_arch "$libc_arch" --arg target "$target" '
 . as $meta
 | ($meta.resolve.nodes | map({key: .id, value: .deps}) | from_entries) as $deps
 | ($meta.packages | map({key: .id, value: .}) | from_entries) as $pkgs
@@ -71,7 +74,7 @@ jq --sort-keys --argjson sums "$sums" \
         version: $version, licenses: [{expression: "Apache-2.0"}],
         hashes: [{alg: "SHA-256", content: $bin_sha}],
         properties: [{name: "rsandbox:git-revision", value: $commit}, {name: "rsandbox:rustc", value: $rustc},
-          {name: "rsandbox:target", value: "x86_64-unknown-linux-gnu, +crt-static"}]
+          {name: "rsandbox:target", value: "\($target), +crt-static"}]
       }
     },
     components: (
@@ -79,8 +82,8 @@ jq --sort-keys --argjson sums "$sums" \
        + [{type: "library", "bom-ref": "rust-std@\($rust_version)", name: "rust-std", version: $rust_version,
            scope: "required", licenses: [{expression: "MIT OR Apache-2.0"}]},
           {type: "library", "bom-ref": "glibc@\($glibc)", name: "glibc", version: $glibc, scope: "required",
-           purl: "pkg:deb/debian/libc6-dev@\($glibc)?arch=amd64", licenses: [{expression: "LGPL-2.1-or-later"}],
-           description: "GNU C library, statically linked (Debian libc6-dev)"}])
+           purl: "pkg:deb/debian/\($libc_pkg)@\($glibc)?arch=\($libc_arch)", licenses: [{expression: "LGPL-2.1-or-later"}],
+           description: "GNU C library, statically linked (Debian \($libc_pkg))"}])
       | sort_by(.name, .version)),
     dependencies: (
       [($normal + [$root])[] | {ref: ref(.), dependsOn: ([edges(.; [null])[] | ref(.)] | unique)}]
