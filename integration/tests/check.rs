@@ -2,7 +2,7 @@
 //! 2.1.9: the installed shim binary judges the bench's config, and configs the test writes
 //! (each read by containerd's own `config dump`): rsandbox as the default runtime, an options
 //! table on the handler, a drop-in (the .deb's snippet, hack/release/rsandbox.toml) imported or
-//! not, a drop-in of a higher config version. The verdicts for containerd versions CI does not
+//! not, a drop-in of a higher config version; and a kubelet older than 1.35 in `$PATH`. The verdicts for containerd versions CI does not
 //! run are the unit tests' (src/cli/check/containerd/tests.rs).
 
 use std::path::{Path, PathBuf};
@@ -20,10 +20,16 @@ fn containerd() -> PathBuf {
 
 /// Runs `check -json` with `args`; the exit status and the document.
 fn check(args: &[&str]) -> (i32, serde_json::Value) {
+    check_with_env(&[], args)
+}
+
+/// `check` with `env` set for it.
+fn check_with_env(env: &[(&str, &str)], args: &[&str]) -> (i32, serde_json::Value) {
     let out = run_timeout(
         {
             let mut c = Command::new(shim());
             c.arg("check").arg("-json").args(args);
+            c.envs(env.iter().copied());
             c
         },
         None,
@@ -96,6 +102,58 @@ fn the_bench_is_fine_with_the_hostnetwork_warning() {
     for id in ["kernel.openat2", "kernel.pidfd", "kernel.memfd-seals"] {
         assert_eq!(status(&doc, id), "ok");
     }
+    // No kubelet on the bench: notes, not warnings.
+    assert_eq!(status(&doc, "restart.sandbox-order"), "info");
+    assert_eq!(status(&doc, "restart.sandbox-names"), "info");
+}
+
+/// A kubelet 1.34 (before kubernetes PR 130551) where a node has one: `kubelet` in `$PATH`
+/// (none runs on the bench, so `check` goes on to `$PATH` as on a node whose kubelet is
+/// stopped). `check` runs it for its version and warns that a containerd restart can make it
+/// re-create rsandbox pods; the warning does not block.
+#[test]
+fn a_kubelet_before_1_35_is_warned_about() {
+    let dir = scratch_dir(&unique_id("check-kubelet"));
+    let kubelet = dir.join("kubelet");
+    std::fs::write(
+        &kubelet,
+        "#!/bin/sh\n[ \"$1\" = --version ] || exit 2\necho 'Kubernetes v1.34.2'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &kubelet,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let bench_config = prefix().join("conf/containerd.toml");
+    let (code, doc) = check_with_env(
+        &[("PATH", &path)],
+        &[
+            "-containerd",
+            containerd().to_str().unwrap(),
+            "-containerd-config",
+            bench_config.to_str().unwrap(),
+            "-runtime",
+            "rsandbox",
+            "-runc",
+            prefix().join("usr/bin/runc").to_str().unwrap(),
+        ],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(
+        doc["facts"]["kubelet"]["binary"],
+        kubelet.to_str().unwrap(),
+        "{doc:#}"
+    );
+    assert_eq!(doc["facts"]["kubelet"]["version"], "1.34.2");
+    assert_eq!(status(&doc, "restart.sandbox-order"), "warn");
+    assert_eq!(status(&doc, "restart.sandbox-names"), "info");
 }
 
 /// Each hazard as containerd 2.1.9 itself reads the config.

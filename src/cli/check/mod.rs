@@ -8,7 +8,8 @@
 //! It reports and judges ([`report::Finding`], stable ids): the shim config, runc, the kernel
 //! facilities the shim uses, cgroups and their driver, systemd where the driver needs it,
 //! SELinux, and containerd: its version, its config files and effective config, and the
-//! hazards of rsandbox on it ([`containerd`]). Exit status 0 without a blocking finding, 1
+//! hazards of rsandbox on it ([`containerd`]); then what a containerd restart does to running
+//! rsandbox pods, by the node's kubelet's version ([`kubelet`], [`restart`]). Exit status 0 without a blocking finding, 1
 //! with one, 2 on a usage error; `-json` prints the `rsandbox-check/v1` document.
 //!
 //! Every probe goes through [`node::Node`] (tests fake a node); every command is bounded;
@@ -17,8 +18,10 @@
 pub mod cgroup;
 pub mod containerd;
 pub mod kernel;
+pub mod kubelet;
 pub mod node;
 pub mod report;
+pub mod restart;
 pub mod runc;
 pub mod selinux;
 pub mod shim_config;
@@ -42,7 +45,8 @@ Judges this node for rsandbox pods; exit 0: nothing blocking, 1: a blocking prob
   -runc PATH                runc (default: the handler's BinaryName, else runc in $PATH)
   -shim-config PATH         the shim's config (default: RSANDBOX_CONFIG in containerd's shim env,
                             else $RSANDBOX_CONFIG, else /etc/containerd/rsandbox.toml)
-  -kubelet-config PATH      read for cgroupDriver (default /var/lib/kubelet/config.yaml)
+  -kubelet-config PATH      read for cgroupDriver; also says this node has a kubelet
+                            (default /var/lib/kubelet/config.yaml)
   -timeout SECONDS          bound of each command it runs (default 10)
 ";
 
@@ -185,10 +189,11 @@ pub fn run(node: &dyn Node, o: &Options) -> Report {
     report.add(runc::judge(&runc));
     report.fact("runc", runc::facts_json(&runc));
 
+    let kubelet_config = o.path_or(&o.kubelet_config, cgroup::DEFAULT_KUBELET_CONFIG);
     let cgroups = cgroup::gather(
         node,
         effective.is_some_and(|e| e.runc_systemd_cgroup),
-        &o.path_or(&o.kubelet_config, cgroup::DEFAULT_KUBELET_CONFIG),
+        &kubelet_config,
     );
     let kernel = kernel::gather(node, cgroups.unified_only());
     report.add(kernel::judge(&kernel));
@@ -201,6 +206,10 @@ pub fn run(node: &dyn Node, o: &Options) -> Report {
     let se = selinux::gather(node);
     report.add([selinux::judge(&se)]);
     report.fact("selinux", selinux::facts_json(&se));
+
+    let kubelet = kubelet::gather(node, &kubelet_config, timeout);
+    report.add(restart::judge(&kubelet));
+    report.fact("kubelet", kubelet::facts_json(&kubelet));
     report
 }
 

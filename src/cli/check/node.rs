@@ -47,8 +47,10 @@ pub trait Node {
     /// it could not run or did not end in time.
     fn run(&self, program: &Path, args: &[&str], timeout: Duration) -> Result<CmdOutput, String>;
     fn read(&self, path: &Path) -> io::Result<String>;
+    /// Where a symbolic link points (`/proc/<pid>/exe`).
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf>;
     fn exists(&self, path: &Path) -> bool;
-    /// Names in a directory (for containerd's import globs).
+    /// Names in a directory, files and directories (containerd's import globs, `/proc`).
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// An executable file `name` in this process's `$PATH`.
     fn look_path(&self, name: &str) -> Option<PathBuf>;
@@ -83,6 +85,10 @@ impl Node for System {
 
     fn read(&self, path: &Path) -> io::Result<String> {
         std::fs::read_to_string(path)
+    }
+
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
+        std::fs::read_link(path)
     }
 
     fn exists(&self, path: &Path) -> bool {
@@ -214,6 +220,8 @@ pub mod fake {
     #[derive(Default)]
     pub struct FakeNode {
         pub files: BTreeMap<PathBuf, String>,
+        /// Symbolic links: the link → its target.
+        pub links: HashMap<PathBuf, PathBuf>,
         /// `program args...` (joined by spaces) → what it answers.
         pub commands: HashMap<String, Result<CmdOutput, String>>,
         pub path: HashMap<String, PathBuf>,
@@ -282,17 +290,26 @@ pub mod fake {
                 .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
         }
 
+        fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
+            self.links
+                .get(path)
+                .cloned()
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+        }
+
         fn exists(&self, path: &Path) -> bool {
             self.files.contains_key(path) || self.files.keys().any(|f| f.starts_with(path))
         }
 
+        /// The files directly in `dir`, and the directories that hold files below it.
         fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-            let names: Vec<String> = self
+            let names: std::collections::BTreeSet<String> = self
                 .files
                 .keys()
-                .filter(|f| f.parent() == Some(dir))
-                .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .filter_map(|f| f.strip_prefix(dir).ok()?.components().next())
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
                 .collect();
+            let names: Vec<String> = names.into_iter().collect();
             if names.is_empty() && !self.exists(dir) {
                 return Err(io::Error::from(io::ErrorKind::NotFound));
             }

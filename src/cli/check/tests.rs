@@ -98,6 +98,8 @@ fn the_bench_passes_with_its_warnings() {
         "cgroup.driver",
         "systemd.reachable",
         "selinux",
+        "restart.sandbox-order",
+        "restart.sandbox-names",
     ] {
         assert!(r.finding(id).is_some(), "no {id}: {:#?}", r.findings);
     }
@@ -117,8 +119,41 @@ fn the_bench_passes_with_its_warnings() {
     assert_eq!(j["facts"]["containerd"]["version"], "2.1.9");
     assert_eq!(j["facts"]["runc"]["binary"], "/usr/sbin/runc");
     assert_eq!(j["verdict"], "warn");
+    // No kubelet on the bench: a note, no warning.
+    assert_eq!(
+        r.finding("restart.sandbox-order").unwrap().status,
+        Status::Info
+    );
+    assert!(j["facts"]["kubelet"]["binary"].is_null());
     // The systemd driver is not in use and systemd is not PID 1: never asked.
     assert!(!n.ran.borrow().iter().any(|c| c.contains("systemd")));
+}
+
+/// The bench with a kubelet 1.34 running (as the kubelet built before PR 130551):
+/// the restart hazard is a warning in the report, with what to do; with 1.36 it is not.
+#[test]
+fn a_running_kubelet_before_1_35_is_warned_about() {
+    let mut n = bench("runc");
+    n.file("/proc/1/comm", "systemd\n")
+        .file("/proc/4242/comm", "kubelet\n")
+        .command("/proc/4242/exe --version", ok("Kubernetes v1.34.2\n"));
+    n.links
+        .insert("/proc/4242/exe".into(), "/usr/bin/kubelet".into());
+    let r = run(&n, &options(&["-runtime", "rsandbox"]));
+    let f = r.finding("restart.sandbox-order").unwrap();
+    assert_eq!(f.status, Status::Warn, "{}", r.to_text());
+    let t = r.to_text();
+    assert!(t.contains("[ WARN] restart.sandbox-order"), "{t}");
+    assert!(t.contains("/usr/bin/kubelet (running, pid 4242)"), "{t}");
+    assert_eq!(r.to_json()["facts"]["kubelet"]["version"], "1.34.2");
+    assert_eq!(r.exit_status(), EXIT_OK);
+
+    n.command("/proc/4242/exe --version", ok("Kubernetes v1.36.2\n"));
+    let r = run(&n, &options(&["-runtime", "rsandbox"]));
+    assert_eq!(
+        r.finding("restart.sandbox-order").unwrap().status,
+        Status::Ok
+    );
 }
 
 #[test]
