@@ -1692,18 +1692,23 @@ mod tests {
             &record,
             &crate::timing::Budget::new(Duration::from_secs(30)),
         );
-        let killed = pause.try_wait().unwrap();
-        let older_alive = older.try_wait().unwrap().is_none();
-        let _ = older.kill();
-        let _ = older.wait();
-        let _ = pause.kill();
-        let _ = pause.wait();
+        // Read from /proc, not through wait: another test's `waitpid(-1)` (a reaper) in this
+        // process may reap these children first. A zombie or a gone pid is dead.
+        let running = |pid: u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, r)| !r.starts_with('Z')))
+                .unwrap_or(false)
+        };
+        let pause_runs = running(pause.id());
+        let older_runs = running(older.id());
+        for child in [&mut older, &mut pause] {
+            let _ = child.kill();
+            let _ = child.try_wait();
+        }
+        assert!(!pause_runs, "the unrecorded pause still runs: {undone:?}");
         assert!(
-            killed.is_some(),
-            "the unrecorded pause still runs: {undone:?}"
-        );
-        assert!(
-            older_alive,
+            older_runs,
             "a process older than the spawn's mark was killed"
         );
     }
