@@ -58,6 +58,8 @@ SELF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$SELF_DIR/lib/unit.sh"
 # shellcheck source=deploy/node/lib/config.sh
 . "$SELF_DIR/lib/config.sh"
+# shellcheck source=deploy/node/lib/imports.sh
+. "$SELF_DIR/lib/imports.sh"
 # shellcheck source=deploy/node/lib/cri.sh
 . "$SELF_DIR/lib/cri.sh"
 # shellcheck source=deploy/node/lib/binary.sh
@@ -370,7 +372,7 @@ do_install() {
 # entry first, then the drop-in: its previous bytes, or none)
 undo_config() {
 	local prev=$1 import_added=$2
-	((import_added)) && { remove_import || true; }
+	((import_added)) && { remove_import || true; forget_import_state; }
 	if [[ -f "$prev" ]]; then
 		write_if_changed "$prev" "$(hp "$DROPIN")" 644 || true
 		rm -f "$prev"
@@ -394,8 +396,35 @@ load_installed() {
 	CONFIG=$(sed -n 's/^config=//p' "$f")
 }
 
+# keep_inert_dropin PROBLEMS: the walk found what would stop containerd from starting without
+# the drop-in (an entry the installer could not take out, a link to the drop-in, ...). The
+# drop-in stays, made inert (it configures nothing: containerd restarted starts without the
+# runtime, which the uninstall is for), and so does the state; exits 1 with what to edit.
+keep_inert_dropin() {
+	local problems=$1 text dump version
+	version=$(root_config_version)
+	[[ "$version" == 2 ]] || version=3
+	text=$(mktemp)
+	inert_dropin_text "$version" >"$text"
+	# changed: do_uninstall's (bash's dynamic scope)
+	if write_if_changed "$text" "$(hp "$DROPIN")" 644; then
+		changed=1
+		log "drop-in $DROPIN made inert (it configures nothing)"
+	fi
+	rm -f "$text"
+	dump=$(mktemp)
+	if config_walk "" | grep -q '^problem '; then
+		log "containerd's config files would not load even with $DROPIN in place: containerd not restarted"
+	elif ((changed)) && config_dump "$dump"; then
+		restart_containerd
+		wait_cri_handler absent
+	fi
+	rm -f "$dump" "$dump.err"
+	fail "remove the imports entry" "containerd would not start without $DROPIN: ${problems//$'\n'/; }. Edit what is named there (take $DROPIN out of the imports, remove a link to it), then run the uninstall again; until then $DROPIN stays, configuring nothing"
+}
+
 do_uninstall() {
-	local changed=0 need end
+	local changed=0 need end problems
 	if ! load_installed; then
 		locate_containerd
 		log "no install recorded in $STATE_DIR: removing what is at the default places"
@@ -423,20 +452,27 @@ do_uninstall() {
 		sleep 5
 	done
 
-	# 3. the config: the imports entry first (an entry naming a missing file stops containerd
-	# from starting), then the drop-in
-	if remove_import; then changed=1; fi
-	if [[ -e "$(hp "$DROPIN")" ]]; then
-		if head -n1 "$(hp "$DROPIN")" | grep -qF "$MARK"; then
+	# 3. the config. containerd does not start while a file it loads imports a missing file,
+	# so the drop-in goes last, and only once the walk finds no such file: config.toml put
+	# back where nobody changed it since the install, else every entry naming the drop-in taken
+	# out, however it is spelled now (also without the installer's state). What cannot be
+	# taken out leaves an inert drop-in and a failed uninstall (keep_inert_dropin).
+	if [[ -e "$(hp "$DROPIN")" ]] && ! head -n1 "$(hp "$DROPIN")" | grep -qF "$MARK"; then
+		log "warning: $DROPIN was not written by the installer: it and the imports naming it are left in place"
+	else
+		if remove_import; then changed=1; fi
+		if take_out_entries; then changed=1; fi
+		problems=$(config_walk "$DROPIN" | sed -n 's/^problem //p')
+		[[ -z "$problems" ]] || keep_inert_dropin "$problems"
+		forget_import_state
+		if [[ -e "$(hp "$DROPIN")" ]]; then
 			rm -f "$(hp "$DROPIN")"
 			changed=1
-			log "drop-in removed: $DROPIN"
-			if [[ -f "$(hp "$STATE_DIR")/dropin-dir-created" ]]; then
-				rmdir "$(hp "$(dirname "$DROPIN")")" 2>/dev/null || true
-				rm -f "$(hp "$STATE_DIR")/dropin-dir-created"
-			fi
-		else
-			log "warning: $DROPIN was not written by the installer: left in place"
+			log "drop-in removed: $DROPIN (no file containerd loads imports it)"
+		fi
+		if [[ -f "$(hp "$STATE_DIR")/dropin-dir-created" ]]; then
+			rmdir "$(hp "$(dirname "$DROPIN")")" 2>/dev/null || true
+			rm -f "$(hp "$STATE_DIR")/dropin-dir-created"
 		fi
 	fi
 	if ((changed)); then
