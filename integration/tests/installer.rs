@@ -434,6 +434,20 @@ fn inode_of_exe(pid: i32) -> Option<u64> {
         .map(|m| m.ino())
 }
 
+/// Installs this tree's binary (with the preflight where it has one) and waits for CRI to
+/// serve the handler.
+fn install_new(n: &Node) -> R {
+    let no_check: &[&str] = if has_check(&n.new_bin) {
+        &[]
+    } else {
+        &["--no-check"]
+    };
+    let r = n.install(&n.new_bin, no_check);
+    ensure!(r.code == Some(0), "install failed:\n{}", r.log);
+    n.wait_handlers(|h| h.iter().any(|x| x == HANDLER))?;
+    Ok(())
+}
+
 /// Whether the new binary has the preflight (`check`); the previous release predates it.
 fn has_check(bin: &Path) -> bool {
     let out = run_timeout(
@@ -604,7 +618,7 @@ async fn upgrade_and_uninstall(
         );
 
         // 6. uninstall while both pods run: config as before, the binary kept
-        let r = n.installer(&["uninstall"]);
+        let r = n.installer(&["uninstall", "--wait-for-pods=0"]);
         ensure!(r.code == Some(0), "uninstall with pods failed:\n{}", r.log);
         let pid2 = n.main_pid()?;
         ensure!(pid2 != pid1, "the uninstall did not restart containerd");
@@ -882,3 +896,7 @@ async fn the_daemonset_container_installs_and_uninstalls() {
     restore(&n);
     r.unwrap();
 }
+
+// after the helpers and node_or_skip! (a macro is in scope only below its definition)
+#[path = "installer/uninstall_config.rs"]
+mod uninstall_config;

@@ -225,6 +225,10 @@ remove_import() {
 	st=$(hp "$STATE_DIR")
 	[[ -f "$st/import-mode" ]] || return 1
 	mode=$(<"$st/import-mode")
+	if [[ -L "$cfg" ]]; then
+		log "$CONFIG is a symbolic link now (to $(readlink "$cfg")): not restored (a rename would replace the link)"
+		return 1
+	fi
 	[[ -e "$cfg" && "$(sha256_of "$cfg")" == "$(cat "$st/config.written.sha256" 2>/dev/null)" ]] || {
 		# restored already (a retry), or changed by someone since
 		if [[ -e "$cfg" ]] && ! cmp -s "$cfg" "$st/config.orig"; then
