@@ -805,6 +805,10 @@ exec chroot "$r" /opt/rsandbox-node/rsandbox-node.sh "$@""#;
             c.env(v, val);
         }
     }
+    // the pod's projected token: the node's file, seen through /host
+    if let Ok(sa) = std::env::var("SA_DIR") {
+        c.env("SA_DIR", format!("/host{sa}"));
+    }
     let out = run_timeout(c, None, Duration::from_secs(300));
     let run = Run {
         code: out.code,
@@ -898,5 +902,7 @@ async fn the_daemonset_container_installs_and_uninstalls() {
 }
 
 // after the helpers and node_or_skip! (a macro is in scope only below its definition)
+#[path = "installer/token.rs"]
+mod token;
 #[path = "installer/uninstall_config.rs"]
 mod uninstall_config;
