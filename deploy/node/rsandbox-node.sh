@@ -12,11 +12,13 @@
 #              restarted only when a config file changed (or the handler is missing), the
 #              wait for CRI to report the rsandbox handler, then the Node's labels.
 #              A re-run that finds everything in place changes and restarts nothing.
-#   uninstall  the Node's labels removed (no new rsandbox pods are scheduled here), with
-#              --wait-for-pods the node's rsandbox pods awaited (drain it), the imports entry
-#              and the drop-in removed (config.toml as before, byte for byte, when nobody
-#              changed it since), containerd restarted, the binary removed once no rsandbox
-#              pod is left on the node (kept, and said so, while one is).
+#   uninstall  the Node's labels removed (no new rsandbox pods are scheduled here), the
+#              node's rsandbox pods awaited (--wait-for-pods: drain the node), every imports
+#              entry naming the drop-in taken out, however spelled (config.toml as before,
+#              byte for byte, when nobody changed it since), the drop-in deleted only once no
+#              file containerd loads imports it (else left inert, configuring nothing, and
+#              exit 1 naming the file to edit), containerd restarted, the binary removed once
+#              no rsandbox pod is left on the node (kept, and said so, while one is).
 #   status     what is installed, what containerd reports, which pods still need the binary.
 #   run ACTION ACTION (install or uninstall), then stay (a DaemonSet's container): touch
 #              $READY_FILE (the readiness probe's) and sleep until terminated.
@@ -41,7 +43,9 @@
 #                           Node's status (120); a deadline only catches a hang
 #   --wait-for-pods SECONDS uninstall: wait that long for the node's rsandbox pods to go
 #                           before the config is removed (exec into a pod needs its handler
-#                           configured); 0, the default: do not wait; -1: no limit
+#                           configured; the labels are already gone: drain the node); 300
+#                           by default, then the config goes anyway; -1: no limit
+#   --no-wait-for-pods      uninstall: do not wait (--wait-for-pods 0)
 #   --no-check              skip the preflight (only for a binary older than `check`)
 # Kubernetes API: in-cluster (service account) by default; KUBE_API=URL points elsewhere (a
 # test's stub); with neither, the labels are skipped with a log line.
@@ -89,13 +93,18 @@ STATE_DIR=${STATE_DIR:-/var/lib/rsandbox-node}
 HANDLER=${HANDLER:-rsandbox}
 NODE_NAME=${NODE_NAME:-}
 WAIT_SECONDS=${WAIT_SECONDS:-120}
-WAIT_FOR_PODS=${WAIT_FOR_PODS:-0}
+WAIT_FOR_PODS=${WAIT_FOR_PODS:-300}
 NO_CHECK=${NO_CHECK:-0}
 while [[ $# -gt 0 ]]; do
 	opt=$1
 	case "$opt" in
 	--no-check)
 		NO_CHECK=1
+		shift
+		continue
+		;;
+	--no-wait-for-pods)
+		WAIT_FOR_PODS=0
 		shift
 		continue
 		;;
@@ -522,12 +531,24 @@ do_status() {
 	log "run as root"
 	exit 1
 }
-# one installer at a time on a node (a hand-run beside the DaemonSet's pod); the lock lives in
-# the host's /run/lock (a tmpfs): a refused run leaves nothing on disk
+# lock_installer: one install or uninstall at a time on a node (a hand-run beside the
+# DaemonSet's pod). The lock file lives in $LOCK_DIR, a directory made (or found) owned by
+# root with mode 0700 before the file is opened: bash cannot open with O_NOFOLLOW, but in such
+# a directory no one else can plant a link (which the open would follow, as root) or a file
+# (which would block every install); world-writable /run/lock would allow both. Opened for
+# appending (>>): never truncated. The host's /run is a tmpfs: nothing is left on disk.
+LOCK_DIR=/run/rsandbox-node
+lock_installer() {
+	local dir
+	dir=$(hp "$LOCK_DIR")
+	mkdir -m 0700 "$dir" 2>/dev/null || true # there already: judged below
+	[[ ! -L "$dir" && -d "$dir" && "$(stat -c '%u %a' "$dir")" == "0 700" ]] ||
+		fail "lock" "$LOCK_DIR is not a directory of root's with mode 0700 ($(stat -c '%U %a %F' "$dir" 2>&1)): remove it"
+	exec 9>>"$dir/lock"
+	flock -w "$WAIT_SECONDS" 9 || fail "lock" "another rsandbox-node.sh holds $LOCK_DIR/lock (waited ${WAIT_SECONDS}s)"
+}
 if [[ "$ACTION" == install || "$ACTION" == uninstall ]]; then
-	mkdir -p "$(hp /run/lock)"
-	exec 9>"$(hp /run/lock/rsandbox-node-installer.lock)"
-	flock -w "$WAIT_SECONDS" 9 || fail "lock" "another rsandbox-node.sh holds /run/lock/rsandbox-node-installer.lock"
+	lock_installer
 	# a binary staged by a run that was killed before its rename
 	rm -f "$(hp "$INSTALL_DIR")/.$SHIM_NAME.rsandbox-new."*
 fi
@@ -541,6 +562,9 @@ status) do_status ;;
 	exit 2
 	;;
 esac
+# the lock is for the work only: the DaemonSet's pod stays without it, so that a hand-run
+# install or uninstall on its node can take it (closed before `sleep` could inherit it)
+exec 9>&-
 if ((STAY)); then
 	[[ -n "${READY_FILE:-}" ]] && : >"$READY_FILE"
 	log "$ACTION done: staying (terminating this pod changes nothing on the node)"

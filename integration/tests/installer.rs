@@ -902,6 +902,8 @@ async fn the_daemonset_container_installs_and_uninstalls() {
 }
 
 // after the helpers and node_or_skip! (a macro is in scope only below its definition)
+#[path = "installer/lock.rs"]
+mod lock;
 #[path = "installer/token.rs"]
 mod token;
 #[path = "installer/uninstall_config.rs"]
