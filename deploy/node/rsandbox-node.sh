@@ -447,7 +447,7 @@ do_uninstall() {
 		label_node "{\"$LABEL_PREFIX/installed\":null,\"$LABEL_PREFIX/shim-version\":null,\"$LABEL_PREFIX/containerd-hostnetwork-crash\":null}"
 	fi
 
-	# 2. with --wait-for-pods, the pods go first: while the handler is configured they stay
+	# 2. the pods go first (--wait-for-pods, 300 s by default): while the handler is configured they stay
 	# fully manageable (containerd 2.1.9's ExecSync looks the pod's handler up in the config:
 	# once it is gone, exec into a remaining pod fails "no runtime for ... is configured";
 	# stop and remove still work)

@@ -5,7 +5,9 @@
 //! restarts it), the uninstall (containerd's config byte for byte as before, the binary kept
 //! while a pod runs and removed after), each once with a containerd >= 2.2-style config.toml
 //! that imports `conf.d/*.toml` and once with a hand-written one that imports nothing; and a
-//! preflight with a blocking verdict that changes nothing.
+//! preflight with a blocking verdict that changes nothing. In modules of their own under
+//! `installer/`: the uninstall with the imports entry rewritten or left in place
+//! (`uninstall_config.rs`), the token on no argv (`token.rs`), the lock (`lock.rs`).
 //!
 //! The node is throwaway: the test rewrites containerd's config and restarts containerd
 //! (both restored at the end), and moves aside a shim binary found on containerd's PATH before
@@ -26,7 +28,8 @@
 //!   `the_daemonset_container_installs_and_uninstalls`; systemd node only);
 //! - `KUBE_API`, `NODE_NAME` and `RSANDBOX_INSTALLER_KUBE_STATE`: the Kubernetes API stub
 //!   (`hack/installer/kube-stub.py`) and the file where it keeps the Node's labels: when set,
-//!   the labels are checked after each step.
+//!   the labels are checked after each step;
+//! - `SA_DIR`: the service account's directory, with the token the stub requires.
 
 use std::fs;
 use std::path::{Path, PathBuf};
