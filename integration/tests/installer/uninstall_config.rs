@@ -92,7 +92,7 @@ fn rewritten_then_uninstalled(n: &Node, rw: Rewrite) -> R {
     ensure!(!n.dropin().exists(), "{rw:?}: the drop-in is still there");
     let after = fs::read_to_string(&n.config).map_err(|e| e.to_string())?;
     ensure!(
-        !after.contains("rsandbox.toml"),
+        !after.contains(&dropin) && !after.contains("conf.d/rsandbox.toml"),
         "{rw:?}: config.toml still names the drop-in:\n{after}"
     );
     if matches!(rw, Rewrite::Appended | Rewrite::MultiLine) {
