@@ -12,11 +12,13 @@
 #              restarted only when a config file changed (or the handler is missing), the
 #              wait for CRI to report the rsandbox handler, then the Node's labels.
 #              A re-run that finds everything in place changes and restarts nothing.
-#   uninstall  the Node's labels removed (no new rsandbox pods are scheduled here), with
-#              --wait-for-pods the node's rsandbox pods awaited (drain it), the imports entry
-#              and the drop-in removed (config.toml as before, byte for byte, when nobody
-#              changed it since), containerd restarted, the binary removed once no rsandbox
-#              pod is left on the node (kept, and said so, while one is).
+#   uninstall  the Node's labels removed (no new rsandbox pods are scheduled here), the
+#              node's rsandbox pods awaited (--wait-for-pods: drain the node), every imports
+#              entry naming the drop-in taken out, however spelled (config.toml as before,
+#              byte for byte, when nobody changed it since), the drop-in deleted only once no
+#              file containerd loads imports it (else left inert, configuring nothing, and
+#              exit 1 naming the file to edit), containerd restarted, the binary removed once
+#              no rsandbox pod is left on the node (kept, and said so, while one is).
 #   status     what is installed, what containerd reports, which pods still need the binary.
 #   run ACTION ACTION (install or uninstall), then stay (a DaemonSet's container): touch
 #              $READY_FILE (the readiness probe's) and sleep until terminated.
@@ -41,7 +43,9 @@
 #                           Node's status (120); a deadline only catches a hang
 #   --wait-for-pods SECONDS uninstall: wait that long for the node's rsandbox pods to go
 #                           before the config is removed (exec into a pod needs its handler
-#                           configured); 0, the default: do not wait; -1: no limit
+#                           configured; the labels are already gone: drain the node); 300
+#                           by default, then the config goes anyway; -1: no limit
+#   --no-wait-for-pods      uninstall: do not wait (--wait-for-pods 0)
 #   --no-check              skip the preflight (only for a binary older than `check`)
 # Kubernetes API: in-cluster (service account) by default; KUBE_API=URL points elsewhere (a
 # test's stub); with neither, the labels are skipped with a log line.
@@ -58,6 +62,8 @@ SELF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$SELF_DIR/lib/unit.sh"
 # shellcheck source=deploy/node/lib/config.sh
 . "$SELF_DIR/lib/config.sh"
+# shellcheck source=deploy/node/lib/imports.sh
+. "$SELF_DIR/lib/imports.sh"
 # shellcheck source=deploy/node/lib/cri.sh
 . "$SELF_DIR/lib/cri.sh"
 # shellcheck source=deploy/node/lib/binary.sh
@@ -87,13 +93,18 @@ STATE_DIR=${STATE_DIR:-/var/lib/rsandbox-node}
 HANDLER=${HANDLER:-rsandbox}
 NODE_NAME=${NODE_NAME:-}
 WAIT_SECONDS=${WAIT_SECONDS:-120}
-WAIT_FOR_PODS=${WAIT_FOR_PODS:-0}
+WAIT_FOR_PODS=${WAIT_FOR_PODS:-300}
 NO_CHECK=${NO_CHECK:-0}
 while [[ $# -gt 0 ]]; do
 	opt=$1
 	case "$opt" in
 	--no-check)
 		NO_CHECK=1
+		shift
+		continue
+		;;
+	--no-wait-for-pods)
+		WAIT_FOR_PODS=0
 		shift
 		continue
 		;;
@@ -370,7 +381,7 @@ do_install() {
 # entry first, then the drop-in: its previous bytes, or none)
 undo_config() {
 	local prev=$1 import_added=$2
-	((import_added)) && { remove_import || true; }
+	((import_added)) && { remove_import || true; forget_import_state; }
 	if [[ -f "$prev" ]]; then
 		write_if_changed "$prev" "$(hp "$DROPIN")" 644 || true
 		rm -f "$prev"
@@ -394,8 +405,35 @@ load_installed() {
 	CONFIG=$(sed -n 's/^config=//p' "$f")
 }
 
+# keep_inert_dropin PROBLEMS: the walk found what would stop containerd from starting without
+# the drop-in (an entry the installer could not take out, a link to the drop-in, ...). The
+# drop-in stays, made inert (it configures nothing: containerd restarted starts without the
+# runtime, which the uninstall is for), and so does the state; exits 1 with what to edit.
+keep_inert_dropin() {
+	local problems=$1 text dump version
+	version=$(root_config_version)
+	[[ "$version" == 2 ]] || version=3
+	text=$(mktemp)
+	inert_dropin_text "$version" >"$text"
+	# changed: do_uninstall's (bash's dynamic scope)
+	if write_if_changed "$text" "$(hp "$DROPIN")" 644; then
+		changed=1
+		log "drop-in $DROPIN made inert (it configures nothing)"
+	fi
+	rm -f "$text"
+	dump=$(mktemp)
+	if config_walk "" | grep -q '^problem '; then
+		log "containerd's config files would not load even with $DROPIN in place: containerd not restarted"
+	elif ((changed)) && config_dump "$dump"; then
+		restart_containerd
+		wait_cri_handler absent
+	fi
+	rm -f "$dump" "$dump.err"
+	fail "remove the imports entry" "containerd would not start without $DROPIN: ${problems//$'\n'/; }. Edit what is named there (take $DROPIN out of the imports, remove a link to it), then run the uninstall again; until then $DROPIN stays, configuring nothing"
+}
+
 do_uninstall() {
-	local changed=0 need end
+	local changed=0 need end problems
 	if ! load_installed; then
 		locate_containerd
 		log "no install recorded in $STATE_DIR: removing what is at the default places"
@@ -409,7 +447,7 @@ do_uninstall() {
 		label_node "{\"$LABEL_PREFIX/installed\":null,\"$LABEL_PREFIX/shim-version\":null,\"$LABEL_PREFIX/containerd-hostnetwork-crash\":null}"
 	fi
 
-	# 2. with --wait-for-pods, the pods go first: while the handler is configured they stay
+	# 2. the pods go first (--wait-for-pods, 300 s by default): while the handler is configured they stay
 	# fully manageable (containerd 2.1.9's ExecSync looks the pod's handler up in the config:
 	# once it is gone, exec into a remaining pod fails "no runtime for ... is configured";
 	# stop and remove still work)
@@ -423,20 +461,27 @@ do_uninstall() {
 		sleep 5
 	done
 
-	# 3. the config: the imports entry first (an entry naming a missing file stops containerd
-	# from starting), then the drop-in
-	if remove_import; then changed=1; fi
-	if [[ -e "$(hp "$DROPIN")" ]]; then
-		if head -n1 "$(hp "$DROPIN")" | grep -qF "$MARK"; then
+	# 3. the config. containerd does not start while a file it loads imports a missing file,
+	# so the drop-in goes last, and only once the walk finds no such file: config.toml put
+	# back where nobody changed it since the install, else every entry naming the drop-in taken
+	# out, however it is spelled now (also without the installer's state). What cannot be
+	# taken out leaves an inert drop-in and a failed uninstall (keep_inert_dropin).
+	if [[ -e "$(hp "$DROPIN")" ]] && ! head -n1 "$(hp "$DROPIN")" | grep -qF "$MARK"; then
+		log "warning: $DROPIN was not written by the installer: it and the imports naming it are left in place"
+	else
+		if remove_import; then changed=1; fi
+		if take_out_entries; then changed=1; fi
+		problems=$(config_walk "$DROPIN" | sed -n 's/^problem //p')
+		[[ -z "$problems" ]] || keep_inert_dropin "$problems"
+		forget_import_state
+		if [[ -e "$(hp "$DROPIN")" ]]; then
 			rm -f "$(hp "$DROPIN")"
 			changed=1
-			log "drop-in removed: $DROPIN"
-			if [[ -f "$(hp "$STATE_DIR")/dropin-dir-created" ]]; then
-				rmdir "$(hp "$(dirname "$DROPIN")")" 2>/dev/null || true
-				rm -f "$(hp "$STATE_DIR")/dropin-dir-created"
-			fi
-		else
-			log "warning: $DROPIN was not written by the installer: left in place"
+			log "drop-in removed: $DROPIN (no file containerd loads imports it)"
+		fi
+		if [[ -f "$(hp "$STATE_DIR")/dropin-dir-created" ]]; then
+			rmdir "$(hp "$(dirname "$DROPIN")")" 2>/dev/null || true
+			rm -f "$(hp "$STATE_DIR")/dropin-dir-created"
 		fi
 	fi
 	if ((changed)); then
@@ -486,12 +531,24 @@ do_status() {
 	log "run as root"
 	exit 1
 }
-# one installer at a time on a node (a hand-run beside the DaemonSet's pod); the lock lives in
-# the host's /run/lock (a tmpfs): a refused run leaves nothing on disk
+# lock_installer: one install or uninstall at a time on a node (a hand-run beside the
+# DaemonSet's pod). The lock file lives in $LOCK_DIR, a directory made (or found) owned by
+# root with mode 0700 before the file is opened: bash cannot open with O_NOFOLLOW, but in such
+# a directory no one else can plant a link (which the open would follow, as root) or a file
+# (which would block every install); world-writable /run/lock would allow both. Opened for
+# appending (>>): never truncated. The host's /run is a tmpfs: nothing is left on disk.
+LOCK_DIR=/run/rsandbox-node
+lock_installer() {
+	local dir
+	dir=$(hp "$LOCK_DIR")
+	mkdir -m 0700 "$dir" 2>/dev/null || true # there already: judged below
+	[[ ! -L "$dir" && -d "$dir" && "$(stat -c '%u %a' "$dir")" == "0 700" ]] ||
+		fail "lock" "$LOCK_DIR is not a directory of root's with mode 0700 ($(stat -c '%U %a %F' "$dir" 2>&1)): remove it"
+	exec 9>>"$dir/lock"
+	flock -w "$WAIT_SECONDS" 9 || fail "lock" "another rsandbox-node.sh holds $LOCK_DIR/lock (waited ${WAIT_SECONDS}s)"
+}
 if [[ "$ACTION" == install || "$ACTION" == uninstall ]]; then
-	mkdir -p "$(hp /run/lock)"
-	exec 9>"$(hp /run/lock/rsandbox-node-installer.lock)"
-	flock -w "$WAIT_SECONDS" 9 || fail "lock" "another rsandbox-node.sh holds /run/lock/rsandbox-node-installer.lock"
+	lock_installer
 	# a binary staged by a run that was killed before its rename
 	rm -f "$(hp "$INSTALL_DIR")/.$SHIM_NAME.rsandbox-new."*
 fi
@@ -505,6 +562,9 @@ status) do_status ;;
 	exit 2
 	;;
 esac
+# the lock is for the work only: the DaemonSet's pod stays without it, so that a hand-run
+# install or uninstall on its node can take it (closed before `sleep` could inherit it)
+exec 9>&-
 if ((STAY)); then
 	[[ -n "${READY_FILE:-}" ]] && : >"$READY_FILE"
 	log "$ACTION done: staying (terminating this pod changes nothing on the node)"

@@ -4,8 +4,9 @@
 # systemd node (hack/installer/test.sh runs this through `hack/node.sh exec`), or beside a
 # scratch containerd (its variables exported by the caller). Starts the Kubernetes API stub
 # (hack/installer/kube-stub.py on 127.0.0.1 of this network namespace) so that the labels
-# are exercised too, finds containerd's config file (the unit's --config, else
-# /etc/containerd/config.toml) unless RSANDBOX_INSTALLER_CONFIG says it.
+# are exercised too, with a ServiceAccount token in SA_DIR (the stub fails the run when it
+# sees the token on a process's argv); finds containerd's config file (the unit's --config,
+# else /etc/containerd/config.toml) unless RSANDBOX_INSTALLER_CONFIG says it.
 set -euo pipefail
 exe=$1
 export RSANDBOX_INSTALLER_NEW=$2 RSANDBOX_INSTALLER_OLD=$3
@@ -23,7 +24,12 @@ export RSANDBOX_INSTALLER_CONFIG
 stub_dir=$(mktemp -d)
 export NODE_NAME=rsandbox-installer-test
 export RSANDBOX_INSTALLER_KUBE_STATE=$stub_dir/labels.json
-python3 "$here/kube-stub.py" "$NODE_NAME" "$RSANDBOX_INSTALLER_KUBE_STATE" "$stub_dir/port" &
+# a ServiceAccount's token, as the kubelet projects it: the stub refuses a request without
+# it, and reports any process that has it on its argv (see kube-stub.py)
+export SA_DIR=$stub_dir/serviceaccount
+mkdir -m 0700 "$SA_DIR"
+(umask 077 && head -c 48 /dev/urandom | base64 -w0 | tr '+/' '-_' >"$SA_DIR/token")
+python3 "$here/kube-stub.py" "$NODE_NAME" "$RSANDBOX_INSTALLER_KUBE_STATE" "$stub_dir/port" --token "$SA_DIR/token" &
 stub=$!
 trap 'kill "$stub" 2>/dev/null || true; rm -rf "$stub_dir"' EXIT
 for _ in $(seq 1 100); do
@@ -41,4 +47,9 @@ rc=0
 "$exe" --test-threads=1 --nocapture || rc=$?
 echo "in-node: requests the API stub saw:" >&2
 cat "$RSANDBOX_INSTALLER_KUBE_STATE.log" >&2 2>/dev/null || true
+# whatever test made the request: the token was never on an argv while it was served
+if grep -q 'token-seen=[1-9]' "$RSANDBOX_INSTALLER_KUBE_STATE.log" 2>/dev/null; then
+	echo "in-node: FAILED: the API stub saw the token on a process's argv (token-seen above)" >&2
+	rc=1
+fi
 exit "$rc"

@@ -5,7 +5,14 @@
 with a JSON merge patch of metadata.labels (null removes a label). After each PATCH the
 Node's labels go to STATE (JSON), every request to STATE.log.
 
-Usage: kube-stub.py NODE STATE PORT_FILE [--handlers rsandbox,runc]
+With --token FILE, a request must carry `Authorization: Bearer <FILE's token>` (else 401),
+and while each request waits for its answer (its curl is alive, with whatever argv it has)
+every /proc/<pid>/cmdline of this PID namespace is read: the log line of the request ends in
+"argv: token-seen=N curl-seen=M", N the processes whose argv hold the token (must be 0), M
+those whose argv hold curl and this request's path (at least the requester: a scan that saw
+no requester proves nothing).
+
+Usage: kube-stub.py NODE STATE PORT_FILE [--handlers rsandbox,runc] [--token FILE]
 Prints nothing; writes the port it listens on to PORT_FILE; runs until killed.
 """
 import json
@@ -18,6 +25,29 @@ handlers = ["rsandbox", "runc"]
 if "--handlers" in sys.argv:
     handlers = [h for h in sys.argv[sys.argv.index("--handlers") + 1].split(",") if h]
 labels = {"kubernetes.io/hostname": node}
+token = None
+if "--token" in sys.argv:
+    with open(sys.argv[sys.argv.index("--token") + 1]) as f:
+        token = f.read().strip()
+
+
+def argv_scan(path):
+    """How many processes have the token on their argv, and how many are a curl of path."""
+    seen = curls = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read()
+        except OSError:
+            continue
+        if token and token.encode() in argv:
+            seen += 1
+        words = argv.split(b"\0")
+        if any(w.endswith(b"curl") for w in words[:1]) and path.encode() in argv:
+            curls += 1
+    return seen, curls
 
 
 def node_object():
@@ -39,11 +69,22 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def record(self, body=""):
+        scan = ""
+        if token:
+            scan = " argv: token-seen=%d curl-seen=%d" % argv_scan(self.path)
         with open(state + ".log", "a") as f:
-            f.write(f"{self.command} {self.path} {self.headers.get('Content-Type', '')} {body}\n")
+            f.write(f"{self.command} {self.path} {self.headers.get('Content-Type', '')} {body}{scan}\n")
+
+    def authorized(self):
+        if token is None or self.headers.get("Authorization") == f"Bearer {token}":
+            return True
+        self.answer(401, {"kind": "Status", "message": "no or a wrong bearer token"})
+        return False
 
     def do_GET(self):
         self.record()
+        if not self.authorized():
+            return
         if self.path != f"/api/v1/nodes/{node}":
             return self.answer(404, {"kind": "Status", "message": f"no {self.path}"})
         self.answer(200, node_object())
@@ -51,6 +92,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_PATCH(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
         self.record(body)
+        if not self.authorized():
+            return
         if self.path != f"/api/v1/nodes/{node}":
             return self.answer(404, {"kind": "Status", "message": f"no {self.path}"})
         if self.headers.get("Content-Type") != "application/merge-patch+json":

@@ -5,7 +5,9 @@
 //! restarts it), the uninstall (containerd's config byte for byte as before, the binary kept
 //! while a pod runs and removed after), each once with a containerd >= 2.2-style config.toml
 //! that imports `conf.d/*.toml` and once with a hand-written one that imports nothing; and a
-//! preflight with a blocking verdict that changes nothing.
+//! preflight with a blocking verdict that changes nothing. In modules of their own under
+//! `installer/`: the uninstall with the imports entry rewritten or left in place
+//! (`uninstall_config.rs`), the token on no argv (`token.rs`), the lock (`lock.rs`).
 //!
 //! The node is throwaway: the test rewrites containerd's config and restarts containerd
 //! (both restored at the end), and moves aside a shim binary found on containerd's PATH before
@@ -26,7 +28,8 @@
 //!   `the_daemonset_container_installs_and_uninstalls`; systemd node only);
 //! - `KUBE_API`, `NODE_NAME` and `RSANDBOX_INSTALLER_KUBE_STATE`: the Kubernetes API stub
 //!   (`hack/installer/kube-stub.py`) and the file where it keeps the Node's labels: when set,
-//!   the labels are checked after each step.
+//!   the labels are checked after each step;
+//! - `SA_DIR`: the service account's directory, with the token the stub requires.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -434,6 +437,20 @@ fn inode_of_exe(pid: i32) -> Option<u64> {
         .map(|m| m.ino())
 }
 
+/// Installs this tree's binary (with the preflight where it has one) and waits for CRI to
+/// serve the handler.
+fn install_new(n: &Node) -> R {
+    let no_check: &[&str] = if has_check(&n.new_bin) {
+        &[]
+    } else {
+        &["--no-check"]
+    };
+    let r = n.install(&n.new_bin, no_check);
+    ensure!(r.code == Some(0), "install failed:\n{}", r.log);
+    n.wait_handlers(|h| h.iter().any(|x| x == HANDLER))?;
+    Ok(())
+}
+
 /// Whether the new binary has the preflight (`check`); the previous release predates it.
 fn has_check(bin: &Path) -> bool {
     let out = run_timeout(
@@ -604,7 +621,7 @@ async fn upgrade_and_uninstall(
         );
 
         // 6. uninstall while both pods run: config as before, the binary kept
-        let r = n.installer(&["uninstall"]);
+        let r = n.installer(&["uninstall", "--wait-for-pods=0"]);
         ensure!(r.code == Some(0), "uninstall with pods failed:\n{}", r.log);
         let pid2 = n.main_pid()?;
         ensure!(pid2 != pid1, "the uninstall did not restart containerd");
@@ -791,6 +808,10 @@ exec chroot "$r" /opt/rsandbox-node/rsandbox-node.sh "$@""#;
             c.env(v, val);
         }
     }
+    // the pod's projected token: the node's file, seen through /host
+    if let Ok(sa) = std::env::var("SA_DIR") {
+        c.env("SA_DIR", format!("/host{sa}"));
+    }
     let out = run_timeout(c, None, Duration::from_secs(300));
     let run = Run {
         code: out.code,
@@ -882,3 +903,11 @@ async fn the_daemonset_container_installs_and_uninstalls() {
     restore(&n);
     r.unwrap();
 }
+
+// after the helpers and node_or_skip! (a macro is in scope only below its definition)
+#[path = "installer/lock.rs"]
+mod lock;
+#[path = "installer/token.rs"]
+mod token;
+#[path = "installer/uninstall_config.rs"]
+mod uninstall_config;

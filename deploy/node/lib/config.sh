@@ -123,6 +123,19 @@ imports = ['$DROPIN']
 TOML
 }
 
+# inert_dropin_text VERSION: what stays at the drop-in's path when a file containerd loads
+# still imports it and the uninstall could not take that entry out: valid TOML that
+# configures nothing (containerd starts, without the runtime), the marker on its first line
+# (the next uninstall knows it as the installer's and deletes it once no file imports it)
+inert_dropin_text() {
+	cat <<TOML
+$MARK inert: the rsandbox runtime was uninstalled, but a file containerd loads still
+$MARK imports this file (see the uninstall's log): take that entry out, then run the
+$MARK uninstall again, which deletes this file. It configures nothing.
+version = $1
+TOML
+}
+
 # dump_reads_dropin DUMP: the merged imports hold the drop-in's path
 dump_reads_dropin() {
 	grep -E '^imports = ' "$1" | grep -qF "'$DROPIN'"
@@ -200,39 +213,37 @@ add_import() {
 	log "$CONFIG did not read $DROPIN: import added ($mode)"
 }
 
-# remove_import: undo add_import. Byte for byte where config.toml is still what the installer
-# wrote; where someone changed it since, only the installer's own entry is taken out.
-# Prints nothing; status 0 when config.toml changed, 1 when there was nothing to undo.
+# remove_import: undo add_import where config.toml is still what the installer wrote: its
+# bytes from before the install put back (or the file removed, when the installer created it).
+# Where someone changed it since, it is left to the uninstall's take_out_entries (which finds
+# the entry however it is spelled now). The state stays until forget_import_state (the
+# uninstall calls it once no file names the drop-in any more). Status 0 when config.toml was
+# restored, 1 when there was nothing to restore.
 remove_import() {
-	local cfg st mode new
+	local cfg st mode
 	cfg=$(hp "$CONFIG")
 	st=$(hp "$STATE_DIR")
 	[[ -f "$st/import-mode" ]] || return 1
 	mode=$(<"$st/import-mode")
-	if [[ -e "$cfg" && "$(sha256_of "$cfg")" == "$(cat "$st/config.written.sha256" 2>/dev/null)" ]]; then
-		if [[ "$mode" == created ]]; then
-			rm -f "$cfg"
-			log "removed $CONFIG (the installer had created it)"
-		else
-			write_if_changed "$st/config.orig" "$cfg" "$(stat -c %a "$cfg")" || true
-			log "restored $CONFIG as it was before the install"
-		fi
-	elif [[ -e "$cfg" ]]; then
-		new=$(mktemp)
-		case "$mode" in
-		created | inserted-line)
-			grep -vxF -e "imports = ['$DROPIN']" -e "$MARK the next line was added by the rsandbox node installer (its uninstall removes it)" \
-				-e "$MARK written by the rsandbox node installer: containerd had no config file and" \
-				-e "$MARK ran on its defaults; the uninstall removes this file again" "$cfg" >"$new" || true
-			;;
-		extended-array)
-			sed -e "/^[[:space:]]*imports[[:space:]]*=/{s#, '$DROPIN'##;s#'$DROPIN'##}" "$cfg" >"$new"
-			;;
-		esac
-		write_if_changed "$new" "$cfg" "$(stat -c %a "$cfg")" || true
-		rm -f "$new"
-		log "warning: $CONFIG changed after the install: only the installer's imports entry was taken out"
+	if [[ -L "$cfg" ]]; then
+		log "$CONFIG is a symbolic link now (to $(readlink "$cfg")): not restored (a rename would replace the link)"
+		return 1
 	fi
-	rm -f "$st/import-mode" "$st/config.orig" "$st/config.written.sha256"
+	[[ -e "$cfg" && "$(sha256_of "$cfg")" == "$(cat "$st/config.written.sha256" 2>/dev/null)" ]] || {
+		# restored already (a retry), or changed by someone since
+		if [[ -e "$cfg" ]] && ! cmp -s "$cfg" "$st/config.orig"; then
+			log "$CONFIG changed after the install: only the installer's imports entry is taken out"
+		fi
+		return 1
+	}
+	if [[ "$mode" == created ]]; then
+		rm -f "$cfg"
+		log "removed $CONFIG (the installer had created it)"
+	else
+		write_if_changed "$st/config.orig" "$cfg" "$(stat -c %a "$cfg")" || true
+		log "restored $CONFIG as it was before the install"
+	fi
 	return 0
 }
+
+forget_import_state() { rm -f "$(hp "$STATE_DIR")"/{import-mode,config.orig,config.written.sha256}; }

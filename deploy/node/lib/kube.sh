@@ -24,15 +24,22 @@ kube_api() { # the API's base URL, empty when none is configured
 
 # kube METHOD PATH [BODY_JSON]: one request; prints the response body, fails on a non-2xx
 kube() {
-	local method=$1 path=$2 body=${3:-} url args=() out code
+	local method=$1 path=$2 body=${3:-} url args=() out code token config=""
 	url=$(kube_api)
-	# the token is read at each call: the kubelet rotates the projected token
-	[[ -r "$SA_DIR/token" ]] && args+=(-H "Authorization: Bearer $(<"$SA_DIR/token")")
+	# the token is read at each call (the kubelet rotates the projected token), never put on
+	# an argv: /proc/<pid>/cmdline is readable by every local user and every hostPID pod. It
+	# reaches curl as a config (`--config -`) on its standard input: a here-string is written
+	# by bash itself (no process of its own) into a pipe, or a 0600 file bash unlinks at once
+	if [[ -r "$SA_DIR/token" ]]; then
+		token=$(<"$SA_DIR/token")
+		[[ "$token" != *[$'\n\r"\\']* ]] || fail "read the token" "$SA_DIR/token holds a newline, quote or backslash"
+		config="header = \"Authorization: Bearer $token\""
+	fi
 	[[ -r "$SA_DIR/ca.crt" && "$url" == https:* ]] && args+=(--cacert "$SA_DIR/ca.crt")
 	[[ -n "$body" ]] && args+=(-H 'Content-Type: application/merge-patch+json' --data-binary "$body")
 	out=$(mktemp)
-	code=$(curl --silent --show-error --max-time 20 -o "$out" -w '%{http_code}' -X "$method" \
-		-H 'Accept: application/json' "${args[@]}" "$url$path") || code=000
+	code=$(curl --config - --silent --show-error --max-time 20 -o "$out" -w '%{http_code}' -X "$method" \
+		-H 'Accept: application/json' "${args[@]}" "$url$path" <<<"$config") || code=000
 	if [[ "$code" != 2?? ]]; then
 		log "Kubernetes API $method $path: HTTP $code $(jq -r '.message? // empty' "$out" 2>/dev/null | head -c 300)"
 		rm -f "$out"
