@@ -8,7 +8,8 @@
 #   1. cargo fmt --check
 #   2. cargo clippy --all-targets -- -D warnings (with Cargo.toml's [lints])
 #   3. hack/check-cycles.sh: module dependencies (cni/ self-contained, no
-#      import cycles)
+#      import cycles); then hack/selftest.sh: the harness's own helpers
+#      (with_heartbeat, the tally)
 #   4. cargo machete: no unused dependency
 #   5. cargo test -- --include-ignored (unit tests, the root-only ones too)
 #   6. hack/build.sh: release shim, installed into the bench prefix
@@ -20,7 +21,8 @@
 #      -- --test-threads=1 (skipped while integration/ does not exist), with
 #      the bench's env exported (see hack/containerd.sh env, RSANDBOX_PREFIX),
 #      once with runc 1.1 (the host's) and once with runc 1.3 (sid's, see
-#      hack/lib/runc.sh): both CRI handlers and ctr use the selected runc
+#      hack/lib/runc.sh): both CRI handlers and ctr use the selected runc;
+#      then hack/selftest.sh --gates (a misfiring gate fails where expected)
 #   8a. the systemd node (cgroup v1): hack/node.sh run-tests (systemd 252 as PID 1 of
 #      new namespaces on this host, booted in about a second; containerd as a unit; the
 #      systemd integration tests inside, both CRI handlers, both runcs, and the shim's
@@ -47,7 +49,11 @@
 #  10. hack/leftovers.sh with containerd running (tests must clean up), then
 #      hack/containerd.sh stop and hack/leftovers.sh again (what stop and the
 #      shim leave behind)
-# Each step's header carries the wall clock and the time since the start.
+# Each step's header carries the wall clock and the time since the start; the long
+# steps print a heartbeat (with_heartbeat, hack/lib.sh), and each test run a tally of the
+# cases it ran and skipped, failing a run of zero (hack/lib/tally.sh; the stages that
+# exist to run a suite also set RSANDBOX_EXPECT_GATES, so a test that would skip there fails:
+# docs/testing.md).
 # Exits non-zero when any step fails; containerd is stopped on exit.
 # Needs root (containerd, runc, mounts). Environment: see hack/lib.sh.
 set -euo pipefail
