@@ -273,16 +273,20 @@ fi
 section "$WHAT: kernel $KVER ($KPKG), $(qemu-system-x86_64 --version | head -n1), ${MEM} MiB, TCG"
 start=$(date +%s.%N)
 rc=0
-timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
-	-M pc -accel tcg,thread=multi -cpu max -smp "$(nproc)" -m "$MEM" \
-	-kernel "$G/vmlinux" -initrd "$G/initramfs.cpio" \
-	-append "console=ttyS0 $CMDLINE panic=-1 quiet loglevel=3 rdinit=/init rsandbox.run=$RUN${RSANDBOX_GUEST_NO_SWITCH_ROOT:+ rsandbox.no_switch_root=$RSANDBOX_GUEST_NO_SWITCH_ROOT}" \
-	-nographic -no-reboot -nic none \
-	-fsdev local,id=hostroot,path=/,security_model=passthrough,readonly=on,multidevs=remap \
-	-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
-	-fsdev local,id=out,path="$OUT",security_model=passthrough \
-	-device virtio-9p-pci,fsdev=out,mount_tag=out \
-	</dev/null 2>&1 | console_filter | tee "$CONSOLE" || rc=$?
+guest_run() {
+	timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
+		-M pc -accel tcg,thread=multi -cpu max -smp "$(nproc)" -m "$MEM" \
+		-kernel "$G/vmlinux" -initrd "$G/initramfs.cpio" \
+		-append "console=ttyS0 $CMDLINE panic=-1 quiet loglevel=3 rdinit=/init rsandbox.run=$RUN${RSANDBOX_GUEST_NO_SWITCH_ROOT:+ rsandbox.no_switch_root=$RSANDBOX_GUEST_NO_SWITCH_ROOT}" \
+		-nographic -no-reboot -nic none \
+		-fsdev local,id=hostroot,path=/,security_model=passthrough,readonly=on,multidevs=remap \
+		-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
+		-fsdev local,id=out,path="$OUT",security_model=passthrough \
+		-device virtio-9p-pci,fsdev=out,mount_tag=out \
+		</dev/null 2>&1 | console_filter | tee "$CONSOLE"
+}
+# under TCG a single test can run for minutes without a line on the console
+with_heartbeat "$WHAT (QEMU)" guest_run || rc=$?
 end=$(date +%s.%N)
 secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
 if [[ ! -f "$OUT/rc" ]]; then

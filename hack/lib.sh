@@ -30,6 +30,7 @@
 #   testbin.sh the test executables the guests and the systemd node run
 #   systemd.sh systemd and dbus extracted for the guest and the node when missing here
 #   guest.sh   the cgroup v2 guest (QEMU, Debian's kernel): hack/guest.sh
+#   tally.sh   what a run of test binaries ran and skipped (rsandbox-skip lines, zero cases)
 #
 # Environment (all optional):
 #   RSANDBOX_PREFIX              install/state prefix              (/opt/rsandbox)
@@ -131,33 +132,42 @@ elapsed() { # time since RSANDBOX_T0, as 1m05s
 }
 # A stage header with the wall clock and the time since the run started.
 section() { printf '\n=== %s === [%s, +%s]\n' "$*" "$(date +%H:%M:%S)" "$(elapsed)" >&2; }
-# with_heartbeat WHAT CMD...: runs CMD; while it runs, prints a line every
-# RSANDBOX_HEARTBEAT seconds (10) saying it still runs, so a long step never looks
-# hung. On a terminal cargo draws its own progress bar: the lines then only come
-# every minute, for the steps that show none (cargo's final link with LTO).
+# with_heartbeat WHAT CMD...: runs CMD, its output untouched; while it runs, a line on stderr
+# every RSANDBOX_HEARTBEAT seconds (10) saying what still runs and for how long, so a long step
+# never looks hung (cargo test prints nothing until a test ends). On a terminal cargo draws its
+# own progress bar: the lines then only come every minute, for the steps that show none (cargo's
+# final link with LTO). Returns CMD's status. CMD runs in a subshell with the caller's `set -e`
+# in force inside it when with_heartbeat is called as a plain command (under `||`, bash ignores
+# -e for all inside), so an `exit` or `die` in it ends CMD only; its variables do not come back.
 with_heartbeat() {
-	local what=$1 every=${RSANDBOX_HEARTBEAT:-10} t0 beat rc=0
+	local what=$1 every=${RSANDBOX_HEARTBEAT:-10} t0=$SECONDS beat_fd beat rc opts=$-
 	shift
 	[[ -t 2 ]] && every=60
-	t0=$(date +%s)
-	local caller=$BASHPID
-	(
-		# (the sleep is killed too: it would hold the caller's pipes open)
-		trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+	# The heartbeat waits on a pipe nobody writes to (`read -t`, a builtin: no sleep process of
+	# its own) and ends at its EOF: when this function closes it after CMD, or when the caller
+	# dies (the kernel closes its end). No signal is sent to it: bash runs the caller's EXIT
+	# trap in a child killed before it has reset its traps (hack/test.sh's stops containerd).
+	exec {beat_fd}> >(
 		while :; do
-			sleep "$every" &
-			nap=$!
-			wait "$nap"
-			# the caller may have exited inside CMD (a `die`): then so does this loop
-			kill -0 "$caller" 2>/dev/null || exit 0
-			printf '[rsandbox]   ... %s: still running (%ds)\n' "$what" $(($(date +%s) - t0)) >&2
-		done
-	) >/dev/null &
+			st=0
+			read -r -t "$every" _ || st=$?
+			((st > 128)) || break # not a timeout: EOF
+			printf '[rsandbox]   ... still running: %s (%ds)\n' "$what" $((SECONDS - t0)) >&2
+		done >/dev/null
+	)
 	beat=$!
-	"$@" || rc=$?
-	kill "$beat" 2>/dev/null || true
+	set +e
+	(
+		# CMD and what it starts (a daemon) must not hold the heartbeat's pipe open
+		exec {beat_fd}>&-
+		[[ $opts == *e* ]] && set -e
+		"$@"
+	)
+	rc=$?
+	[[ $opts == *e* ]] && set -e
+	exec {beat_fd}>&-
 	wait "$beat" 2>/dev/null || true
-	if ((rc)); then log "$what: exit status $rc after $(($(date +%s) - t0)) s"; else log "$what: done in $(($(date +%s) - t0)) s"; fi
+	if ((rc)); then log "$what: exit status $rc after $((SECONDS - t0)) s"; else log "$what: done in $((SECONDS - t0)) s"; fi
 	return "$rc"
 }
 need_root() { [[ $EUID -eq 0 ]] || die "run as root (containerd, runc, mounts and iptables need it)"; }
@@ -180,3 +190,5 @@ need_root() { [[ $EUID -eq 0 ]] || die "run as root (containerd, runc, mounts an
 . "$RSANDBOX_REPO/hack/lib/testbin.sh"
 # shellcheck source=hack/lib/systemd.sh
 . "$RSANDBOX_REPO/hack/lib/systemd.sh"
+# shellcheck source=hack/lib/tally.sh
+. "$RSANDBOX_REPO/hack/lib/tally.sh"

@@ -29,8 +29,9 @@
 #                     build the systemd integration tests and the shim's unit tests, boot the
 #                     node, run them in it (hack/node/tests.sh: integration/tests/systemd.rs
 #                     once per runc, the ignored live_systemd unit tests once; FILTER goes to
-#                     the integration test binary and skips the unit tests), check that no pod
-#                     unit or cgroup is left, stop the node, check the host
+#                     the integration test binary and skips the unit tests; a test that would
+#                     skip fails there, and so does a binary that runs no case), check that no
+#                     pod unit or cgroup is left, stop the node, check the host
 #
 # NAME: -n NAME or RSANDBOX_NODE_NAME (default "node"); nodes of different names do not
 # collide (state /run/rsandbox-node/NAME, cgroups rsandbox-node-NAME, their own namespaces).
@@ -423,9 +424,9 @@ cmd_leftovers() {
 cmd_run_tests() {
 	local exe lib_exe t0 rc=0 args=()
 	t0=$(now)
-	exe=$(test_binary systemd)
+	exe=$(with_heartbeat "building integration/tests/systemd.rs" test_binary systemd)
 	lib_exe=
-	(($#)) || lib_exe=$(lib_test_binary)
+	(($#)) || lib_exe=$(with_heartbeat "building the shim's unit tests" lib_test_binary)
 	log "node tests: $exe${lib_exe:+ and $lib_exe}"
 	cmd_boot
 	# interrupted or failed: the node goes too
@@ -433,7 +434,8 @@ cmd_run_tests() {
 	for a in "$@"; do args+=("$(printf '%q' "$a")"); done
 	cd "$NODE_REPO"
 	RSANDBOX_NODE_EXE=$exe RSANDBOX_NODE_LIB_EXE=$lib_exe RSANDBOX_NODE_RUNCS=${RSANDBOX_NODE_RUNCS:-1.1 1.3} \
-		RSANDBOX_NODE_ARGS="${args[*]}" cmd_exec bash "$NODE_REPO/hack/node/tests.sh" || rc=$?
+		RSANDBOX_NODE_ARGS="${args[*]}" with_heartbeat "the node's tests (hack/node/tests.sh)" \
+		cmd_exec bash "$NODE_REPO/hack/node/tests.sh" || rc=$?
 	trap - EXIT
 	cmd_stop || rc=1
 	log "node tests: exit $rc, $(secs_since "$t0") s in all (build, boot, tests, stop)"

@@ -8,7 +8,8 @@
 #   1. cargo fmt --check
 #   2. cargo clippy --all-targets -- -D warnings (with Cargo.toml's [lints])
 #   3. hack/check-cycles.sh: module dependencies (cni/ self-contained, no
-#      import cycles)
+#      import cycles); then hack/selftest.sh: the harness's own helpers
+#      (with_heartbeat, the tally)
 #   4. cargo machete: no unused dependency
 #   5. cargo test -- --include-ignored (unit tests, the root-only ones too)
 #   6. hack/build.sh: release shim, installed into the bench prefix
@@ -20,7 +21,8 @@
 #      -- --test-threads=1 (skipped while integration/ does not exist), with
 #      the bench's env exported (see hack/containerd.sh env, RSANDBOX_PREFIX),
 #      once with runc 1.1 (the host's) and once with runc 1.3 (sid's, see
-#      hack/lib/runc.sh): both CRI handlers and ctr use the selected runc
+#      hack/lib/runc.sh): both CRI handlers and ctr use the selected runc;
+#      then hack/selftest.sh --gates (a misfiring gate fails where expected)
 #   8a. the systemd node (cgroup v1): hack/node.sh run-tests (systemd 252 as PID 1 of
 #      new namespaces on this host, booted in about a second; containerd as a unit; the
 #      systemd integration tests inside, both CRI handlers, both runcs, and the shim's
@@ -49,7 +51,11 @@
 #  10. hack/leftovers.sh with containerd running (tests must clean up), then
 #      hack/containerd.sh stop and hack/leftovers.sh again (what stop and the
 #      shim leave behind)
-# Each step's header carries the wall clock and the time since the start.
+# Each step's header carries the wall clock and the time since the start; the long
+# steps print a heartbeat (with_heartbeat, hack/lib.sh), and each test run a tally of the
+# cases it ran and skipped, failing a run of zero (hack/lib/tally.sh; the stages that
+# exist to run a suite also set RSANDBOX_EXPECT_GATES, so a test that would skip there fails:
+# docs/testing.md).
 # Exits non-zero when any step fails; containerd is stopped on exit.
 # Needs root (containerd, runc, mounts). Environment: see hack/lib.sh.
 set -euo pipefail
@@ -103,16 +109,22 @@ if [[ -f integration/Cargo.toml ]]; then
 fi
 
 section "cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets -- -D warnings
+with_heartbeat "cargo clippy" cargo clippy --all-targets -- -D warnings
 
 section "module dependencies (hack/check-cycles.sh)"
 hack/check-cycles.sh
+
+section "the harness's own tests (hack/selftest.sh: with_heartbeat, the tally)"
+hack/selftest.sh
 
 section "unused dependencies (cargo machete)"
 cargo machete --skip-target-dir
 
 section "cargo test -- --include-ignored (unit tests, root-only ones too)"
-cargo test -- --include-ignored
+# as root, the root-only tests must run: gate `root` holds (a test that would skip fails); the
+# live_systemd ones skip here, out loud (the systemd node and guest run them)
+RSANDBOX_EXPECT_GATES=root with_heartbeat "cargo test (unit tests)" \
+	run_tallied "unit tests" cargo test -- --include-ignored
 
 section "build + install the release shim"
 hack/build.sh
@@ -125,7 +137,7 @@ failed=()
 section "the previous release (N-1) for the upgrade test: hack/previous-release.sh"
 # Built once from this repository's history (cached under target/); a clone without that
 # commit (a shallow one) cannot: that fails here, and integration/tests/upgrade.rs fails too.
-if RSANDBOX_PREVIOUS_SHIM=$(hack/previous-release.sh); then
+if RSANDBOX_PREVIOUS_SHIM=$(with_heartbeat "hack/previous-release.sh" hack/previous-release.sh); then
 	export RSANDBOX_PREVIOUS_SHIM
 	log "previous release: $RSANDBOX_PREVIOUS_SHIM"
 else
@@ -139,7 +151,11 @@ if [[ -f integration/Cargo.toml ]]; then
 		# no container may outlive a switch: runc's state belongs to one version
 		reset_objects
 		select_runc
-		if ! cargo test --manifest-path integration/Cargo.toml --no-fail-fast -- --test-threads=1; then
+		# the tally lists each skip (systemd.rs and installer.rs skip on this host: no systemd
+		# as PID 1, no installer node; their stages run them) and fails a run of zero cases
+		if ! with_heartbeat "integration tests, runc $RSANDBOX_RUNC" \
+			run_tallied "integration tests, runc $RSANDBOX_RUNC" \
+			cargo test --manifest-path integration/Cargo.toml --no-fail-fast -- --test-threads=1; then
 			failed+=("integration tests (runc $RSANDBOX_RUNC)")
 			log "containerd log (last 40 lines of $LOGFILE):"
 			tail -n 40 "$LOGFILE" >&2 || true
@@ -148,6 +164,8 @@ if [[ -f integration/Cargo.toml ]]; then
 	reset_objects
 	RSANDBOX_RUNC=1.1
 	select_runc
+	section "a gate that misfires fails where a stage expects it (hack/selftest.sh --gates)"
+	hack/selftest.sh --gates || failed+=("hack/selftest.sh --gates")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
 fi
@@ -182,9 +200,9 @@ section "release artefacts: hack/release.sh, hack/release/test-verify.sh, hack/r
 # the bench and pods with it.
 release_flags=()
 [[ "${RSANDBOX_RELEASE_REPRO:-1}" = 0 ]] && release_flags=(--once)
-if hack/release.sh "${release_flags[@]}"; then
+if with_heartbeat "hack/release.sh" hack/release.sh "${release_flags[@]}"; then
 	hack/release/test-verify.sh || failed+=("the release's verification (hack/release/test-verify.sh)")
-	hack/release/test-deb.sh || failed+=("the release's .deb on the bench")
+	with_heartbeat "hack/release/test-deb.sh" hack/release/test-deb.sh || failed+=("the release's .deb on the bench")
 else
 	failed+=("release artefacts (hack/release.sh)")
 fi
@@ -212,7 +230,7 @@ if [[ -f integration/Cargo.toml ]]; then
 	# the comparison is informational: 3 samples on a shared machine show a trend, no more
 	compare=()
 	[[ -f bench/baseline.json ]] && compare=(--compare bench/baseline.json)
-	hack/bench.sh --quick "${compare[@]}" || failed+=("bench --quick")
+	with_heartbeat "hack/bench.sh --quick" hack/bench.sh --quick "${compare[@]}" || failed+=("bench --quick")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
 fi

@@ -87,7 +87,7 @@ pub fn in_own_pid_namespace(name: &str) -> bool {
         return true;
     }
     if !nix::unistd::getuid().is_root() {
-        eprintln!("skipped: needs root");
+        skip("root", "needs root");
         return false;
     }
     let out = std::process::Command::new("unshare")
@@ -106,4 +106,34 @@ pub fn in_own_pid_namespace(name: &str) -> bool {
     assert!(out.status.success() && text.contains("1 passed"), "{text}");
     eprintln!("{text}");
     false
+}
+
+/// The variable a stage sets to the gates that hold where it runs (names separated by spaces or
+/// commas): `hack/test.sh`'s unit-test stage names `root`, the systemd node and guest
+/// `live-systemd`.
+const EXPECT_GATES: &str = "RSANDBOX_EXPECT_GATES";
+
+/// Says that the calling test skips, as one `rsandbox-skip: <crate>::<test>: <reason> [gate
+/// <gate>]` line written straight to stderr (past libtest's capture; the stage scripts count
+/// these lines, `hack/lib/tally.sh`), or panics when the stage says `gate` holds here (a gate
+/// that misfires there must fail, not pass silently). The caller returns right after. The
+/// integration tests' twin is `integration/src/skip.rs`.
+pub fn skip(gate: &str, reason: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let case = thread.name().unwrap_or("?");
+    let suite = env!("CARGO_CRATE_NAME");
+    let expected = std::env::var(EXPECT_GATES).unwrap_or_default();
+    if expected
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .any(|g| g == gate)
+    {
+        panic!(
+            "{suite}::{case} would skip, but gate {gate} must hold here ({EXPECT_GATES}={expected:?}): {reason}"
+        );
+    }
+    // One write of the whole line, after a newline: with --test-threads=1 libtest has printed
+    // "test <name> ... " on this line already.
+    let line = format!("\nrsandbox-skip: {suite}::{case}: {reason} [gate {gate}]\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }

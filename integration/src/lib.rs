@@ -24,6 +24,7 @@ pub mod images;
 pub mod pods;
 pub mod pty;
 pub mod shim;
+pub mod skip;
 pub mod tasks;
 
 /// Name of our shim binary.

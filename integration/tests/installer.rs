@@ -15,7 +15,9 @@
 //! this binary inside a systemd node (`hack/node.sh`), or, with `--scratch`, against a
 //! throwaway containerd of its own (`hack/installer/scratch-node.sh`, a `systemctl` stand-in).
 //!
-//! Environment (without `RSANDBOX_INSTALLER_NEW` every test says SKIPPED and passes):
+//! Environment (without `RSANDBOX_INSTALLER_NEW` every test skips out loud, gate `installer-node`;
+//! the DaemonSet's test also needs a systemd node, gate `installer-daemonset`; see
+//! `rsandbox_integration::skip` for the `rsandbox-skip:` line and `RSANDBOX_EXPECT_GATES`):
 //! - `RSANDBOX_INSTALLER_NEW`: the binary to install (this tree's release build);
 //! - `RSANDBOX_INSTALLER_OLD`: the previous release's binary (the upgrade's starting point);
 //! - `RSANDBOX_INSTALLER_CONFIG`: containerd's config file on this node;
@@ -91,10 +93,10 @@ macro_rules! node_or_skip {
     () => {
         match node() {
             Ok(n) => n,
-            Err(why) => {
-                eprintln!("SKIPPED: {why}; hack/installer/test.sh runs these tests on a node");
-                return;
-            }
+            Err(why) => skip!(
+                "installer-node",
+                "{why}; hack/installer/test.sh runs these tests on a node"
+            ),
         }
     };
 }
@@ -831,14 +833,16 @@ exec chroot "$r" /opt/rsandbox-node/rsandbox-node.sh "$@""#;
 async fn the_daemonset_container_installs_and_uninstalls() {
     let n = node_or_skip!();
     let Ok(rootfs) = std::env::var("RSANDBOX_INSTALLER_IMAGE_ROOT") else {
-        eprintln!(
-            "SKIPPED: RSANDBOX_INSTALLER_IMAGE_ROOT is not set (hack/installer/test.sh sets it on a systemd node)"
+        skip!(
+            "installer-daemonset",
+            "RSANDBOX_INSTALLER_IMAGE_ROOT is not set (hack/installer/test.sh sets it on a systemd node)"
         );
-        return;
     };
     if !Path::new("/run/systemd/system").is_dir() {
-        eprintln!("SKIPPED: systemd is not PID 1 here: the DaemonSet's container needs a node");
-        return;
+        skip!(
+            "installer-daemonset",
+            "systemd is not PID 1 here: the DaemonSet's container needs a node"
+        );
     }
     let rootfs = PathBuf::from(rootfs);
     let r = (|| -> R {

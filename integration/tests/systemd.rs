@@ -24,7 +24,9 @@
 //!   `systemctl restart containerd`: no pause left in containerd.service, createdAt as
 //!   containerd gives it, exec works, then nothing left.
 //!
-//! Needs systemd as PID 1; anywhere else every test says so and passes without doing anything.
+//! Needs systemd as PID 1; anywhere else every test skips out loud (gate `systemd-node`; the
+//! v1-only test also gate `cgroup-v1`): a `rsandbox-skip:` line, and a failure where the stage
+//! says the gate holds (`RSANDBOX_EXPECT_GATES`, see `rsandbox_integration::skip`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -63,14 +65,15 @@ fn not_a_systemd_node() -> Option<String> {
     (!unified && !hybrid).then(|| format!("{CG} is neither cgroup2 nor v1 with name=systemd"))
 }
 
-/// Skips the calling test (with the reason on stderr) unless this is a systemd node.
+/// Skips the calling test (gate `systemd-node`, see `rsandbox_integration::skip`) unless this is
+/// a systemd node; the node and the systemd guest expect the gate, so there a misfire fails.
 macro_rules! systemd_node_or_skip {
     () => {
         if let Some(why) = not_a_systemd_node() {
-            eprintln!(
-                "SKIPPED: {why}; hack/node.sh run-tests (v1) and hack/guest.sh --systemd (v2) run these tests"
+            skip!(
+                "systemd-node",
+                "{why}; hack/node.sh run-tests (v1) and hack/guest.sh --systemd (v2) run these tests"
             );
-            return;
         }
     };
 }
@@ -688,8 +691,10 @@ fn devices_after_set_property(name: &str, guarded: bool) -> R<(String, String)> 
 async fn systemd_v1_moves_a_slice_s_processes_into_its_devices_cgroup() {
     systemd_node_or_skip!();
     if !v1() {
-        eprintln!("SKIPPED: cgroup v2 (no devices hierarchy); the node (v1) runs this test");
-        return;
+        skip!(
+            "cgroup-v1",
+            "cgroup v2 (no devices hierarchy); the node (v1) runs this test"
+        );
     }
     let name = format!("rsprobe{}", std::process::id());
     let pod = slice_path(&format!("{name}-pod.slice"));

@@ -441,7 +441,7 @@ mod tests {
             .find(|m| m.controllers.iter().any(|c| c == "cpuset"))
             .map(|m| m.mountpoint)
         else {
-            eprintln!("SKIPPED: no v1 cpuset hierarchy");
+            crate::testutil::skip("v1-cpuset", "no v1 cpuset hierarchy");
             return;
         };
         let mut child = std::process::Command::new("sleep")
