@@ -637,7 +637,7 @@ fn tty_exec(cid: &str) -> Result<String, String> {
 /// `<ctr>/init` with every controller enabled in `<ctr>`; then N ExecSyncs (the exec probe
 /// path), a long ExecSync, N plain execs, a long-lived exec and a tty exec all succeed and
 /// land in `<ctr>/init`; a second container whose init moves itself into a child at once
-/// starts. `privileged`: the privileged shape (host cgroup namespace, the container's full
+/// (and enables no controller) starts, and an ExecSync into it runs in its own cgroup. `privileged`: the privileged shape (host cgroup namespace, the container's full
 /// path), else the non-privileged one (a `cgroup_writable` handler: a private cgroup
 /// namespace).
 async fn dind_v2(p: &mut Pods, mut cfg: PodSandboxConfig, privileged_shape: bool) -> R {
@@ -762,12 +762,11 @@ async fn dind_v2(p: &mut Pods, mut cfg: PodSandboxConfig, privileged_shape: bool
         "{}: the mover: {s:?}",
         p.handler
     );
+    // it enabled no controller below it, so the kernel lets a process join the container's
+    // cgroup, and runc puts an exec there (its fallback is for EBUSY only)
     let out = p.out(&c2, &["sh", "-c", SHOW_CGROUP]).await?;
-    let want2_view = if privileged_shape {
-        want2.as_str()
-    } else {
-        "/init"
-    };
+    let own2 = format!("{parent}/{c2}");
+    let want2_view = if privileged_shape { own2.as_str() } else { "/" };
     ensure!(
         out.trim() == want2_view,
         "{}: ExecSync into the mover: {out:?}",
