@@ -254,6 +254,12 @@ else
 	LAYER=
 	RUN=$RSANDBOX_REPO/hack/guest/run.sh
 	CMDLINE="cgroup_no_v1=all"
+	# the bench's config plus the cgroup_writable handler pair (cgroup v2 only, so not in
+	# this host's config): run.sh starts containerd with this file
+	{
+		containerd_config false
+		cgroup_writable_runtimes
+	} >"$OUT/containerd.toml"
 fi
 # what run.sh needs, handed over through the results share
 {

@@ -79,6 +79,8 @@ cd "$GUEST_REPO" || exit 1
 . hack/lib.sh
 eval "$(print_env)"
 export RSANDBOX_PREFIX
+# hack/guest.sh's config: the bench's plus the cgroup_writable handlers (runc-cgw, rsandbox-cgw)
+CONFIG=$GUEST_CONTAINERD_CONFIG
 rc=0
 for RSANDBOX_RUNC in $GUEST_RUNCS; do
 	section "guest: runc $RSANDBOX_RUNC: containerd and the cgroup v2 tests"

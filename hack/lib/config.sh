@@ -77,6 +77,35 @@ containerd_config() {
 	render containerd.toml.in
 }
 
+# cgroup_writable_runtimes: CRI handlers to append to containerd_config's output on a cgroup v2
+# host (the v2 guest): `runc-cgw` and `rsandbox-cgw`, each the same as `runc` and `rsandbox` plus
+# containerd's `cgroup_writable = true` (a runtime's option of its own in containerd 2.1, beside
+# runtime_type, not in its options table): a non-privileged container then gets a private cgroup
+# namespace with a writable /sys/fs/cgroup, the shape docker:dind and systemd-as-init pods run
+# in (issue 33, integration/tests/cgroupv2.rs). A pair of their own, not the option on `runc` and
+# `rsandbox`: every other test keeps the read-only /sys/fs/cgroup a default node gives. Never on
+# this (v1) host: containerd refuses to start with `cgroup_writable` on cgroup v1.
+cgroup_writable_runtimes() {
+	cat <<EOT
+
+      # issue 33: the dind shape (hack/lib/config.sh, cgroup_writable_runtimes)
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc-cgw]
+        runtime_type = 'io.containerd.runc.v2'
+        sandboxer = 'podsandbox'
+        cgroup_writable = true
+
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc-cgw.options]
+          BinaryName = '$BIN/runc'
+          Root = '$RUNC_ROOT'
+          SystemdCgroup = false
+
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.rsandbox-cgw]
+        runtime_type = '$SHIM_RUNTIME'
+        sandboxer = 'shim'
+        cgroup_writable = true
+EOT
+}
+
 config() { # writes the containerd config, the shim's config, the CNI conflists; 0 when something changed
 	# the templates' own placeholders, besides the globals of hack/lib.sh
 	local SNAPSHOTTER NET_NAME NET_BRIDGE NET_SUBNET changed=1

@@ -111,9 +111,17 @@ async fn per_handler<F>(name: &str, parent: bool, body: F)
 where
     F: AsyncFn(&mut Pods, PodSandboxConfig) -> R,
 {
+    per_handler_on(HANDLERS, name, parent, body).await
+}
+
+/// [`per_handler`] on another pair of handlers (the runc path's first).
+async fn per_handler_on<F>(handlers: [&str; 2], name: &str, parent: bool, body: F)
+where
+    F: AsyncFn(&mut Pods, PodSandboxConfig) -> R,
+{
     // Where each handler left the pod cgroup: (handler, hierarchies).
     let mut pod_cgroup_left: Vec<(&str, Vec<PathBuf>)> = Vec::new();
-    for handler in HANDLERS {
+    for handler in handlers {
         let g = Guard::new();
         let id = unique_id(&format!("{name}-{handler}"));
         let dir = scratch_dir(&id);
@@ -482,4 +490,470 @@ fn pause_resume_and_kill_a_paused_task() {
         }
         g.assert_clean(&[id]);
     }
+}
+
+// --- containers that run their own cgroups (issue 33 item 1) -------------------------------
+
+/// The handlers with containerd's `cgroup_writable = true`: a non-privileged container gets a
+/// private cgroup namespace with a writable `/sys/fs/cgroup`. Only the v2 guest's containerd
+/// has them (`cgroup_writable_runtimes` in hack/lib/config.sh: containerd refuses the option
+/// on v1).
+const CGW_HANDLERS: [&str; 2] = ["runc-cgw", "rsandbox-cgw"];
+
+/// What docker:dind's entrypoint (its `hack/dind`) does to the container's cgroup, written
+/// out as no image is pulled here: make a child `init`, move every process of the cgroup into
+/// it, retried as processes come and go (the shell's own command substitutions), then enable
+/// every controller of `cgroup.controllers` in `cgroup.subtree_control`. After that the kernel
+/// refuses any process in the container's own cgroup (no internal processes), which is what
+/// makes runc put an exec into the init's cgroup. `/sys/fs/cgroup` plus the path of
+/// `/proc/self/cgroup`: the container's own cgroup in a private cgroup namespace (`/`) and in
+/// the host's (a privileged container: the full path), as systemd as init finds its own.
+const DIND_V2: &str = r#"cg=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)
+mkdir -p "$cg/init" || exit 1
+n=0
+until [ -z "$(cat "$cg/cgroup.procs")" ] && [ "$(cat "$cg/cgroup.subtree_control")" = "$(cat "$cg/cgroup.controllers")" ]; do
+	for p in $(cat "$cg/cgroup.procs"); do echo "$p" >"$cg/init/cgroup.procs" 2>/dev/null; done
+	for c in $(cat "$cg/cgroup.controllers"); do echo "+$c" >"$cg/cgroup.subtree_control" 2>/dev/null; done
+	n=$((n + 1))
+	[ "$n" -lt 100 ] || { echo "dind: cannot empty $cg" >&2; exit 1; }
+done
+exec sleep 100000"#;
+
+/// An init that moves itself into a child cgroup first thing, racing the checks after `runc
+/// start`.
+const MOVES_AT_ONCE_V2: &str = r#"cg=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)
+mkdir "$cg/init" && echo $$ >"$cg/init/cgroup.procs" && exec sleep 100000
+echo "cannot move into $cg/init" >&2
+exit 1"#;
+
+/// The unified line of the caller's /proc/self/cgroup, as a container shows it.
+const SHOW_CGROUP: &str = "sed -n 's/^0:://p' /proc/self/cgroup";
+
+/// The processes in cgroup `rel` and below, in every hierarchy.
+fn subtree_pids(rel: &str) -> Vec<u32> {
+    let mut pids: Vec<u32> = cgroup_dirs(rel)
+        .iter()
+        .filter_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
+        .flat_map(|s| {
+            s.lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// `privileged` on the pod (the kubelet sets it when a container is; containerd refuses a
+/// privileged container in a pod that is not) and on the container.
+fn privileged(cfg: &mut PodSandboxConfig, c: &mut ContainerConfig) {
+    cfg.linux
+        .get_or_insert_default()
+        .security_context
+        .get_or_insert_default()
+        .privileged = true;
+    c.linux
+        .get_or_insert_default()
+        .security_context
+        .get_or_insert_default()
+        .privileged = true;
+}
+
+/// A long-lived exec (`sleep <secs>`, alive while the shim's check after `runc exec` runs),
+/// through containerd's Tasks API as CRI's streaming Exec makes it (the container's process
+/// spec with new args: what `crictl exec` ends in; the bench has no streaming client): seen
+/// in cgroup `ctr_rel`'s subtree, its cgroups (/proc/<pid>/cgroup) returned, and it must
+/// exit 0.
+fn long_exec(cid: &str, ctr_rel: &str, secs: &str) -> Result<String, String> {
+    let mut child = ctr_cmd(
+        "k8s.io",
+        &["task", "exec", "--exec-id", "long", cid, "sleep", secs],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .map_err(|e| format!("ctr task exec: {e}"))?;
+    let want = ["sleep".to_string(), secs.to_string()];
+    let seen = poll(Duration::from_secs(180), || {
+        if let Ok(Some(_)) = child.try_wait() {
+            return Some(None);
+        }
+        subtree_pids(ctr_rel)
+            .into_iter()
+            .find(|p| cmdline(*p) == want)
+            .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/cgroup")).ok())
+            .map(Some)
+    });
+    let status = poll(Duration::from_secs(180), || child.try_wait().ok().flatten());
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!("the long exec (sleep {secs}) did not end"));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut err);
+    }
+    ensure!(status.success(), "the long exec: {status}, stderr {err:?}");
+    match seen.flatten() {
+        Some(cg) => Ok(cg),
+        None => Err(format!(
+            "the long exec (sleep {secs}) was never seen under {ctr_rel}"
+        )),
+    }
+}
+
+/// A tty exec (`ctr task exec -t`, the process spec CRI's Exec with `tty` makes): a shell
+/// that prints its cgroup and exits 7; returns the cgroup it printed.
+fn tty_exec(cid: &str) -> Result<String, String> {
+    let mut t = rsandbox_integration::pty::PtyChild::spawn(
+        "k8s.io",
+        &["task", "exec", "-t", "--exec-id", "tty", cid, "sh"],
+        24,
+        80,
+    );
+    t.expect("# ", Duration::from_secs(180));
+    // the markers: the terminal's echo of this line does not hold `cg=<` followed by a path
+    t.write(&format!("echo \"cg=<$({SHOW_CGROUP})>\"; exit 7\n"));
+    let code = t.wait(Duration::from_secs(180));
+    let text = t.text();
+    ensure!(code == Some(7), "tty exec: exit {code:?}, output {text:?}");
+    text.split("cg=<")
+        .filter_map(|s| s.split_once('>').map(|(cg, _)| cg.to_string()))
+        .find(|cg| cg.starts_with('/'))
+        .ok_or_else(|| format!("tty exec printed no cgroup: {text:?}"))
+}
+
+/// One dind-style pod on `p`'s handler (v2): the container's processes all end up in
+/// `<ctr>/init` with every controller enabled in `<ctr>`; then N ExecSyncs (the exec probe
+/// path), a long ExecSync, N plain execs, a long-lived exec and a tty exec all succeed and
+/// land in `<ctr>/init`; a second container whose init moves itself into a child at once
+/// (and enables no controller) starts, and an ExecSync into it runs in its own cgroup. `privileged`: the privileged shape (host cgroup namespace, the container's full
+/// path), else the non-privileged one (a `cgroup_writable` handler: a private cgroup
+/// namespace).
+async fn dind_v2(p: &mut Pods, mut cfg: PodSandboxConfig, privileged_shape: bool) -> R {
+    let parent = cfg.linux.as_ref().unwrap().cgroup_parent.clone();
+    let mut dind = container_config("dind", &["sh", "-c", DIND_V2]);
+    let mut mover = container_config("mover", &["sh", "-c", MOVES_AT_ONCE_V2]);
+    if privileged_shape {
+        privileged(&mut cfg, &mut dind);
+        privileged(&mut cfg, &mut mover);
+    }
+    let id = p.run(cfg.clone()).await?;
+    let cid = p.start(&id, &cfg, dind).await?;
+    let rel = format!("{parent}/{cid}");
+    let dir = Path::new(CG).join(rel.trim_start_matches('/'));
+    let want_host = format!("{rel}/init");
+    // what a process of the container reads in its /proc/self/cgroup
+    let want_view = if privileged_shape {
+        want_host.clone()
+    } else {
+        "/init".to_string()
+    };
+    let init = p.container_pid(&cid).await?;
+    // the entrypoint's steps done: its init (now `sleep`) in `init`, the container's cgroup
+    // without processes and with every controller enabled below it
+    let done = poll(Duration::from_secs(180), || {
+        (cgroup_of(init).ok()? == want_host
+            && read(&dir.join("cgroup.procs")).ok()?.is_empty()
+            && read(&dir.join("cgroup.subtree_control")).ok()?
+                == read(&dir.join("cgroup.controllers")).ok()?)
+        .then_some(())
+    });
+    ensure!(
+        done.is_some(),
+        "{}: the dind steps did not finish: init {init} in {:?}, {}/cgroup.procs {:?}, \
+         subtree_control {:?} of controllers {:?}",
+        p.handler,
+        cgroup_of(init),
+        dir.display(),
+        read(&dir.join("cgroup.procs")),
+        read(&dir.join("cgroup.subtree_control")),
+        read(&dir.join("cgroup.controllers"))
+    );
+    // What makes runc's fallback necessary, shown on the kernel: no process may join the
+    // container's own cgroup now.
+    let refused = std::fs::write(dir.join("cgroup.procs"), format!("{init}\n"));
+    ensure!(
+        refused.is_err(),
+        "{}: the kernel let a process into {} (its children have controllers): the test \
+         shows nothing",
+        p.handler,
+        dir.display()
+    );
+    // ExecSync, the kubelet's exec probe path: short, then one alive for seconds while the
+    // shim checks it
+    for i in 0..3 {
+        let out = p.out(&cid, &["sh", "-c", SHOW_CGROUP]).await?;
+        ensure!(
+            out.trim() == want_view,
+            "{}: ExecSync {i}: {out:?}",
+            p.handler
+        );
+    }
+    let out = p
+        .out(&cid, &["sh", "-c", &format!("sleep 3; {SHOW_CGROUP}")])
+        .await?;
+    ensure!(
+        out.trim() == want_view,
+        "{}: long ExecSync: {out:?}",
+        p.handler
+    );
+    // plain execs as CRI's streaming Exec makes them
+    for i in 0..3 {
+        let exec_id = format!("plain{i}");
+        let o = ctr(
+            "k8s.io",
+            &[
+                "task",
+                "exec",
+                "--exec-id",
+                &exec_id,
+                &cid,
+                "sh",
+                "-c",
+                SHOW_CGROUP,
+            ],
+        );
+        ensure!(
+            o.ok() && o.stdout.trim() == want_view,
+            "{}: exec {i}: {o:?}",
+            p.handler
+        );
+    }
+    let long = long_exec(&cid, &rel, "12")?;
+    ensure!(
+        long.lines().any(|l| l == format!("0::{want_host}")),
+        "{}: the long exec in {long:?}, want {want_host}",
+        p.handler
+    );
+    let tty = tty_exec(&cid)?;
+    ensure!(tty == want_view, "{}: tty exec in {tty:?}", p.handler);
+    eprintln!(
+        "{}: every exec of the dind-style container ran in {want_host} (seen inside as {want_view})",
+        p.handler
+    );
+
+    // an init that moves itself into a child right after start: StartContainer succeeds
+    let c2 = p.start(&id, &cfg, mover).await?;
+    let pid2 = p.container_pid(&c2).await?;
+    let want2 = format!("{parent}/{c2}/init");
+    let moved = poll(Duration::from_secs(180), || {
+        (cgroup_of(pid2).ok()? == want2).then_some(())
+    });
+    ensure!(
+        moved.is_some(),
+        "{}: the mover's init {pid2} in {:?}, want {want2}",
+        p.handler,
+        cgroup_of(pid2)
+    );
+    let s = p.container_status(&c2).await?;
+    ensure!(
+        s.state == ContainerState::ContainerRunning as i32,
+        "{}: the mover: {s:?}",
+        p.handler
+    );
+    // it enabled no controller below it, so the kernel lets a process join the container's
+    // cgroup, and runc puts an exec there (its fallback is for EBUSY only)
+    let out = p.out(&c2, &["sh", "-c", SHOW_CGROUP]).await?;
+    let own2 = format!("{parent}/{c2}");
+    let want2_view = if privileged_shape { own2.as_str() } else { "/" };
+    ensure!(
+        out.trim() == want2_view,
+        "{}: ExecSync into the mover: {out:?}",
+        p.handler
+    );
+    Ok(())
+}
+
+/// Issue 33 item 1, the non-privileged shape (docker:dind with containerd's `cgroup_writable`,
+/// a private cgroup namespace): every kind of exec works on rsandbox as on the runc path and
+/// runs in `<ctr>/init`, where runc's setnsProcess fallback puts it.
+#[tokio::test]
+async fn dind_cgroup_writable_execs_as_on_runc() {
+    if !unified() {
+        eprintln!(
+            "SKIPPED: cgroup v1 (cgroup_writable is v2 only; the v2 guest runs this test, \
+             dind_v1_execs_as_on_runc the v1 case)"
+        );
+        return;
+    }
+    per_handler_on(
+        CGW_HANDLERS,
+        "cgdind",
+        true,
+        async |p: &mut Pods, cfg: PodSandboxConfig| dind_v2(p, cfg, false).await,
+    )
+    .await;
+}
+
+/// Issue 33 item 1, the privileged shape (systemd as a container's init: the same steps on its
+/// own cgroup directory in the host's cgroup namespace).
+#[tokio::test]
+async fn dind_privileged_execs_as_on_runc() {
+    if !unified() {
+        eprintln!("SKIPPED: cgroup v1 (dind_v1_execs_as_on_runc is the v1 case)");
+        return;
+    }
+    per_handler(
+        "cgdindp",
+        true,
+        async |p: &mut Pods, cfg: PodSandboxConfig| dind_v2(p, cfg, true).await,
+    )
+    .await;
+}
+
+/// The v1 steps of a container that runs its own cgroups (what systemd as init does there):
+/// in each hierarchy it can write, make a child `init` and move itself into it. v1 allows
+/// processes in a cgroup with children, so nothing forces an exec anywhere. What a privileged
+/// container sees under `/sys/fs/cgroup/<hierarchy>`: its own cgroup as the mount's root
+/// (runc bind-mounts the container's directory there) or the host's tree with its path below;
+/// both are tried, the one whose `cgroup.procs` lists the shell is used. A hierarchy where the
+/// move fails (cpuset: a new child has no CPUs) is skipped. Prints what it moved.
+const MOVES_V1: &str = r#"moved=
+for d in /sys/fs/cgroup/*/; do
+	d=${d%/}
+	[ -L "$d" ] && continue
+	own=
+	if grep -qx "$$" "$d/cgroup.procs" 2>/dev/null; then
+		own=$d
+	else
+		for p in $(cut -d: -f3 /proc/self/cgroup | sort -u); do
+			if grep -qx "$$" "$d$p/cgroup.procs" 2>/dev/null; then own=$d$p; break; fi
+		done
+	fi
+	[ -n "$own" ] || continue
+	mkdir -p "$own/init" && echo $$ >"$own/init/cgroup.procs" 2>/dev/null && moved="$moved ${d##*/}"
+done
+echo "moved:$moved"
+exec sleep 100000"#;
+
+/// /proc/<pid>/cgroup as hierarchy (its controllers, or "unified") → where, relative to the
+/// container's cgroup `rel` ("<ctr>", "<ctr>/init", or the path itself when outside).
+fn where_in(cgroup_file: &str, rel: &str) -> std::collections::BTreeMap<String, String> {
+    cgroup_file
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+            let key = if ctrls.is_empty() { "unified" } else { ctrls };
+            let at = match path.strip_prefix(rel) {
+                Some("") => "<ctr>".to_string(),
+                Some(below) if below.starts_with('/') => format!("<ctr>{below}"),
+                _ => path.to_string(),
+            };
+            Some((key.to_string(), at))
+        })
+        .collect()
+}
+
+/// Issue 33 item 1 on cgroup v1 (this host): a privileged container whose init moves itself
+/// into a child `init` in every hierarchy it can write, then ExecSyncs, plain execs and a
+/// long-lived exec. Where each lands, per hierarchy, is printed and must be the same on both
+/// handlers, inside the container's subtree, and every exec succeeds.
+#[tokio::test]
+async fn dind_v1_execs_as_on_runc() {
+    if unified() {
+        eprintln!("SKIPPED: cgroup v2 (the dind_* tests above are the v2 cases)");
+        return;
+    }
+    // handler → (the init's hierarchies, the long exec's), normalized
+    type Where = std::collections::BTreeMap<String, String>;
+    let seen: std::sync::Mutex<Vec<(String, Where, Where, String)>> = Default::default();
+    per_handler(
+        "cgdind1",
+        true,
+        async |p: &mut Pods, mut cfg: PodSandboxConfig| {
+            let parent = cfg.linux.as_ref().unwrap().cgroup_parent.clone();
+            let mut c = container_config("dind", &["sh", "-c", MOVES_V1]);
+            privileged(&mut cfg, &mut c);
+            let id = p.run(cfg.clone()).await?;
+            let cid = p.start(&id, &cfg, c).await?;
+            let rel = format!("{parent}/{cid}");
+            let init = p.container_pid(&cid).await?;
+            // the moves done: the init execs `sleep` last
+            let done = poll(Duration::from_secs(120), || {
+                (cmdline(init).first().map(String::as_str) == Some("sleep")).then_some(())
+            });
+            ensure!(
+                done.is_some(),
+                "{}: the init {init} never got to sleep: {:?}",
+                p.handler,
+                cmdline(init)
+            );
+            let init_at = where_in(&read(Path::new(&format!("/proc/{init}/cgroup")))?, &rel);
+            ensure!(
+                init_at.values().any(|w| w == "<ctr>/init"),
+                "{}: the init moved nowhere: {init_at:?}",
+                p.handler
+            );
+            for i in 0..3 {
+                p.out(&cid, &["cat", "/proc/self/cgroup"])
+                    .await
+                    .map_err(|e| format!("{}: ExecSync {i}: {e}", p.handler))?;
+            }
+            p.out(&cid, &["sh", "-c", "sleep 3; cat /proc/self/cgroup"])
+                .await
+                .map_err(|e| format!("{}: long ExecSync: {e}", p.handler))?;
+            for i in 0..3 {
+                let exec_id = format!("plain{i}");
+                let o = ctr(
+                    "k8s.io",
+                    &[
+                        "task",
+                        "exec",
+                        "--exec-id",
+                        &exec_id,
+                        &cid,
+                        "cat",
+                        "/proc/self/cgroup",
+                    ],
+                );
+                ensure!(o.ok(), "{}: exec {i}: {o:?}", p.handler);
+            }
+            let exec_at = where_in(&long_exec(&cid, &rel, "12")?, &rel);
+            ensure!(
+                exec_at.values().all(|w| w.starts_with("<ctr>")),
+                "{}: the long exec outside the container's cgroup: {exec_at:?}",
+                p.handler
+            );
+            let log = std::fs::read_to_string(Path::new(&cfg.log_directory).join("dind.log"))
+                .unwrap_or_default();
+            let moved = log
+                .lines()
+                .find_map(|l| l.split_once("moved:").map(|(_, m)| m.trim().to_string()))
+                .unwrap_or_default();
+            eprintln!(
+                "{}: the init moved itself in [{moved}]; it is at {init_at:?}; the long exec \
+                 landed at {exec_at:?}",
+                p.handler
+            );
+            seen.lock()
+                .unwrap()
+                .push((p.handler.clone(), init_at, exec_at, moved));
+            Ok(())
+        },
+    )
+    .await;
+    let seen = seen.into_inner().unwrap();
+    let [(a, init_a, exec_a, moved_a), (b, init_b, exec_b, moved_b)] = &seen[..] else {
+        panic!("not both handlers ran: {seen:?}");
+    };
+    assert_eq!(
+        moved_a, moved_b,
+        "the init moved itself differently on {a} and {b}"
+    );
+    assert_eq!(init_a, init_b, "the init is not alike on {a} and {b}");
+    assert_eq!(exec_a, exec_b, "the exec landed differently on {a} and {b}");
 }
