@@ -1555,38 +1555,27 @@ fn take_down_pod(record: &SandboxRecord, budget: &crate::timing::Budget) -> crat
         scope_stop_timeout: budget.bound(crate::systemd::scope::DELETE_STOP_TIMEOUT),
         mcs: crate::mcs::Registry::node(),
     };
-    let mut pause_left = false;
-    if record.pause_pid == 0 && record.pause_spawning_since_ticks > 0 {
-        // The shim died between the pause's spawn and its record: found by its command line.
-        let found = super::unrecorded_pause::find(
+    // The recorded pause, or one the shim spawned but died before recording (found by its
+    // command line and a start after the record's mark).
+    let pauses: Vec<(i32, u64)> = if record.pause_pid > 0 {
+        vec![(record.pause_pid, record.pause_start_ticks)]
+    } else if record.pause_spawning_since_ticks > 0 {
+        super::unrecorded_pause::find(
             Path::new("/proc"),
             &record.id,
             record.pause_spawning_since_ticks,
-        );
-        for (pid, start) in found {
-            let ours = || crate::util::process_start_ticks(pid) == Some(start);
-            let gone = crate::util::kill_and_wait(pid, ours, budget.bound(Duration::from_secs(1)));
-            if !gone && ours() {
-                pause_left = true;
-                undone.failed(format!("the unrecorded pause process {pid} is still there"));
-            }
-        }
-    }
-    if record.pause_pid > 0 {
+        )
+    } else {
+        Vec::new()
+    };
+    let mut pause_left = false;
+    for (pid, start) in pauses {
         // Only while the pid still names the pause process we started.
-        let ours =
-            || crate::util::process_start_ticks(record.pause_pid) == Some(record.pause_start_ticks);
-        let gone = crate::util::kill_and_wait(
-            record.pause_pid,
-            ours,
-            budget.bound(Duration::from_secs(1)),
-        );
+        let ours = || crate::util::process_start_ticks(pid) == Some(start);
+        let gone = crate::util::kill_and_wait(pid, ours, budget.bound(Duration::from_secs(1)));
         if !gone && ours() {
             pause_left = true;
-            undone.failed(format!(
-                "the pause process {} is still there",
-                record.pause_pid
-            ));
+            undone.failed(format!("the pause process {pid} is still there"));
         }
     }
     if let Some(shm) = &record.shm
