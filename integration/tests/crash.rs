@@ -54,6 +54,15 @@ fn shim_of(handler: &str, id: &str) -> Option<i32> {
     })
 }
 
+/// SIGKILLs shim daemon `shim` (a crash, as the tests make one).
+fn sigkill_shim(shim: i32) -> Result<(), String> {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(shim),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .map_err(|e| format!("kill the shim {shim}: {e}"))
+}
+
 /// The socket of pod `id`'s shim, from the `bootstrap.json` containerd wrote in its bundle
 /// (the sandbox controller's for the shim sandboxer, the task's for the runc path).
 fn shim_socket(id: &str) -> Option<PathBuf> {
@@ -232,11 +241,7 @@ async fn crash_pod_inner(pod: &mut Pod) -> Result<Crash, String> {
     let created_before = created_at(pod).await?;
     let socket = shim_socket(&pod.id).ok_or(format!("{handler}: no bootstrap.json"))?;
     let shim = shim_of(&handler, &pod.id).ok_or(format!("{handler}: no shim for {}", pod.id))?;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(shim),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .map_err(|e| format!("kill the shim: {e}"))?;
+    sigkill_shim(shim)?;
     ensure!(
         poll(Duration::from_secs(30), || (!alive(shim as u32))
             .then_some(()))
@@ -579,11 +584,7 @@ fn crash_in_shared_cgroup(runtime: &str, shared: &str, cid: &str) -> Result<Shar
     let pid = task_pid("default", cid).ok_or(format!("{runtime}: no pid for {cid}"))?;
     let handler = if runtime == RUNTIME { HANDLER } else { "runc" };
     let shim = shim_of(handler, cid).ok_or(format!("{runtime}: no shim for {cid}"))?;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(shim),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .map_err(|e| format!("kill the shim: {e}"))?;
+    sigkill_shim(shim)?;
     // containerd runs the shim's `delete` when it sees the connection close, and removes the
     // bundle once that has returned.
     let bundle = prefix()
@@ -729,11 +730,7 @@ async fn delete_of_a_crashed_pod_leaves_a_member_s_shared_cgroup_alone() {
         let foreign_pid = foreign.start()?;
         let pid = task_pid("default", &shared).ok_or(format!("no pid for {shared}"))?;
         let shim = shim_of(HANDLER, &pod).ok_or(format!("no shim for {pod}"))?;
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(shim),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .map_err(|e| format!("kill the shim: {e}"))?;
+        sigkill_shim(shim)?;
         // containerd runs `delete` for the sandbox's bundle once it sees the connection close
         // (the member's task shares it: its bundle waits for the task's own removal), and
         // removes the bundle once that has returned: the member is taken down from the pod's
