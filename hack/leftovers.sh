@@ -53,7 +53,7 @@ is_our_shim() { # pid: a shim (or pause process) of this bench's containerd
 	[[ "$cmd" == "rsandbox-pause "* ]] || return 1
 	ppid=$(awk '{ print $4 }' "/proc/$1/stat" 2>/dev/null) || return 0
 	is_our_shim "$ppid" && return 0
-	! tr '\0' ' ' 2>/dev/null <"/proc/$ppid/cmdline" | grep -q containerd-shim-rsandbox
+	! tr '\0' ' ' 2>/dev/null <"/proc/$ppid/cmdline" | grep containerd-shim-rsandbox >/dev/null
 }
 
 # --- containerd's objects ------------------------------------------------------

@@ -227,7 +227,7 @@ check_static() {
 	[[ "$kind" == *"static-pie linked"* || "$kind" == *"statically linked"* ]] || die "not static: $kind"
 	[[ "$kind" != *interpreter* ]] || die "has an ELF interpreter: $kind"
 	[[ "$kind" == *"$elf"* ]] || die "not $elf: $kind"
-	if readelf -d "$bin" | grep -q NEEDED; then
+	if readelf -d "$bin" | grep NEEDED >/dev/null; then
 		readelf -d "$bin" | grep NEEDED >&2
 		die "$bin needs shared libraries"
 	fi

@@ -7,7 +7,8 @@
 #   (no flag)  hack/lib.sh's with_heartbeat (CMD's status and output kept, the caller's set -e
 #              inside CMD, heartbeat lines while CMD runs, no process left, not even when the
 #              caller is killed) and hack/lib/tally.sh (a run of zero cases fails, skips are
-#              counted and listed, CMD's status kept); no root, a few seconds
+#              counted and listed, CMD's status kept) and need_rust_toolchain (holds for a present
+#              toolchain, every time); no root, a few seconds
 #   --gates    a real suite whose gate cannot hold here (integration/tests/installer.rs with
 #              RSANDBOX_INSTALLER_NEW unset): it skips out loud without RSANDBOX_EXPECT_GATES
 #              (one rsandbox-skip line, counted) and FAILS with the gate expected; builds the
@@ -176,6 +177,18 @@ tally_tests() {
 	((rc == 1)) && pass "run_tallied fails a passing CMD that ran zero cases" || fail "run_tallied of zero cases gave $rc"
 }
 
+# need_rust_toolchain under this script's pipefail: its probe once piped rustc -vV into grep -q,
+# which exits at the match; rustc then wrote on a closed pipe, and the pipeline failed about one
+# time in three (CI stopped, "missing: the Rust toolchain", with cargo in PATH). 60 calls in a row.
+toolchain_tests() {
+	local i bad=0
+	for ((i = 0; i < 60; i++)); do
+		(need_rust_toolchain) >/dev/null 2>&1 || bad=$((bad + 1))
+	done
+	((bad == 0)) && pass "need_rust_toolchain holds 60 times in a row under pipefail" ||
+		fail "need_rust_toolchain refused a present toolchain $bad times in 60"
+}
+
 gates_tests() {
 	local exe rc=0
 	exe=$(test_binary installer)
@@ -206,6 +219,7 @@ else
 	section "selftest: with_heartbeat and the tally (hack/lib.sh)"
 	heartbeat_tests
 	tally_tests
+	toolchain_tests
 fi
 if ((fails)); then
 	log "selftest: $fails check(s) FAILED"

@@ -260,7 +260,7 @@ wait_cri_handler() { # WANT (present|absent)
 	done
 }
 
-handler_reported() { cri_runtime_handlers 2>/dev/null | grep -qxF "$HANDLER"; }
+handler_reported() { cri_runtime_handlers 2>/dev/null | grep -xF "$HANDLER" >/dev/null; }
 
 node_labels() { # the labels the installer sets (JSON object)
 	local version cver crash=null
@@ -422,7 +422,7 @@ keep_inert_dropin() {
 	fi
 	rm -f "$text"
 	dump=$(mktemp)
-	if config_walk "" | grep -q '^problem '; then
+	if config_walk "" | grep '^problem ' >/dev/null; then
 		log "containerd's config files would not load even with $DROPIN in place: containerd not restarted"
 	elif ((changed)) && config_dump "$dump"; then
 		restart_containerd
@@ -466,7 +466,7 @@ do_uninstall() {
 	# back where nobody changed it since the install, else every entry naming the drop-in taken
 	# out, however it is spelled now (also without the installer's state). What cannot be
 	# taken out leaves an inert drop-in and a failed uninstall (keep_inert_dropin).
-	if [[ -e "$(hp "$DROPIN")" ]] && ! head -n1 "$(hp "$DROPIN")" | grep -qF "$MARK"; then
+	if [[ -e "$(hp "$DROPIN")" ]] && ! head -n1 "$(hp "$DROPIN")" | grep -F "$MARK" >/dev/null; then
 		log "warning: $DROPIN was not written by the installer: it and the imports naming it are left in place"
 	else
 		if remove_import; then changed=1; fi

@@ -92,7 +92,7 @@ chmod -R go-w "$root/opt/rsandbox-node"
 
 # the image runs what the installer needs (bash, curl with HTTP/2 for CRI's gRPC, jq, nsenter)
 chroot "$root" /opt/rsandbox-node/rsandbox-node.sh --help >/dev/null
-chroot "$root" curl --version | grep -qw HTTP2 || die "the image's curl has no HTTP/2"
+chroot "$root" curl --version | grep -w HTTP2 >/dev/null || die "the image's curl has no HTTP/2"
 chroot "$root" jq --version >/dev/null
 chroot "$root" nsenter --version >/dev/null
 chroot "$root" "/opt/rsandbox-node/$SHIM_NAME" -v >/dev/null

@@ -119,7 +119,7 @@ TOML
 	;;
 start)
 	s_start
-	"$BIN/ctr" --address "$S_SOCK" -n k8s.io images ls -q | grep -qxF "$BUSYBOX_IMAGE" ||
+	"$BIN/ctr" --address "$S_SOCK" -n k8s.io images ls -q | grep -xF "$BUSYBOX_IMAGE" >/dev/null ||
 		"$BIN/ctr" --address "$S_SOCK" -n k8s.io images import --snapshotter "$(snapshotter)" "$IMG_DIR/busybox.oci.tar" >/dev/null
 	;;
 stop)

@@ -63,7 +63,7 @@ tools() {
 	fi
 	"$KUSTOMIZE" version >/dev/null || die "$KUSTOMIZE does not run here"
 	if [[ ! -x "$VALIDATE_VENV/bin/kubernetes-validate" ]] ||
-		! "$VALIDATE_VENV/bin/pip" show kubernetes-validate 2>/dev/null | grep -qx "Version: ${VALIDATE_PIN#*==}"; then
+		! "$VALIDATE_VENV/bin/pip" show kubernetes-validate 2>/dev/null | grep -x "Version: ${VALIDATE_PIN#*==}" >/dev/null; then
 		log "installing $VALIDATE_PIN into $VALIDATE_VENV"
 		# python3's venv module (a new Debian machine may have no python3 at all; only these
 		# tests use it, so hack/setup.sh and the demo do not install it)
@@ -77,7 +77,7 @@ tools() {
 		python3 -m venv "$VALIDATE_VENV"
 		"$VALIDATE_VENV/bin/pip" install -q "$VALIDATE_PIN"
 	fi
-	if ! "$VALIDATE_VENV/bin/pip" show cel-python 2>/dev/null | grep -qx "Version: ${CEL_PIN#*==}"; then
+	if ! "$VALIDATE_VENV/bin/pip" show cel-python 2>/dev/null | grep -x "Version: ${CEL_PIN#*==}" >/dev/null; then
 		log "installing $CEL_PIN into $VALIDATE_VENV"
 		"$VALIDATE_VENV/bin/pip" install -q "$CEL_PIN"
 	fi

@@ -19,7 +19,7 @@ net_guard_off() {
 	if [[ -f "$P/run/ip_forward.orig" ]]; then
 		# Another bench on this machine (another prefix, its own guard rule) may still
 		# route its pods: ip_forward stays as it is then.
-		if command -v iptables >/dev/null && iptables -S FORWARD 2>/dev/null | grep -q -- '--comment rsandbox-bench'; then
+		if command -v iptables >/dev/null && iptables -S FORWARD 2>/dev/null | grep -- '--comment rsandbox-bench' >/dev/null; then
 			log "another rsandbox bench runs (its FORWARD guard is in place): net.ipv4.ip_forward left as it is"
 		else
 			cat "$P/run/ip_forward.orig" >/proc/sys/net/ipv4/ip_forward 2>/dev/null || true

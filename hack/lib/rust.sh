@@ -17,7 +17,7 @@ need_rust_toolchain() {
 		PATH="${HOME:-/root}/.cargo/bin:$PATH"
 		export PATH
 	fi
-	if ! command -v cargo >/dev/null 2>&1 || ! rustc -vV 2>/dev/null | grep -q '^host: '; then
+	if ! command -v cargo >/dev/null 2>&1 || ! rustc -vV 2>/dev/null | grep '^host: ' >/dev/null; then
 		missing+=("the Rust toolchain $pinned (cargo, rustc)")
 	fi
 	for comp in "$@"; do

@@ -63,7 +63,7 @@ for f in usr/bin/$SHIM_NAME usr/share/rsandbox/conf.d/rsandbox.toml usr/share/do
 done
 cmp "$root/usr/bin/$SHIM_NAME" "$bin" || die "the installed binary is not $bin"
 [[ "$(stat -c %a "$root/usr/bin/$SHIM_NAME")" == 755 ]] || die "the binary is not mode 0755"
-"$root/usr/bin/$SHIM_NAME" -v | grep -q "Version:  $version" || die "-v does not say $version"
+"$root/usr/bin/$SHIM_NAME" -v | grep "Version:  $version" >/dev/null || die "-v does not say $version"
 
 section "check, with the installed binary, against the bench's containerd"
 rc=0

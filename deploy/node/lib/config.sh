@@ -138,7 +138,7 @@ TOML
 
 # dump_reads_dropin DUMP: the merged imports hold the drop-in's path
 dump_reads_dropin() {
-	grep -E '^imports = ' "$1" | grep -qF "'$DROPIN'"
+	grep -E '^imports = ' "$1" | grep -F "'$DROPIN'" >/dev/null
 }
 
 # dump_defines_handler DUMP: runtimes.$HANDLER is our runtime type with the shim sandboxer
