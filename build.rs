@@ -1,11 +1,11 @@
 //! Build script:
 //! 1. generates Rust types for the CRI `runtime.v1` subset in `protos/` (protobuf-codegen's
-//!    pure-Rust parser, no `protoc`), into `$OUT_DIR/cri/`, included by `src/cri.rs`;
+//!    pure-Rust parser, no `protoc`), into `$OUT_DIR/cri/`, included by `src/records/cri.rs`;
 //! 2. builds the pause program (`pause/pause.rs`: `no_std`, no libc, static) with the
 //!    toolchain's own `rustc` into `$OUT_DIR/rsandbox-pause`, embedded in the shim by
 //!    `src/pod/pause_image.rs`. It is our own code, a few kilobytes: the pause process runs it
 //!    from a sealed memfd instead of a copy of the shim;
-//! 3. records what `-v` prints besides the version (`src/version.rs`): the git revision the
+//! 3. records what `-v` prints besides the version (`src/records/version.rs`): the git revision the
 //!    binary is built from and the Rust compiler that builds it.
 
 use std::path::{Path, PathBuf};

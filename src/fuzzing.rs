@@ -42,15 +42,15 @@ pub fn pod_config(data: &[u8]) {
 
 /// A container's `config.json` and an exec's process spec, through every edit we make.
 pub fn oci_spec(data: &[u8]) {
-    let _ = crate::oci::exec_process_spec(data, true);
-    let _ = crate::oci::exec_process_spec(data, false);
+    let _ = crate::records::oci::exec_process_spec(data, true);
+    let _ = crate::records::oci::exec_process_spec(data, false);
     let Ok(mut spec) = serde_json::from_slice::<serde_json::Value>(data) else {
         return;
     };
-    let _ = crate::oci::check_container_spec(&spec, false);
-    let _ = crate::oci::wants_new_netns(&spec);
-    let _ = crate::oci::shares_pid_namespace(&spec);
-    crate::oci::set_netns_path(&mut spec, Path::new("/run/netns/fuzz"));
+    let _ = crate::records::oci::check_container_spec(&spec, false);
+    let _ = crate::records::oci::wants_new_netns(&spec);
+    let _ = crate::records::oci::shares_pid_namespace(&spec);
+    crate::records::oci::set_netns_path(&mut spec, Path::new("/run/netns/fuzz"));
 }
 
 /// The runtime options Any that `start` saves and `Task.Create` carries.
@@ -65,17 +65,17 @@ pub fn runtime_options(data: &[u8]) {
             value: data.to_vec(),
             ..Default::default()
         };
-        let _ = crate::rpc::task::runc_config_from_options(
+        let _ = crate::server::rpc::task::runc_config_from_options(
             Some(&any),
-            &crate::runtime::RuncConfig::defaults("fuzz"),
+            &crate::host::runtime::RuncConfig::defaults("fuzz"),
             "fuzz",
         );
     }
     // The file `start` writes into the bundle holds the whole Any.
     if let Ok(any) = Any::parse_from_bytes(data) {
-        let _ = crate::rpc::task::runc_config_from_options(
+        let _ = crate::server::rpc::task::runc_config_from_options(
             Some(&any),
-            &crate::runtime::RuncConfig::defaults("fuzz"),
+            &crate::host::runtime::RuncConfig::defaults("fuzz"),
             "fuzz",
         );
     }
@@ -95,7 +95,7 @@ pub fn cni_result(data: &[u8]) {
 /// The shim's own config file.
 pub fn shim_config(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = crate::config::ShimConfig::parse(text);
+        let _ = crate::records::config::ShimConfig::parse(text);
     }
 }
 
@@ -103,7 +103,7 @@ pub fn shim_config(data: &[u8]) {
 /// fields we read before validating them.
 pub fn ttrpc_frames(data: &[u8]) {
     let mut r = Cursor::new(data);
-    while let Ok((_, payload)) = crate::wire::read_frame(&mut r) {
+    while let Ok((_, payload)) = crate::shim::wire::read_frame(&mut r) {
         let Ok(req) = <ttrpc::Request as ttrpc::proto::Codec>::decode(&payload) else {
             continue;
         };

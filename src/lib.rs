@@ -2,50 +2,39 @@
 //!
 //! The binary's `main` is a one-liner into [`cli::main`]; everything else lives in library
 //! modules so that tests never need the binary.
+//!
+//! The modules are layers, lowest first; a layer imports only the layers below it (checked by
+//! `hack/check-cycles.sh`): `cni`, `records`, `shim`, `host`, `task`, `pod`, `server`, `cli`.
 
-pub mod blocking;
-pub mod bundle;
-pub mod cgroup_ownership;
-pub mod cgroups;
-pub mod cleanup;
-pub mod cli;
-pub mod client_paths;
+/// A CNI client (configs, plugin execution, results), self-contained: it imports nothing else
+/// of the crate (it could be a crate of its own).
 pub mod cni;
-pub mod config;
-pub mod cri;
-pub mod daemon;
-pub mod error;
-pub mod events;
-pub mod flags;
+/// Records: the bundle and its state files, config, flags, version, validation, the error type,
+/// CRI types and OCI specs. Imports only `cni`.
+pub mod records;
+/// The shim process's own machinery (locks, blocking sections, reaper, waiters, log, panic
+/// hook, timing, the socket, ttrpc framing, events). Imports `records` and `cni`.
+pub mod shim;
+/// Mechanisms on the node (cgroups, placement, systemd, netns and CNI networking, mounts,
+/// idmap, SELinux/MCS, runc, reclaim), knowing nothing of the pod model. Imports the layers
+/// below.
+pub mod host;
+/// The task manager: containers and execs run through runc, with their stdio. Imports the
+/// layers below.
+pub mod task;
+/// The pod: the sandbox, its pause process, spec, files, cgroup, network and status. Imports
+/// the layers below (`task` included: a pod's members are tasks).
+pub mod pod;
+/// The daemon and its ttrpc services (Sandbox, Task) over the pod and task managers. Imports
+/// the layers below.
+pub mod server;
+/// The binary's actions (`start`, `delete` and its clean-up, `check`, `-info`, `-v`) and its
+/// entry point. May import every layer.
+pub mod cli;
+
+/// Entry points for the fuzzers (`fuzz/`, `tests/fuzz_corpus.rs`); above every layer.
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod idmap;
-pub mod logger;
-pub mod mcs;
-pub mod mount;
-pub mod netns;
-pub mod network;
-pub mod oci;
-pub mod panic_hook;
-pub mod placement;
-pub mod pod;
-pub mod reaper;
-pub mod reclaim;
-pub mod rpc;
-pub mod runtime;
-pub mod selinux;
-pub mod socket;
-pub mod state_file;
-pub mod stdio;
-pub mod sync;
-pub mod systemd;
-pub mod task;
-pub mod timing;
-pub mod util;
-pub mod validate;
-pub mod version;
-pub mod waiters;
-pub mod wire;
 
 #[cfg(test)]
 mod testutil;

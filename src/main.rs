@@ -1,4 +1,4 @@
 fn main() {
-    rsandbox::panic_hook::install();
+    rsandbox::shim::panic_hook::install();
     rsandbox::cli::main()
 }

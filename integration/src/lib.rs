@@ -363,7 +363,7 @@ pub fn shim_procs_of(id: &str) -> Vec<Proc> {
 
 /// The socket a shim (ours or containerd's runc shim) of the bench's containerd serves for
 /// `id` (a task, or a pod's group) in `ns`: `<SOCKET_DIR>/<sha256(address/ns/id)>`, as
-/// src/socket.rs and containerd name it. Another containerd on the machine (a Kubernetes test
+/// src/shim/socket.rs and containerd name it. Another containerd on the machine (a Kubernetes test
 /// beside ours) names its shims' sockets after its own address: they are never ours.
 pub fn shim_socket(ns: &str, id: &str) -> PathBuf {
     let input = address().join(ns).join(id);

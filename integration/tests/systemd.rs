@@ -685,7 +685,7 @@ fn devices_after_set_property(name: &str, guarded: bool) -> R<(String, String)> 
 /// the slice's whole subtree); nothing moves a delegated scope's process back. With a scope
 /// that had device rules from its start already in the slice (rsandbox's pause scope), the
 /// slice's devices cgroup is realized before any process is in it and nothing moves. Fails the
-/// day systemd stops doing either (the account in README and `src/systemd/devices.rs` then
+/// day systemd stops doing either (the account in README and `src/host/systemd/devices.rs` then
 /// changes).
 #[tokio::test]
 async fn systemd_v1_moves_a_slice_s_processes_into_its_devices_cgroup() {

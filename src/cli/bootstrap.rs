@@ -21,8 +21,8 @@ use containerd_shim_protos::shim::oci::Options as RuncOptions;
 use protobuf::Message;
 use protobuf::well_known_types::any::Any;
 
-use crate::error::{Error, Result};
-use crate::flags::Flags;
+use crate::records::error::{Error, Result};
+use crate::records::flags::Flags;
 
 /// Task API version we serve (containerd.task.v3, and the sandbox API on the same socket).
 pub const TASK_API_VERSION: i32 = 3;
@@ -71,7 +71,7 @@ pub struct StartParams {
     pub grpc_address: String,
     /// Debug logging: `-debug`, or a 2.3 log level of debug or more verbose.
     pub debug: bool,
-    /// containerd 2.3's `socket_dir` (`None`: the default [`crate::bundle::SOCKET_DIR`]).
+    /// containerd 2.3's `socket_dir` (`None`: the default [`crate::records::bundle::SOCKET_DIR`]).
     pub socket_dir: Option<String>,
     /// Extensions: the runtime options, if any (as the `Any` containerd sent).
     pub extensions: Vec<Any>,

@@ -5,21 +5,21 @@
 //! Last, it removes the shim socket a killed daemon left behind (containerd's runc shim
 //! leaks it): the socket named in the bundle's `address` file (else in containerd's
 //! `bootstrap.json`), only when it is one of our sockets in the shim socket directory and
-//! nothing serves it any more (see [`crate::socket::remove_if_stale`]). A container's bundle
+//! nothing serves it any more (see [`crate::shim::socket::remove_if_stale`]). A container's bundle
 //! may name its pod's shared, live socket: that one stays.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::bundle::{
+use crate::records::bundle::{
     ADDRESS_FILE, BOOTSTRAP_FILE, CONFIG_FILE, ROOTFS_DIR, SHIM_PID_FILE, SOCKET_DIR,
     SOCKET_DIR_LINK, TASK_STATE_FILE,
 };
-use crate::reclaim::{Member, reclaim_all};
-use crate::runtime::RuncConfig;
-use crate::socket::{Removal, own_socket_path, remove_if_stale};
+use crate::host::reclaim::{Member, reclaim_all};
+use crate::host::runtime::RuncConfig;
+use crate::shim::socket::{Removal, own_socket_path, remove_if_stale};
 use crate::task::TaskRecord;
-use crate::timing::{Budget, Undone};
+use crate::shim::timing::{Budget, Undone};
 
 /// What `delete` found.
 #[derive(Debug, Default)]
@@ -31,7 +31,7 @@ pub struct Cleaned {
 /// could not do (see [`report`]). For the `delete` process, which exits right after: when the
 /// deadline cut steps off, the bundle's lock is held until then (`BundleLock::keep_until_exit`).
 pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
-    if crate::validate::id("id", id).is_err() {
+    if crate::records::validate::id("id", id).is_err() {
         return Cleaned::default();
     }
     let (cleaned, undone) = delete_within(namespace, id, bundle, &Budget::new(DELETE_BUDGET));
@@ -42,7 +42,7 @@ pub fn delete_from_bundle(namespace: &str, id: &str, bundle: &Path) -> Cleaned {
 /// [`delete_from_bundle`] within `budget`, returning what it left undone.
 fn delete_within(namespace: &str, id: &str, bundle: &Path, budget: &Budget) -> (Cleaned, Undone) {
     let budget = *budget;
-    let mut steps = crate::timing::Steps::new(|| format!("delete {id}"));
+    let mut steps = crate::shim::timing::Steps::new(|| format!("delete {id}"));
     let mut undone = Undone::default();
     let Some(lock) = lock_bundle(bundle, &budget) else {
         undone.cut_off("all of it: another delete of this bundle still runs");
@@ -80,7 +80,7 @@ fn delete_within(namespace: &str, id: &str, bundle: &Path, budget: &Budget) -> (
     // A killed daemon that a busy machine has not let exit yet (its share above was short)
     // still holds its socket, which can go only once it has: it gets what is left.
     if let Some(pid) = exiting_daemon(bundle) {
-        crate::util::wait_for_exit(pid, budget.left());
+        crate::shim::util::wait_for_exit(pid, budget.left());
     }
     remove_stale_socket(bundle);
     steps.step("stale socket");
@@ -166,11 +166,11 @@ fn report(id: &str, undone: &Undone) {
 }
 
 fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget, undone: &mut Undone) {
-    // Any release's record (crate::state_file): a task of an older shim is cleaned up too.
+    // Any release's record (crate::records::state_file): a task of an older shim is cleaned up too.
     let record: Option<TaskRecord> = std::fs::read(bundle.join(TASK_STATE_FILE))
         .ok()
         .and_then(|raw| {
-            crate::state_file::decode(&crate::state_file::TASK_RECORD, &raw)
+            crate::records::state_file::decode(&crate::records::state_file::TASK_RECORD, &raw)
                 .inspect_err(|e| eprintln!("delete {id}: {e}: not used"))
                 .ok()
         })
@@ -182,7 +182,7 @@ fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget, undone
         .unwrap_or_else(|| RuncConfig::defaults(namespace));
     // The network keeps its share of the budget whatever the container takes.
     let reserve = if network.is_some() {
-        crate::network::DELETE_SHARE
+        crate::host::network::DELETE_SHARE
     } else {
         Duration::ZERO
     };
@@ -199,21 +199,21 @@ fn delete_task(namespace: &str, id: &str, bundle: &Path, budget: &Budget, undone
     } else {
         // The idmapped layers' scratch mount too: a shim that died between making it and
         // dropping it (after the overlay mount) left it, and the bundle could not be removed.
-        for dir in [ROOTFS_DIR, crate::bundle::IDMAPPED_SCRATCH] {
-            if let Err(e) = crate::mount::unmount(&bundle.join(dir)) {
+        for dir in [ROOTFS_DIR, crate::records::bundle::IDMAPPED_SCRATCH] {
+            if let Err(e) = crate::host::mount::unmount(&bundle.join(dir)) {
                 undone.failed(e.to_string());
             }
         }
     }
     if let Some(net) = network {
-        crate::network::teardown_in_delete(net, budget, undone);
+        crate::host::network::teardown_in_delete(net, budget, undone);
     }
 }
 
 /// `linux.cgroupsPath` of the bundle's spec.
 fn cgroups_path_of(bundle: &Path) -> Option<String> {
     let raw = std::fs::read(bundle.join(CONFIG_FILE)).ok()?;
-    crate::oci::cgroups_path(&serde_json::from_slice(&raw).ok()?)
+    crate::records::oci::cgroups_path(&serde_json::from_slice(&raw).ok()?)
 }
 
 /// The directories our sockets may be in: the default one, and the one containerd 2.3 gave
@@ -280,7 +280,7 @@ fn kill_stale_shim(bundle: &Path, budget: &Budget) {
         // must see it refused, not live. (A recycled pid that is some other zombie costs a
         // wait, never a signal.)
         if main_thread_exited(pid) {
-            crate::util::wait_for_exit(pid, budget.bound(SHIM_EXIT_WAIT));
+            crate::shim::util::wait_for_exit(pid, budget.bound(SHIM_EXIT_WAIT));
         }
         return;
     }
@@ -288,7 +288,7 @@ fn kill_stale_shim(bundle: &Path, budget: &Budget) {
     let socket = std::fs::read(format!("/proc/{pid}/cmdline"))
         .ok()
         .and_then(|raw| socket_of(&raw));
-    let gone = crate::util::kill_and_wait(pid, is_our_daemon, budget.bound(SHIM_EXIT_WAIT));
+    let gone = crate::shim::util::kill_and_wait(pid, is_our_daemon, budget.bound(SHIM_EXIT_WAIT));
     if gone && let Some(address) = socket {
         remove_socket_of(&address, &socket_dirs(&bundle));
     }
@@ -374,14 +374,14 @@ fn socket_of(cmdline: &[u8]) -> Option<String> {
 mod tests {
     use super::*;
     use crate::pod::sandbox::SandboxRecord;
-    use crate::state_file::{self, Decoded, SANDBOX_RECORD, TASK_RECORD};
+    use crate::records::state_file::{self, Decoded, SANDBOX_RECORD, TASK_RECORD};
 
     /// Files the previous release (0.1.0, 148d184) wrote, taken from a real run of its binary
     /// on the bench (a CRI pod with one container; integration/tests/upgrade.rs makes the same
     /// pod): no schema version. `delete` reads them as version 0 with every field.
     #[test]
     fn records_of_the_previous_release_load_as_version_0() {
-        let raw = include_bytes!("testdata/state-0.1.0/rsandbox-sandbox.json");
+        let raw = include_bytes!("../testdata/state-0.1.0/rsandbox-sandbox.json");
         let d: Decoded<SandboxRecord> = state_file::decode(&SANDBOX_RECORD, raw).unwrap();
         assert_eq!(d.version, 0);
         let r = d.record;
@@ -399,7 +399,7 @@ mod tests {
             Some("/k8s.io/3e279dea6dfff2cc13bf7da5d1118fe5717ec2ac91cc4eda4669b17770cbbdd0")
         );
 
-        let raw = include_bytes!("testdata/state-0.1.0/rsandbox-task.json");
+        let raw = include_bytes!("../testdata/state-0.1.0/rsandbox-task.json");
         let d: Decoded<TaskRecord> = state_file::decode(&TASK_RECORD, raw).unwrap();
         assert_eq!(d.version, 0);
         assert_eq!(d.record.id, m.id);
@@ -411,7 +411,7 @@ mod tests {
     /// `schema_version`, as serde ignores any unknown key), so a downgrade's `delete` works.
     #[test]
     fn records_of_this_release_load_in_the_previous_one() {
-        let raw = include_bytes!("testdata/state-0.1.0/rsandbox-sandbox.json");
+        let raw = include_bytes!("../testdata/state-0.1.0/rsandbox-sandbox.json");
         let old: SandboxRecord = serde_json::from_slice(raw).unwrap();
         let new = state_file::encode(&SANDBOX_RECORD, &old).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&new).unwrap();
@@ -419,7 +419,7 @@ mod tests {
         // The previous release's reader: plain serde of the same struct.
         let back: SandboxRecord = serde_json::from_slice(&new).unwrap();
         assert_eq!(back, old);
-        let raw = include_bytes!("testdata/state-0.1.0/rsandbox-task.json");
+        let raw = include_bytes!("../testdata/state-0.1.0/rsandbox-task.json");
         let old: TaskRecord = serde_json::from_slice(raw).unwrap();
         let new = state_file::encode(&TASK_RECORD, &old).unwrap();
         assert_eq!(serde_json::from_slice::<TaskRecord>(&new).unwrap(), old);
@@ -487,7 +487,7 @@ mod tests {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "cleanup::tests::stand_in_daemon",
+                "cli::cleanup::tests::stand_in_daemon",
                 "--test-threads=1",
             ])
             .env("RSANDBOX_TEST_STAND_IN", "1")
@@ -585,7 +585,7 @@ mod tests {
     fn a_killed_shims_socket_is_removed_a_live_one_kept() {
         let tmp = tempfile::tempdir().unwrap();
         let (bundle, sock) = bundle_with_socket(tmp.path());
-        let listener = crate::socket::bind(&sock).unwrap();
+        let listener = crate::shim::socket::bind(&sock).unwrap();
         assert_eq!(remove_stale_socket(&bundle), Removal::InUse);
         assert!(sock.exists());
         drop(listener); // kill -9 of the shim
@@ -601,7 +601,7 @@ mod tests {
     fn delete_removes_the_stale_socket_of_a_task_bundle() {
         let tmp = tempfile::tempdir().unwrap();
         let (bundle, sock) = bundle_with_socket(tmp.path());
-        drop(crate::socket::bind(&sock).unwrap());
+        drop(crate::shim::socket::bind(&sock).unwrap());
         // No config.json and no state records: nothing to run runc for.
         until_not_in_use(|| {
             let res = delete_from_bundle("default", "t1", &bundle);
@@ -638,7 +638,7 @@ mod tests {
         use nix::unistd::ForkResult;
         let tmp = tempfile::tempdir().unwrap();
         let (bundle, sock) = bundle_with_socket(tmp.path());
-        let listener = crate::socket::bind(&sock).unwrap();
+        let listener = crate::shim::socket::bind(&sock).unwrap();
         // SAFETY: the child only starts a thread and ends its own; it never returns into the
         // test harness.
         match unsafe { nix::unistd::fork() }.unwrap() {
@@ -667,7 +667,7 @@ mod tests {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 assert!(
-                    matches!(crate::socket::probe(&sock), crate::socket::Probe::Live),
+                    matches!(crate::shim::socket::probe(&sock), crate::shim::socket::Probe::Live),
                     "the dying daemon still serves its socket"
                 );
                 delete_from_bundle("default", "t1", &bundle);
@@ -722,7 +722,7 @@ mod tests {
                 ..RuncConfig::defaults("ns")
             },
             rootfs_mounted: false,
-            network: Some(crate::network::NetworkRecord {
+            network: Some(crate::host::network::NetworkRecord {
                 netns: netns.clone(),
                 container_id: "t1".into(),
                 ifname: "eth0".into(),
@@ -758,7 +758,7 @@ mod tests {
         use std::os::fd::AsRawFd;
         let tmp = tempfile::tempdir().unwrap();
         let (bundle, sock) = bundle_with_socket(tmp.path());
-        drop(crate::socket::bind(&sock).unwrap());
+        drop(crate::shim::socket::bind(&sock).unwrap());
         let Some(BundleLock::Held { _dir: first }) =
             lock_bundle(&bundle, &Budget::new(Duration::from_secs(60)))
         else {
@@ -800,7 +800,7 @@ mod tests {
         let dir = std::fs::canonicalize(tmp.path()).unwrap();
         // A stale socket, but in no socket dir of this bundle.
         let elsewhere = dir.join(HASH);
-        drop(crate::socket::bind(&elsewhere).unwrap());
+        drop(crate::shim::socket::bind(&elsewhere).unwrap());
         let bundle = dir.join("bundle");
         std::fs::create_dir(&bundle).unwrap();
         std::fs::write(

@@ -26,9 +26,9 @@ use protobuf::well_known_types::any::Any;
 use protobuf::{Message, MessageField};
 
 use super::bootstrap::is_runc_options;
-use crate::bundle::RUNTIME_ID;
-use crate::error::{Error, Result};
-use crate::reaper::Spawner;
+use crate::records::bundle::RUNTIME_ID;
+use crate::records::error::{Error, Result};
+use crate::shim::reaper::Spawner;
 
 /// typeurl's type URL of Go's `features.Features` (JSON-encoded).
 pub const FEATURES_TYPE_URL: &str =
@@ -60,8 +60,8 @@ pub fn runtime_info(stdin: &[u8], path_var: Option<&OsStr>) -> Result<RuntimeInf
     let mut info = RuntimeInfo {
         name: RUNTIME_ID.to_string(),
         version: MessageField::some(RuntimeVersion {
-            version: crate::version::VERSION.to_string(),
-            revision: crate::version::REVISION.to_string(),
+            version: crate::records::version::VERSION.to_string(),
+            revision: crate::records::version::REVISION.to_string(),
             ..Default::default()
         }),
         ..Default::default()
@@ -126,7 +126,7 @@ pub fn look_path(name: &str, path_var: Option<&OsStr>) -> Result<PathBuf> {
 /// containerd 2.3.4's `supportsCRIUserns` (`internal/cri/server/service.go`) wants `user` in
 /// `linux.namespaces` and `linux.mountExtensions.idmap.enabled` true. runc >= 1.2 reports
 /// both (1.1 has no idmap), which is also what CreateSandbox asks of a user-namespaced pod's
-/// runc ([`crate::runtime::check_userns_runc`]): the two agree, see the tests.
+/// runc ([`crate::host::runtime::check_userns_runc`]): the two agree, see the tests.
 pub fn supports_cri_userns(features: &serde_json::Value) -> bool {
     let linux = &features["linux"];
     let user = linux["namespaces"]
@@ -227,12 +227,12 @@ mod tests {
             });
             // A thread of this test binary that forks meanwhile may hold the script open for
             // a moment (ETXTBSY): `features` retries; so does this.
-            let mut accepted = crate::runtime::check_userns_runc(&bin, &Spawner::direct());
+            let mut accepted = crate::host::runtime::check_userns_runc(&bin, &Spawner::direct());
             for _ in 0..20 {
                 match &accepted {
                     Err(e) if e.message().contains("Text file busy") => {
                         std::thread::sleep(Duration::from_millis(20));
-                        accepted = crate::runtime::check_userns_runc(&bin, &Spawner::direct());
+                        accepted = crate::host::runtime::check_userns_runc(&bin, &Spawner::direct());
                     }
                     _ => break,
                 }
@@ -259,7 +259,7 @@ mod tests {
         assert_eq!(info.name, RUNTIME_ID);
         assert_eq!(info.version.version, env!("CARGO_PKG_VERSION"));
         // As the runc shim's Info: the revision the binary was built from.
-        assert_eq!(info.version.revision, crate::version::REVISION);
+        assert_eq!(info.version.revision, crate::records::version::REVISION);
         assert!(info.options.is_none());
         let f = features.unwrap();
         assert!(

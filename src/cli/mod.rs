@@ -5,16 +5,17 @@
 //! - `start`: the handshake ([`bootstrap`]: containerd 2.0 to 2.2 and 2.3's protocols), then
 //!   the socket and the daemon ([`start`]), `ShimCgroup` included ([`shim_cgroup`]).
 //! - `delete`: clean up one ID from its bundle alone, after the daemon is gone
-//!   ([`crate::cleanup`]); prints a protobuf `DeleteResponse`.
+//!   ([`crate::cli::cleanup`]); prints a protobuf `DeleteResponse`.
 //! - `check`: the node preflight for people and installers ([`check`]); containerd never
 //!   runs it.
-//! - no action: the daemon, see [`crate::daemon`].
+//! - no action: the daemon, see [`crate::server::daemon`].
 //!
 //! Everything `start` and `delete` print on stdout is their reply: containerd reads it (for
 //! `start`, stdout and stderr combined). Errors go to stderr with exit status 1.
 
 pub mod bootstrap;
 pub mod check;
+pub mod cleanup;
 pub mod info;
 pub mod shim_cgroup;
 pub mod start;
@@ -26,9 +27,9 @@ use std::path::PathBuf;
 use containerd_shim_protos::api::DeleteResponse;
 use protobuf::{Message, MessageField};
 
-use crate::bundle::RUNTIME_ID;
-use crate::error::{Context, Error, Result};
-use crate::flags::{self, FlagError, Flags};
+use crate::records::bundle::RUNTIME_ID;
+use crate::records::error::{Context, Error, Result};
+use crate::records::flags::{self, FlagError, Flags};
 
 /// Runs the binary.
 pub fn main() {
@@ -53,14 +54,14 @@ pub fn main() {
             .and_then(|p| p.file_name())
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "containerd-shim-rsandbox-v1".into());
-        print!("{}", crate::version::text(&name));
+        print!("{}", crate::records::version::text(&name));
         return;
     }
     let result = if flags.info {
         run_info()
     } else {
         match flags.action.as_str() {
-            "" => crate::daemon::serve(&flags).inspect_err(|e| log::error!("shim failed: {e}")),
+            "" => crate::server::daemon::serve(&flags).inspect_err(|e| log::error!("shim failed: {e}")),
             "start" => run_start(&flags),
             "delete" => run_delete(&flags),
             "check" => std::process::exit(check::main(&flags.args)),
@@ -108,7 +109,7 @@ fn run_start(flags: &Flags) -> Result<()> {
     let input = bootstrap::read_stdin().context("read bootstrap params from stdin")?;
     let params = bootstrap::parse_start(&input, flags, &bootstrap::Env::from_process())?;
     // A broken config file fails here, where containerd shows the message to the user.
-    crate::config::ShimConfig::load()?;
+    crate::records::config::ShimConfig::load()?;
     let exe = std::env::current_exe().context("find own executable")?;
     // The host's cgroup mounts (the mount table) are read only for a ShimCgroup option.
     let address = start::start(&params, &bundle(flags)?, &exe, shim_cgroup::Host::system)?;
@@ -121,19 +122,19 @@ fn run_delete(flags: &Flags) -> Result<()> {
     if flags.debug {
         // The daemon's log fifo, while containerd still reads it: `delete`'s step timings land
         // in containerd's log next to the daemon's lines. No reader: no log.
-        let _ = crate::logger::init(
-            &bundle.join(crate::bundle::LOG_FIFO),
+        let _ = crate::shim::logger::init(
+            &bundle.join(crate::records::bundle::LOG_FIFO),
             true,
             &flags.namespace,
             &flags.id,
         );
     }
-    let res = crate::cleanup::delete_from_bundle(&flags.namespace, &flags.id, &bundle);
+    let res = crate::cli::cleanup::delete_from_bundle(&flags.namespace, &flags.id, &bundle);
     let response = DeleteResponse {
         pid: res.pid,
         // As containerd-shim-runc-v2's Stop: 128 + SIGKILL.
         exit_status: 137,
-        exited_at: MessageField::some(crate::util::timestamp(std::time::SystemTime::now())),
+        exited_at: MessageField::some(crate::shim::util::timestamp(std::time::SystemTime::now())),
         ..Default::default()
     };
     write_stdout(&response.write_to_bytes()?)

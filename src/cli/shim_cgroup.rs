@@ -11,8 +11,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::cgroups::{CgroupMount, cgroup_mounts, is_unified};
-use crate::error::{Context, Error, Result};
+use crate::host::cgroups::{CgroupMount, cgroup_mounts, is_unified};
+use crate::records::error::{Context, Error, Result};
 
 /// The cgroup hierarchies of the host (a parameter so tests use a fake cgroupfs).
 #[derive(Debug, Clone)]

@@ -13,13 +13,13 @@ use std::process::{Command, Stdio};
 
 use super::bootstrap::StartParams;
 use super::shim_cgroup;
-use crate::bundle::{
+use crate::records::bundle::{
     ADDRESS_FILE, CONFIG_FILE, LISTENER_FD, OPTIONS_FILE, SHIM_PID_FILE, SOCKET_DIR,
     SOCKET_DIR_LINK,
 };
-use crate::error::{Context, Error, Result};
-use crate::socket::{self, Probe};
-use crate::util::write_file_atomic;
+use crate::records::error::{Context, Error, Result};
+use crate::shim::socket::{self, Probe};
+use crate::shim::util::write_file_atomic;
 
 /// The grouping key of a bundle: the CRI sandbox ID of a container spec, else the ID itself.
 /// With bootstrap version 3 containerd reuses a sandbox's shim itself; grouping only matters
@@ -33,7 +33,7 @@ pub fn grouping(bundle: &Path, id: &str) -> String {
     };
     spec.pointer("/annotations/io.kubernetes.cri.sandbox-id")
         .and_then(|v| v.as_str())
-        .filter(|s| crate::validate::id("sandbox id", s).is_ok())
+        .filter(|s| crate::records::validate::id("sandbox id", s).is_ok())
         .unwrap_or(id)
         .to_string()
 }
@@ -58,7 +58,7 @@ pub fn start(
     daemon: &Path,
     cgroups: impl FnOnce() -> shim_cgroup::Host,
 ) -> Result<String> {
-    crate::validate::id("shim id", &params.id)?;
+    crate::records::validate::id("shim id", &params.id)?;
     let runc_options = params.runc_options()?;
     let dir = socket_dir(params)?;
     let address = socket::address(
@@ -379,7 +379,7 @@ mod tests {
         std::fs::write(cg.join("cpu/shims/cgroup.procs"), b"").unwrap();
         let cgroups = shim_cgroup::Host {
             unified: false,
-            mounts: vec![crate::cgroups::CgroupMount {
+            mounts: vec![crate::host::cgroups::CgroupMount {
                 unified: false,
                 controllers: vec!["cpu".into()],
                 mountpoint: cg.join("cpu"),

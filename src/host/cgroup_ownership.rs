@@ -97,7 +97,7 @@ pub fn survey(cgroups_path: Option<&str>, roots: &[PathBuf]) -> CgroupsAtCreate 
 /// slice is `system.slice`, runc's default). `None` for a path that names no directory below
 /// the roots (empty, `/`, through `..`) or a slice runc would refuse.
 pub fn dirs_of(cgroups_path: &str, roots: &[PathBuf]) -> Option<Vec<PathBuf>> {
-    let rel = if crate::systemd::names::is_systemd_cgroups_path(cgroups_path) {
+    let rel = if crate::host::systemd::names::is_systemd_cgroups_path(cgroups_path) {
         let mut parts = cgroups_path.splitn(3, ':');
         let (slice, prefix, name) = (parts.next()?, parts.next()?, parts.next()?);
         let slice = if slice.is_empty() {
@@ -113,7 +113,7 @@ pub fn dirs_of(cgroups_path: &str, roots: &[PathBuf]) -> Option<Vec<PathBuf>> {
         if unit.contains('/') {
             return None;
         }
-        crate::systemd::names::expand_slice(slice).ok()?.join(unit)
+        crate::host::systemd::names::expand_slice(slice).ok()?.join(unit)
     } else {
         PathBuf::from(cgroups_path)
     };
@@ -139,7 +139,7 @@ fn populated(dir: &Path) -> bool {
 /// a container's directory in each it joins, the unified one of a hybrid host included.
 pub fn all_hierarchies() -> Vec<PathBuf> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    crate::cgroups::cgroup_mounts(&mountinfo)
+    crate::host::cgroups::cgroup_mounts(&mountinfo)
         .into_iter()
         .map(|m| m.mountpoint)
         .collect()

@@ -16,8 +16,8 @@ use containerd_shim_protos::cgroups::metrics as v1;
 use containerd_shim_protos::cgroups_v2::metrics as v2;
 use protobuf::MessageField;
 
-use crate::error::{Context, Error, Result};
-use crate::sync::Lock;
+use crate::records::error::{Context, Error, Result};
+use crate::shim::sync::Lock;
 
 /// Where the cgroup hierarchies are mounted (the unified one itself on a v2-only host).
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -76,7 +76,7 @@ pub fn cgroup_mounts(mountinfo: &str) -> Vec<CgroupMount> {
 
 /// Whether cgroup directory `dir` is named as the own cgroup of pod `id`'s pause: the second
 /// test, after the record's `created`, of a pause cgroup teardown removes (a container's are
-/// decided at create: [`crate::cgroup_ownership`]; a name alone proves nothing: a task may be
+/// decided at create: [`crate::host::cgroup_ownership`]; a name alone proves nothing: a task may be
 /// named `system.slice`). Its last component is the ID (cgroupfs:
 /// ctr's default `/<namespace>/<id>`, CRI's `<cgroup_parent>/<id>`, the pause's
 /// `<cgroup_parent>/<pod id>`) or `<prefix>-<id>.scope` (systemd: CRI's

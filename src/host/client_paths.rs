@@ -15,7 +15,7 @@ use std::path::Path;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 
-use crate::error::{Context, Error, Result};
+use crate::records::error::{Context, Error, Result};
 
 const FLAGS: libc::c_int = libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOFOLLOW;
 /// Reopening through `/proc/self/fd` follows that magic link by design (no `O_NOFOLLOW`).
@@ -184,7 +184,7 @@ pub fn blocking(f: File, path: &Path) -> Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Kind;
+    use crate::records::error::Kind;
 
     fn fifo(dir: &Path, name: &str) -> std::path::PathBuf {
         let p = dir.join(name);

@@ -18,7 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::Ordering;
 
-use crate::error::{Context, Error, Result};
+use crate::records::error::{Context, Error, Result};
 
 /// One `container:host:size` mapping of a `uidmap=`/`gidmap=` option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +100,7 @@ pub fn userns_fd(uids: &[Mapping], gids: &[Mapping]) -> Result<OwnedFd> {
             .context("make a user namespace for an idmapped mount: clone"));
     }
     if pid == 0 {
-        crate::panic_hook::IN_FORKED_CHILD.store(true, Ordering::SeqCst);
+        crate::shim::panic_hook::IN_FORKED_CHILD.store(true, Ordering::SeqCst);
         // SAFETY: raw, async-signal-safe system calls only.
         unsafe {
             libc::prctl(
@@ -127,8 +127,8 @@ pub fn userns_fd(uids: &[Mapping], gids: &[Mapping]) -> Result<OwnedFd> {
             .map(OwnedFd::from)
             .with_context(|| format!("open {path}"))
     })();
-    let _ = crate::util::pidfd_sigkill(pidfd.as_fd());
-    crate::util::reap_pidfd(pidfd.as_fd(), false);
+    let _ = crate::shim::util::pidfd_sigkill(pidfd.as_fd());
+    crate::shim::util::reap_pidfd(pidfd.as_fd(), false);
     r.context("make a user namespace for an idmapped mount")
 }
 
@@ -309,7 +309,7 @@ mod tests {
             (opts(&["lowerdir=/a"]), None)
         );
         let e = take_idmap_options(&opts(&["uidmap=0:1:1"])).unwrap_err();
-        assert_eq!(e.kind(), crate::error::Kind::InvalidArgument);
+        assert_eq!(e.kind(), crate::records::error::Kind::InvalidArgument);
     }
 
     #[test]

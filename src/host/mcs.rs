@@ -135,7 +135,7 @@ impl Registry {
         let Ok(dir) = self.level_dir(&r.level) else {
             return;
         };
-        if crate::validate::id("sandbox id", &r.owner).is_err() {
+        if crate::records::validate::id("sandbox id", &r.owner).is_err() {
             return;
         }
         let _ = std::fs::remove_file(dir.join(&r.owner));
@@ -172,7 +172,7 @@ impl Registry {
 
     fn add_entry(&self, r: &Reservation) -> io::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
-        crate::validate::id("sandbox id", &r.owner)
+        crate::records::validate::id("sandbox id", &r.owner)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         std::fs::OpenOptions::new()
             .write(true)
@@ -186,7 +186,7 @@ impl Registry {
 
     /// The directory of `level`: one name below the registry, never `.`/`..` or a path.
     fn level_dir(&self, level: &str) -> Result<PathBuf, McsError> {
-        if !crate::selinux::is_level(level) || level == "." || level == ".." {
+        if !crate::host::selinux::is_level(level) || level == "." || level == ".." {
             return Err(McsError::BadLevel(level.into()));
         }
         Ok(self.dir.join(level))

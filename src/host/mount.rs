@@ -23,7 +23,7 @@ use std::path::{Component, Path, PathBuf};
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 
-use crate::error::{Context, Error, Result};
+use crate::records::error::{Context, Error, Result};
 
 /// One mount as containerd sends it (`containerd.types.Mount`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,7 +199,7 @@ pub fn compact_lowerdir(options: &[String]) -> Option<(PathBuf, Vec<String>)> {
 /// Mounts `mounts` in order on `rootfs` (each at its `target` below it, resolved inside the
 /// rootfs). On failure, the mounts already made are taken down again before the error is
 /// returned. `rootfs` is the bundle's `rootfs` directory: the idmapped layers' scratch mount
-/// point goes beside it, in the bundle ([`crate::bundle::IDMAPPED_SCRATCH`]).
+/// point goes beside it, in the bundle ([`crate::records::bundle::IDMAPPED_SCRATCH`]).
 pub fn mount_all(mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
     mount_all_with(&LinuxMounts, mounts, rootfs)
 }
@@ -208,7 +208,7 @@ pub fn mount_all(mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
 pub fn mount_all_with(sys: &dyn MountSys, mounts: &[MountSpec], rootfs: &Path) -> Result<()> {
     validate(mounts)?;
     // Derived from the bundle, never from a target: a target is the image's to shape.
-    let scratch = rootfs.with_file_name(crate::bundle::IDMAPPED_SCRATCH);
+    let scratch = rootfs.with_file_name(crate::records::bundle::IDMAPPED_SCRATCH);
     let mut done: Vec<ResolvedTarget> = Vec::new();
     for (i, m) in mounts.iter().enumerate() {
         let made = ResolvedTarget::resolve(rootfs, &m.target)
@@ -343,10 +343,10 @@ fn mount_one(
     scratch: &Path,
 ) -> Result<()> {
     // A user-namespaced container's overlay (uidmap=/gidmap=): idmapped layers, see
-    // crate::idmap. `_idmapped` is dropped after the mount (the overlay holds its layers).
+    // crate::host::idmap. `_idmapped` is dropped after the mount (the overlay holds its layers).
     let (m_options, _idmapped) = match m.kind.as_str() {
-        "overlay" => crate::idmap::overlay_options(&m.options, scratch)?,
-        _ => match crate::idmap::take_idmap_options(&m.options)? {
+        "overlay" => crate::host::idmap::overlay_options(&m.options, scratch)?,
+        _ => match crate::host::idmap::take_idmap_options(&m.options)? {
             (o, None) => (o, None),
             (_, Some(_)) => {
                 return Err(Error::invalid(format!(
@@ -441,7 +441,7 @@ pub fn unmount(path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Kind;
+    use crate::records::error::Kind;
 
     fn opts(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()

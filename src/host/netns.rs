@@ -70,14 +70,14 @@ pub enum NetNsError {
 }
 
 /// A rejected name is one the shim made (Internal); an OS failure maps by its errno (see
-/// [`crate::error::os_error_kind`]).
-impl From<NetNsError> for crate::error::Error {
+/// [`crate::records::error::os_error_kind`]).
+impl From<NetNsError> for crate::records::error::Error {
     fn from(e: NetNsError) -> Self {
         let kind = match &e {
-            NetNsError::InvalidName { .. } => crate::error::Kind::Internal,
-            NetNsError::Io { source, .. } => crate::error::os_error_kind(source.raw_os_error()),
+            NetNsError::InvalidName { .. } => crate::records::error::Kind::Internal,
+            NetNsError::Io { source, .. } => crate::records::error::os_error_kind(source.raw_os_error()),
         };
-        crate::error::Error::new(kind, e.to_string())
+        crate::records::error::Error::new(kind, e.to_string())
     }
 }
 
@@ -509,7 +509,7 @@ mod tests {
 
     #[test]
     fn netns_errors_keep_their_kind_on_the_wire() {
-        use crate::error::{Error, Kind};
+        use crate::records::error::{Error, Kind};
         let e = Error::from(ioerr(
             "mount",
             Path::new("/run/netns/x"),

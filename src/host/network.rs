@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cni::{Cni, CniError, ExecError, PluginExec, PodArgs, RuntimeConf};
-use crate::config::NetworkConfig;
-use crate::error::{Context, Error, Result};
-use crate::netns::NetNs;
-use crate::reaper::Spawner;
+use crate::records::config::NetworkConfig;
+use crate::records::error::{Context, Error, Result};
+use crate::host::netns::NetNs;
+use crate::shim::reaper::Spawner;
 
 /// What was set up, and how to take it down again.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -273,7 +273,7 @@ pub fn teardown(provider: Option<&Arc<dyn NetworkProvider>>, record: &NetworkRec
 /// ([`Cni::del_until`]), so one that hangs for its own timeout (60 s by default) is killed in
 /// time for the others, the bridge's veth and IP lease among them; the netns is removed
 /// whatever DEL did, in the last [`NETNS_REMOVAL_SHARE`].
-pub fn teardown_within(record: &NetworkRecord, budget: &crate::timing::Budget) -> Result<()> {
+pub fn teardown_within(record: &NetworkRecord, budget: &crate::shim::timing::Budget) -> Result<()> {
     let mut failures: Vec<String> = Vec::new();
     if !record.loopback_only {
         let cni = cni_for(record, Arc::new(SpawnerExec(Spawner::direct())));
@@ -300,7 +300,7 @@ pub fn teardown_within(record: &NetworkRecord, budget: &crate::timing::Budget) -
     }
 }
 
-/// What `delete` keeps for the network of [`crate::cleanup::DELETE_BUDGET`]: the steps before
+/// What `delete` keeps for the network of [`crate::cli::cleanup::DELETE_BUDGET`]: the steps before
 /// it (the containers, the pause) end this much before the deadline, so a `runc delete` that
 /// hangs never leaves CNI DEL without time. It gets more when they end sooner.
 pub const DELETE_SHARE: Duration = Duration::from_millis(1500);
@@ -309,8 +309,8 @@ pub const DELETE_SHARE: Duration = Duration::from_millis(1500);
 /// ends; what it could not do goes to `undone`.
 pub fn teardown_in_delete(
     record: NetworkRecord,
-    budget: &crate::timing::Budget,
-    undone: &mut crate::timing::Undone,
+    budget: &crate::shim::timing::Budget,
+    undone: &mut crate::shim::timing::Undone,
 ) {
     let b = *budget;
     match budget.run("rsandbox-cni-del", move || teardown_within(&record, &b)) {
@@ -556,7 +556,7 @@ mod tests {
             timeout_seconds: 600,
             ..record()
         };
-        let budget = crate::timing::Budget::new(std::time::Duration::from_secs(2));
+        let budget = crate::shim::timing::Budget::new(std::time::Duration::from_secs(2));
         let t = std::time::Instant::now();
         let e = teardown_within(&rec, &budget).unwrap_err();
         // The record's 600 s would be 10 minutes; only a hang takes a minute.
@@ -661,7 +661,7 @@ mod tests {
         let e = networker(&empty, &netns_dir, true)
             .setup("default", "p1", None)
             .unwrap_err();
-        assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition);
+        assert_eq!(e.kind(), crate::records::error::Kind::FailedPrecondition);
         assert!(
             e.message().contains("no CNI network config found"),
             "{}",
@@ -678,7 +678,7 @@ mod tests {
         let e = networker(dir.path(), &netns_dir, false)
             .setup("default", "p1", None)
             .unwrap_err();
-        assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition);
+        assert_eq!(e.kind(), crate::records::error::Kind::FailedPrecondition);
         assert!(!netns_dir.exists(), "nothing was created");
     }
 

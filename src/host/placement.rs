@@ -16,7 +16,7 @@
 //!
 //! Anywhere else (a parent, a sibling, the root), the container runs
 //! under another cgroup's limits — with systemd on cgroup v1, in an allow-all devices cgroup
-//! (see [`crate::systemd::devices`] for how systemd 252 moves a container's init into its pod
+//! (see [`crate::host::systemd::devices`] for how systemd 252 moves a container's init into its pod
 //! slice's devices cgroup) — and the caller must fail the operation and take the process down
 //! rather than run it there. runc itself never checks this.
 //!
@@ -25,8 +25,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::cgroups::cgroup_mounts;
-use crate::error::{Context, Error, Result};
+use crate::host::cgroups::cgroup_mounts;
+use crate::records::error::{Context, Error, Result};
 
 /// A process outside the cgroup runc says its container joined, and outside every cgroup below it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -263,7 +263,7 @@ mod tests {
             PathBuf::from(format!("/sys/fs/cgroup/devices{SLICE}"))
         );
         let e = Error::from(m);
-        assert_eq!(e.kind(), crate::error::Kind::Internal);
+        assert_eq!(e.kind(), crate::records::error::Kind::Internal);
         let text = e.to_string();
         assert!(text.contains("process 7"), "{text}");
         assert!(text.contains("devices hierarchy"), "{text}");
@@ -465,10 +465,10 @@ mod tests {
         let me = std::process::id() as i32;
         let cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let paths = crate::cgroups::CgroupPaths::parse(&cgroup, &mountinfo, false);
+        let paths = crate::host::cgroups::CgroupPaths::parse(&cgroup, &mountinfo, false);
         let mut joined: BTreeMap<String, PathBuf> = paths.v1.into_iter().collect();
         if joined.is_empty() {
-            let unified = crate::cgroups::CgroupPaths::parse(&cgroup, &mountinfo, true);
+            let unified = crate::host::cgroups::CgroupPaths::parse(&cgroup, &mountinfo, true);
             joined.extend(unified.v2.map(|p| (String::new(), p)));
         }
         // name= keys are runc's spelling

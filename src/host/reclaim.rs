@@ -13,7 +13,7 @@
 //! runc deletes it, else from the container's `cgroupsPath`.
 //!
 //! Only cgroups that are the container's own are touched, and which are is decided at create,
-//! not from a name ([`crate::cgroup_ownership`]): the directories runc made, because none of
+//! not from a name ([`crate::host::cgroup_ownership`]): the directories runc made, because none of
 //! them existed before its `runc create`. A spec may name a cgroup shared with others
 //! (`/system.slice`, even as task `system.slice`), and runc's state then names that one. Its
 //! processes are not the container's to kill (`runc delete --force` kills only the
@@ -32,11 +32,11 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::cgroup_ownership::{CgroupsAtCreate, dirs_of};
-use crate::error::Kind;
-use crate::reaper::Spawner;
-use crate::runtime::{Runc, RuncConfig, Runtime};
-use crate::timing::{Budget, Undone};
+use crate::host::cgroup_ownership::{CgroupsAtCreate, dirs_of};
+use crate::records::error::Kind;
+use crate::shim::reaper::Spawner;
+use crate::host::runtime::{Runc, RuncConfig, Runtime};
+use crate::shim::timing::{Budget, Undone};
 
 /// containerd's CRI annotation naming a container's pod (runc copies annotations into the
 /// labels of its state).
@@ -125,7 +125,7 @@ pub fn members_in_root(root: &Path, pod: &str) -> Vec<(String, RuncState)> {
         .flatten()
         .filter_map(|e| {
             let id = e.file_name().to_str()?.to_string();
-            crate::validate::id("container id", &id).ok()?;
+            crate::records::validate::id("container id", &id).ok()?;
             let state = read_state(root, &id)?;
             (state.sandbox_id.as_deref() == Some(pod) && id != pod).then_some((id, state))
         })
@@ -135,7 +135,7 @@ pub fn members_in_root(root: &Path, pod: &str) -> Vec<(String, RuncState)> {
 }
 
 /// Whether `member`'s cgroups are its own to kill in and remove: runc made them all, as its
-/// create recorded ([`crate::cgroup_ownership`]); else the reason they are not.
+/// create recorded ([`crate::host::cgroup_ownership`]); else the reason they are not.
 fn owns_its_cgroups(member: &Member) -> Result<(), String> {
     match &member.cgroups_at_create {
         Some(at) if at.made_by_runc() => Ok(()),
@@ -215,7 +215,7 @@ pub fn reclaim(member: &Member, budget: &Budget, stage: &Stage) -> Undone {
         }
     };
     let mut undone = Undone::default();
-    if crate::validate::id("container id", &member.id).is_err() || !member.runc.root.is_absolute() {
+    if crate::records::validate::id("container id", &member.id).is_err() || !member.runc.root.is_absolute() {
         undone.failed(format!("{:?}: not a container id and runc root", member.id));
         return undone;
     }
@@ -225,7 +225,7 @@ pub fn reclaim(member: &Member, budget: &Budget, stage: &Stage) -> Undone {
     // fallback below kills what is in them and removes them).
     at("read its runc state");
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mounts: Vec<PathBuf> = crate::cgroups::cgroup_mounts(&mountinfo)
+    let mounts: Vec<PathBuf> = crate::host::cgroups::cgroup_mounts(&mountinfo)
         .into_iter()
         .map(|m| m.mountpoint)
         .collect();
@@ -238,7 +238,7 @@ pub fn reclaim(member: &Member, budget: &Budget, stage: &Stage) -> Undone {
     // A systemd path's scope is systemd's unit: runc delete stops it; nothing to fall back on.
     if dirs.is_empty()
         && let Some(path) = &member.cgroups_path
-        && !crate::systemd::names::is_systemd_cgroups_path(path)
+        && !crate::host::systemd::names::is_systemd_cgroups_path(path)
     {
         dirs = dirs_of(path, &hierarchy_roots()).unwrap_or_default();
     }
@@ -304,8 +304,8 @@ pub fn reclaim(member: &Member, budget: &Budget, stage: &Stage) -> Undone {
         at("unmount its rootfs");
         // The rootfs and the idmapped layers' scratch mount: containerd's bundle removal
         // cannot remove a directory something is still mounted on.
-        for dir in [crate::bundle::ROOTFS_DIR, crate::bundle::IDMAPPED_SCRATCH] {
-            if let Err(e) = crate::mount::unmount(&bundle.join(dir)) {
+        for dir in [crate::records::bundle::ROOTFS_DIR, crate::records::bundle::IDMAPPED_SCRATCH] {
+            if let Err(e) = crate::host::mount::unmount(&bundle.join(dir)) {
                 undone.failed(format!("container {id}: {e}"));
             }
         }
@@ -327,9 +327,9 @@ fn below_a_root(dir: &Path, roots: &[PathBuf]) -> bool {
 /// The mount points of the hierarchies containers get cgroups in: the unified one on a
 /// v2-only host, else every v1 hierarchy.
 fn hierarchy_roots() -> Vec<PathBuf> {
-    let unified = crate::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
+    let unified = crate::host::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    crate::cgroups::cgroup_mounts(&mountinfo)
+    crate::host::cgroups::cgroup_mounts(&mountinfo)
         .into_iter()
         .filter(|m| m.unified == unified)
         .map(|m| m.mountpoint)
@@ -567,7 +567,7 @@ mod tests {
     #[test]
     #[ignore = "needs root"]
     fn without_runc_the_processes_are_killed_and_the_cgroups_removed() {
-        let unified = crate::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
+        let unified = crate::host::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
         // The freezer (v1, for the kill) and pids hierarchies, or the unified one.
         let roots: Vec<PathBuf> = hierarchy_roots()
             .into_iter()
@@ -576,7 +576,7 @@ mod tests {
         reclaim_without_runc(&roots);
         // cgroup v2's cgroup.kill: the unified hierarchy (also mounted on a hybrid host).
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let v2: Vec<PathBuf> = crate::cgroups::cgroup_mounts(&mountinfo)
+        let v2: Vec<PathBuf> = crate::host::cgroups::cgroup_mounts(&mountinfo)
             .into_iter()
             .filter(|m| m.unified)
             .map(|m| m.mountpoint)
@@ -711,7 +711,7 @@ mod tests {
     /// The v1 hierarchies with a freezer (for the fallback kill) and pids, if the host has v1.
     fn v1_roots() -> Vec<PathBuf> {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        crate::cgroups::cgroup_mounts(&mountinfo)
+        crate::host::cgroups::cgroup_mounts(&mountinfo)
             .into_iter()
             .filter(|m| !m.unified && m.controllers.iter().any(|c| c == "freezer" || c == "pids"))
             .map(|m| m.mountpoint)
@@ -721,7 +721,7 @@ mod tests {
     /// The unified hierarchy (v2 only, or beside v1 on a hybrid host), if mounted.
     fn v2_root() -> Option<PathBuf> {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        crate::cgroups::cgroup_mounts(&mountinfo)
+        crate::host::cgroups::cgroup_mounts(&mountinfo)
             .into_iter()
             .find(|m| m.unified)
             .map(|m| m.mountpoint)
@@ -749,9 +749,9 @@ mod tests {
         let mut foreign = sleep_in(&foreign_dirs);
         // The container's ID is the shared cgroup's name, as for task `system.slice`.
         let id = shared.clone();
-        let surveyed = crate::cgroup_ownership::survey(
+        let surveyed = crate::host::cgroup_ownership::survey(
             Some(&format!("/{shared}")),
-            &crate::cgroup_ownership::all_hierarchies(),
+            &crate::host::cgroup_ownership::all_hierarchies(),
         );
         let mut results = Vec::new();
         for (what, at_create) in [("surveyed", Some(surveyed)), ("no survey", None)] {
@@ -1010,7 +1010,7 @@ mod tests {
     fn a_cgroup_that_stays_keeps_the_runc_state() {
         let root = hierarchy_roots()
             .into_iter()
-            .find(|r| r.ends_with("pids") || crate::cgroups::is_unified(r))
+            .find(|r| r.ends_with("pids") || crate::host::cgroups::is_unified(r))
             .expect("a pids or unified hierarchy");
         let id = format!("rsandbox-reclaim-busy-{}", std::process::id());
         let dir = root.join(&id);

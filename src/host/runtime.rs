@@ -17,9 +17,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::{Context, Error, Result};
-use crate::reaper::Spawner;
-use crate::sync::Lock;
+use crate::records::error::{Context, Error, Result};
+use crate::shim::reaper::Spawner;
+use crate::shim::sync::Lock;
 
 /// Stdio handed to a new process: each `None` becomes /dev/null.
 #[derive(Debug, Default)]
@@ -67,7 +67,7 @@ pub trait Runtime: Send + Sync {
     /// `runc update --resources - id` with a JSON `LinuxResources`.
     fn update(&self, id: &str, resources_json: &[u8]) -> Result<()>;
     /// That process `pid` of container `id` is in the container's cgroup in every hierarchy
-    /// runc's state says the container joined (see [`crate::placement`]); a typed error
+    /// runc's state says the container joined (see [`crate::host::placement`]); a typed error
     /// naming the hierarchy and both directories if not.
     fn check_placement(&self, id: &str, pid: i32) -> Result<()>;
 }
@@ -116,7 +116,7 @@ impl RuncConfig {
         if spec
             .pointer("/linux/cgroupsPath")
             .and_then(serde_json::Value::as_str)
-            .is_some_and(crate::systemd::names::is_systemd_cgroups_path)
+            .is_some_and(crate::host::systemd::names::is_systemd_cgroups_path)
         {
             self.systemd_cgroup = true;
         }
@@ -406,11 +406,11 @@ impl Runc {
 /// nothing used to hold the Start, and every call queued behind it, for ever).
 fn receive_console(
     listener: &UnixListener,
-    child: &mut crate::reaper::Child,
+    child: &mut crate::shim::reaper::Child,
     deadline: Instant,
 ) -> Result<Option<File>> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-    let _blocked = crate::blocking::blocking();
+    let _blocked = crate::shim::blocking::blocking();
     listener.set_nonblocking(true).context("console socket")?;
     // Whether runc has ended is read before each attempt, not after: a connection or a
     // console sent just before runc exited is still taken by the attempt that follows.
@@ -563,7 +563,7 @@ impl Runtime for Runc {
         io: ProcessIo,
     ) -> Result<Spawned> {
         let spec = bundle.join(format!("exec-{exec_id}.json"));
-        crate::util::write_file_atomic(&spec, process_json, 0o600)
+        crate::shim::util::write_file_atomic(&spec, process_json, 0o600)
             .context("write exec process spec")?;
         let args = vec![
             "exec".into(),
@@ -627,8 +627,8 @@ impl Runtime for Runc {
     }
 
     fn check_placement(&self, id: &str, pid: i32) -> Result<()> {
-        let joined = crate::placement::runc_cgroup_paths(&self.config.root, id)?;
-        crate::placement::check(pid, &joined)
+        let joined = crate::host::placement::runc_cgroup_paths(&self.config.root, id)?;
+        crate::host::placement::check(pid, &joined)
     }
 }
 
@@ -659,7 +659,7 @@ mod tests {
             let verdict = userns_runc_verdict(Path::new("/usr/sbin/runc"), &v);
             assert_eq!(verdict.is_ok(), ok, "{out:?}");
             if let Err(e) = verdict {
-                assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition);
+                assert_eq!(e.kind(), crate::records::error::Kind::FailedPrecondition);
                 assert_eq!(
                     e.message(),
                     format!(
@@ -706,7 +706,7 @@ mod tests {
     }
 
     use super::*;
-    use crate::error::Kind;
+    use crate::records::error::Kind;
 
     #[test]
     fn a_systemd_cgroups_path_turns_on_the_systemd_cgroup_driver() {
@@ -821,7 +821,7 @@ mod tests {
     /// 120 s timeout, then SIGKILL a pid reaped two minutes earlier).
     #[test]
     fn a_runc_that_fails_before_sending_the_console_fails_at_once() {
-        use crate::reaper::{Exit, Reaper};
+        use crate::shim::reaper::{Exit, Reaper};
         use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
         let dir = tempfile::tempdir().unwrap();
         let (log, pid_file) = (

@@ -241,7 +241,7 @@ impl Selinux {
     /// the container process context with the pod's `user`, `role` and `type`, the container
     /// file context with its `user`, both at `level`: the pod's `level`, else one random pair
     /// of MCS categories (`s0:cX,cY`, go-selinux's `uniqMcs`, [`draw_categories`]) reserved
-    /// for the pod across the node ([`crate::mcs`]), so that no container of another pod
+    /// for the pod across the node ([`crate::host::mcs`]), so that no container of another pod
     /// dominates the pause. The program (a sealed memfd) gets the file label, which container
     /// domains may enter (`entrypoint`), as they enter their rootfs' binaries. `None` when
     /// SELinux is disabled or the policy names no container process context.

@@ -18,7 +18,7 @@
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
-use crate::error::{Context, Error, Result};
+use crate::records::error::{Context, Error, Result};
 
 /// Directories of the pause process's cgroup and which of them we created.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -33,15 +33,15 @@ pub struct PodCgroup {
     #[serde(default)]
     pub pod: Option<PathBuf>,
     /// The systemd scope the pause process was put in (systemd cgroup driver: a `.slice`
-    /// cgroup_parent, see [`crate::systemd::scope`]); stopped on teardown and by `delete`.
+    /// cgroup_parent, see [`crate::host::systemd::scope`]); stopped on teardown and by `delete`.
     #[serde(default)]
-    pub scope: Option<crate::systemd::scope::PodScope>,
+    pub scope: Option<crate::host::systemd::scope::PodScope>,
 }
 
 /// Mount points of the cgroup hierarchies to use: the unified one on v2-only hosts, else
 /// every v1 hierarchy.
 pub fn hierarchies(mountinfo: &str, unified: bool) -> Vec<PathBuf> {
-    crate::cgroups::cgroup_mounts(mountinfo)
+    crate::host::cgroups::cgroup_mounts(mountinfo)
         .into_iter()
         .filter(|m| m.unified == unified)
         .map(|m| m.mountpoint)
@@ -238,7 +238,7 @@ fn inherit_cpuset(dir: &Path) {
 }
 
 /// Removes the cgroups of pod `id`'s pause that we created, deepest first: only those that are
-/// its own by [`crate::cgroups::is_own_cgroup`] (`<cgroup_parent>/<id>`, or the scope's
+/// its own by [`crate::host::cgroups::is_own_cgroup`] (`<cgroup_parent>/<id>`, or the scope's
 /// `cri-containerd-<id>.scope` in the v1 hierarchies systemd does not manage), never a pod
 /// cgroup or another parent `join` had to make (records written before this rule list those
 /// too). Busy ones (processes still inside) are reported.
@@ -247,7 +247,7 @@ pub fn remove(cg: &PodCgroup, id: &str) -> Vec<Error> {
     let mut created: Vec<&PathBuf> = cg
         .created
         .iter()
-        .filter(|d| crate::cgroups::is_own_cgroup(d, id))
+        .filter(|d| crate::host::cgroups::is_own_cgroup(d, id))
         .collect();
     created.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for d in created {
@@ -289,7 +289,7 @@ mod tests {
     #[test]
     #[ignore = "needs root"]
     fn a_partial_join_removes_every_directory_it_made() {
-        let unified = crate::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
+        let unified = crate::host::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
         let real = hierarchies(&mountinfo, unified)
             .into_iter()
@@ -436,7 +436,7 @@ mod tests {
     #[ignore = "needs root and a v1 cpuset hierarchy"]
     fn a_real_empty_cpuset_pod_cgroup_takes_the_pause() {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let Some(cpuset) = crate::cgroups::cgroup_mounts(&mountinfo)
+        let Some(cpuset) = crate::host::cgroups::cgroup_mounts(&mountinfo)
             .into_iter()
             .find(|m| m.controllers.iter().any(|c| c == "cpuset"))
             .map(|m| m.mountpoint)

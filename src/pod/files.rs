@@ -63,11 +63,11 @@ pub struct FilesError {
     pub source: std::io::Error,
 }
 
-/// Kind by the OS error (see [`crate::error::os_error_kind`]); the text names op and path.
-impl From<FilesError> for crate::error::Error {
+/// Kind by the OS error (see [`crate::records::error::os_error_kind`]); the text names op and path.
+impl From<FilesError> for crate::records::error::Error {
     fn from(e: FilesError) -> Self {
-        crate::error::Error::new(
-            crate::error::os_error_kind(e.source.raw_os_error()),
+        crate::records::error::Error::new(
+            crate::records::error::os_error_kind(e.source.raw_os_error()),
             e.to_string(),
         )
     }
@@ -290,7 +290,7 @@ fn write_atomic(dirfd: &OwnedFd, dir: &Path, name: &str, data: &[u8]) -> Result<
 /// directory and not a symlink. Options as containerd: `nosuid,nodev,noexec`, `mode=1777`,
 /// `size=<size_bytes>` (use [`DEFAULT_SHM_SIZE`]; 0 is rejected since tmpfs reads it as
 /// "unlimited"). `context`: the SELinux `context=` option giving the whole tmpfs the pod's label
-/// (see [`crate::selinux::mount_option`]), where SELinux is enabled. Needs `CAP_SYS_ADMIN`.
+/// (see [`crate::host::selinux::mount_option`]), where SELinux is enabled. Needs `CAP_SYS_ADMIN`.
 pub fn mount_shm(path: &Path, size_bytes: u64, context: Option<&str>) -> Result<(), FilesError> {
     if size_bytes == 0 {
         return Err(FilesError {
@@ -613,7 +613,7 @@ mod tests {
 
     #[test]
     fn files_errors_keep_their_kind_on_the_wire() {
-        use crate::error::{Error, Kind};
+        use crate::records::error::{Error, Kind};
         for (errno, kind) in [
             (libc::ENOENT, Kind::NotFound),
             (libc::EEXIST, Kind::AlreadyExists),

@@ -16,7 +16,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::error::{Context, Result};
+use crate::records::error::{Context, Result};
 
 /// The program (ELF, static).
 pub static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rsandbox-pause"));
@@ -48,7 +48,7 @@ pub fn sealed() -> Result<OwnedFd> {
     // process of uid 65535 could attach to it). Root (the shim) reads it all the same.
     // SAFETY: fchmod on an open memfd.
     if unsafe { libc::fchmod(file.as_raw_fd(), 0o111) } != 0 {
-        return Err(crate::error::Error::from(std::io::Error::last_os_error())
+        return Err(crate::records::error::Error::from(std::io::Error::last_os_error())
             .context("pause program: chmod the memfd"));
     }
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;

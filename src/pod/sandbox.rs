@@ -19,21 +19,21 @@ use super::pause::{PauseConfig, PauseProcess};
 use super::spec::{
     CgroupParent, IpcMode, MemberNamespace, NetworkMode, NetworkPlan, PodSpec, SysctlDefaults,
 };
-use crate::error::{Context, Error, Result};
-use crate::network::{NetworkProvider, NetworkRecord};
-use crate::oci::{self, NamespaceChoice, PodMount};
-use crate::reaper::{Exit, Reaper};
-use crate::reclaim::Member;
-use crate::sync::{Lock, Wait};
-use crate::systemd::scope::PodScope;
+use crate::records::error::{Context, Error, Result};
+use crate::host::network::{NetworkProvider, NetworkRecord};
+use crate::records::oci::{self, NamespaceChoice, PodMount};
+use crate::shim::reaper::{Exit, Reaper};
+use crate::host::reclaim::Member;
+use crate::shim::sync::{Lock, Wait};
+use crate::host::systemd::scope::PodScope;
 use crate::task::{PodHooks, TaskManager};
-use crate::timing::Steps;
-use crate::util::write_file_atomic;
-use crate::validate;
-use crate::waiters::{ExitInfo, ExitWaiter, Waiters};
+use crate::shim::timing::Steps;
+use crate::shim::util::write_file_atomic;
+use crate::records::validate;
+use crate::shim::waiters::{ExitInfo, ExitWaiter, Waiters};
 
 /// The file in the sandbox bundle that tells `delete` what to clean up.
-pub use crate::bundle::SANDBOX_STATE_FILE;
+pub use crate::records::bundle::SANDBOX_STATE_FILE;
 
 /// OS effects of the pod, behind one trait so the Sandbox service is testable without root.
 pub trait PodHost: Send + Sync {
@@ -74,18 +74,18 @@ pub trait PodHost: Send + Sync {
     /// Which of containerd's default pod sysctls this host accepts (detected once at start-up).
     fn sysctl_defaults(&self) -> SysctlDefaults;
     /// Whether the pod's OCI runtime can run user-namespaced containers (runc >= 1.2, see
-    /// [`crate::runtime::check_userns_runc`]); the error names the version found.
+    /// [`crate::host::runtime::check_userns_runc`]); the error names the version found.
     fn check_userns_runtime(&self) -> Result<()>;
-    /// Reserves the pod's SELinux MCS level across the node ([`crate::mcs`]) where the pause
+    /// Reserves the pod's SELinux MCS level across the node ([`crate::host::mcs`]) where the pause
     /// gets labels: the level the pod names, else a random pair no other pod has; `None`
     /// where SELinux gives the pause no label.
     fn reserve_mcs(
         &self,
         id: &str,
-        options: Option<&crate::selinux::SelinuxOptions>,
-    ) -> Result<Option<crate::mcs::Reservation>>;
+        options: Option<&crate::host::selinux::SelinuxOptions>,
+    ) -> Result<Option<crate::host::mcs::Reservation>>;
     /// Releases a reservation of [`PodHost::reserve_mcs`].
-    fn release_mcs(&self, r: &crate::mcs::Reservation);
+    fn release_mcs(&self, r: &crate::host::mcs::Reservation);
     /// Gives the bundle, the pod files and /dev/shm to the root of the pod's user namespace
     /// (`root`: its host uid and gid), see [`super::files::own_for_userns`].
     fn own_for_userns(
@@ -116,13 +116,13 @@ pub struct SandboxRecord {
     #[serde(default)]
     pub network: Option<NetworkRecord>,
     /// The pod's containers, each listed before its `runc create` and dropped after its
-    /// delete: after a crash, `delete` takes them down ([`crate::reclaim`]).
+    /// delete: after a crash, `delete` takes them down ([`crate::host::reclaim`]).
     #[serde(default)]
     pub members: Vec<Member>,
-    /// The pause's SELinux MCS level reserved across the node ([`crate::mcs`]): released
+    /// The pause's SELinux MCS level reserved across the node ([`crate::host::mcs`]): released
     /// by ShutdownSandbox, or by `delete` after a shim that died.
     #[serde(default)]
-    pub mcs: Option<crate::mcs::Reservation>,
+    pub mcs: Option<crate::host::mcs::Reservation>,
 }
 
 /// Sandbox lifecycle states.
@@ -277,7 +277,7 @@ impl SandboxManager {
 
     /// [`SandboxManager::get`]'s status fields without waiting for the sandbox's data: `None`
     /// while another call holds it (a record being written), so that a caller that must not
-    /// wait (the connection reader, see [`crate::rpc::server::InlineMethod`]) can hand the
+    /// wait (the connection reader, see [`crate::server::rpc::server::InlineMethod`]) can hand the
     /// call on instead.
     pub fn try_status(&self, id: &str) -> Option<Result<StatusView>> {
         if let Err(e) = validate::id("sandbox id", id) {
@@ -316,7 +316,7 @@ impl SandboxManager {
             // Opened without blocking and checked: a fifo or a regular file given as
             // netns_path is refused here, not waited on (or failed on late in StartSandbox).
             self.host.check_netns(ns).map_err(|e| {
-                if e.kind() == crate::error::Kind::NotFound {
+                if e.kind() == crate::records::error::Kind::NotFound {
                     Error::invalid(format!("netns_path {} does not exist", ns.display()))
                 } else {
                     Error::invalid(format!("netns_path: {}", e.message()))
@@ -339,7 +339,7 @@ impl SandboxManager {
             }
             NetworkPlan::Given | NetworkPlan::ShimOwned => {}
         }
-        let _op = crate::blocking::lock(&self.op);
+        let _op = crate::shim::blocking::lock(&self.op);
         if let Some(s) = self.lock().as_ref() {
             return Err(if s.id == req.id {
                 Error::already_exists(format!("sandbox {} already exists", req.id))
@@ -459,7 +459,7 @@ impl SandboxManager {
     /// CNI DEL and netns removal of a shim-owned network; idempotent.
     fn teardown_network(&self, record: &SandboxRecord) {
         let Some(net) = &record.network else { return };
-        if let Err(e) = crate::network::teardown(self.network.as_ref(), net) {
+        if let Err(e) = crate::host::network::teardown(self.network.as_ref(), net) {
             log::warn!("sandbox {}: {e}", record.id);
         }
     }
@@ -480,7 +480,7 @@ impl SandboxManager {
 
     fn start_inner(&self, id: &str) -> Result<(u32, SystemTime, serde_json::Value)> {
         validate::id("sandbox id", id)?;
-        let _op = crate::blocking::lock(&self.op);
+        let _op = crate::shim::blocking::lock(&self.op);
         let s = match self.lock().as_ref() {
             Some(s) if s.id == id => s.clone(),
             _ => return Err(Error::precondition(format!("sandbox {id} was not created"))),
@@ -672,7 +672,7 @@ impl SandboxManager {
         s.state = State::Ready;
         s.record.cgroup = cgroup;
         s.record.pause_pid = pid;
-        s.record.pause_start_ticks = crate::util::process_start_ticks(pid).unwrap_or(0);
+        s.record.pause_start_ticks = crate::shim::util::process_start_ticks(pid).unwrap_or(0);
         s.record.pause_spawning_since_ticks = 0;
         let early = subscription.and_then(|sub| sub.take(pid));
         let mut ended = Vec::new();
@@ -691,7 +691,7 @@ impl SandboxManager {
         self.changed.notify_all();
         drop(guard);
         drop(held);
-        crate::waiters::wake(ended, ExitInfo::unknown());
+        crate::shim::waiters::wake(ended, ExitInfo::unknown());
         Ok((pid as u32, now, spec))
     }
 
@@ -717,7 +717,7 @@ impl SandboxManager {
         s.record.pause_pid = pid;
         s.record.pause_start_ticks = match pid {
             0 => 0,
-            pid => crate::util::process_start_ticks(pid).unwrap_or(0),
+            pid => crate::shim::util::process_start_ticks(pid).unwrap_or(0),
         };
         s.record.pause_spawning_since_ticks = 0;
         save_record(&s.bundle, &s.record)
@@ -725,19 +725,19 @@ impl SandboxManager {
 
     /// Writes what `delete` needs if the shim dies from here until the pause's pid is recorded
     /// into the stored record: the pause's MCS reservation, and that its spawn begins now.
-    fn record_before_spawn(&self, id: &str, mcs: Option<crate::mcs::Reservation>) -> Result<()> {
+    fn record_before_spawn(&self, id: &str, mcs: Option<crate::host::mcs::Reservation>) -> Result<()> {
         self.record_mcs_and_spawn(id, mcs, super::unrecorded_pause::boot_ticks_now())
     }
 
     /// Writes the pause's MCS reservation into the stored record (after a failed start).
-    fn record_mcs(&self, id: &str, mcs: Option<crate::mcs::Reservation>) -> Result<()> {
+    fn record_mcs(&self, id: &str, mcs: Option<crate::host::mcs::Reservation>) -> Result<()> {
         self.record_mcs_and_spawn(id, mcs, 0)
     }
 
     fn record_mcs_and_spawn(
         &self,
         id: &str,
-        mcs: Option<crate::mcs::Reservation>,
+        mcs: Option<crate::host::mcs::Reservation>,
         spawning_since: u64,
     ) -> Result<()> {
         let mut guard = self.lock();
@@ -828,13 +828,13 @@ impl SandboxManager {
             .and_then(|s| s.exit)
             .map(|(status, at)| ExitInfo { status, at })
             .unwrap_or_else(ExitInfo::unknown);
-        crate::waiters::wake(waiters, exit);
+        crate::shim::waiters::wake(waiters, exit);
     }
 
     /// StopSandbox: kill every container's processes and the pause process, and wait until
     /// they are gone. Idempotent.
     pub fn stop(&self, id: &str) -> Result<()> {
-        let _op = crate::blocking::lock(&self.op);
+        let _op = crate::shim::blocking::lock(&self.op);
         self.stop_locked(id)
     }
 
@@ -871,7 +871,7 @@ impl SandboxManager {
                 && guard.as_ref().is_some_and(|s| s.exit.is_none())
             {
                 self.host.kill(pause);
-                let _blocked = crate::blocking::blocking();
+                let _blocked = crate::shim::blocking::blocking();
                 guard = self.changed.wait_on_timeout_while(guard, STOP_WAIT, |s| {
                     s.as_ref().is_some_and(|s| s.exit.is_none())
                 });
@@ -883,7 +883,7 @@ impl SandboxManager {
                 // return too.
                 if s.exit.is_none() {
                     s.pause_lingers = s.pause.is_some();
-                    s.exit = Some((crate::waiters::UNKNOWN_EXIT_STATUS, SystemTime::now()));
+                    s.exit = Some((crate::shim::waiters::UNKNOWN_EXIT_STATUS, SystemTime::now()));
                 }
                 waiters = self.waiters.locked().take();
             }
@@ -999,7 +999,7 @@ impl SandboxManager {
     /// WaitSandbox for a caller that owns a thread (tests).
     pub fn wait_blocking(&self, id: &str) -> Result<ExitInfo> {
         let (tx, rx) = std::sync::mpsc::channel();
-        self.wait(id, Box::new(crate::waiters::ChannelWaiter(tx)))?;
+        self.wait(id, Box::new(crate::shim::waiters::ChannelWaiter(tx)))?;
         rx.recv()
             .map_err(|_| Error::internal(format!("wait sandbox {id}: dropped")))
     }
@@ -1009,12 +1009,12 @@ impl SandboxManager {
     /// ShutdownSandbox: stop, remove the containers left, the pod files, /dev/shm, the pod
     /// cgroup; then let the shim exit.
     pub fn shutdown(&self, id: &str) -> Result<()> {
-        let _op = crate::blocking::lock(&self.op);
+        let _op = crate::shim::blocking::lock(&self.op);
         if let Err(e) = self.get(id) {
             // containerd answers a failed CreateSandbox with ShutdownSandbox "to let the shim
             // exit" and then deletes the bundle: a shim that holds nothing must go, or it is
             // killed by `delete` and its socket file stays in /run/containerd/s.
-            if e.kind() == crate::error::Kind::NotFound
+            if e.kind() == crate::records::error::Kind::NotFound
                 && self.lock().is_none()
                 && self.tm.close_if_empty()
             {
@@ -1089,7 +1089,7 @@ impl SandboxManager {
         }
         self.changed.notify_all();
         let late = self.waiters.locked().take();
-        crate::waiters::wake(late, ExitInfo::unknown());
+        crate::shim::waiters::wake(late, ExitInfo::unknown());
         (self.on_shutdown)();
         Ok(())
     }
@@ -1145,7 +1145,7 @@ impl SandboxManager {
         let netns_closed = s
             .netns
             .as_deref()
-            .is_some_and(|p| crate::client_paths::open_netns(p).is_err());
+            .is_some_and(|p| crate::host::client_paths::open_netns(p).is_err());
         entries(&PodView {
             pid: u32::try_from(s.pid).unwrap_or(0),
             process,
@@ -1166,7 +1166,7 @@ impl SandboxManager {
 }
 
 fn save_record(bundle: &Path, record: &SandboxRecord) -> Result<()> {
-    let data = crate::state_file::encode(&crate::state_file::SANDBOX_RECORD, record)?;
+    let data = crate::records::state_file::encode(&crate::records::state_file::SANDBOX_RECORD, record)?;
     write_file_atomic(&bundle.join(SANDBOX_STATE_FILE), &data, 0o600).context("save sandbox record")
 }
 
@@ -1185,7 +1185,7 @@ fn check_abs_path(what: &str, p: &Path) -> Result<()> {
 
 fn check_abs_dir(what: &str, p: &Path) -> Result<()> {
     check_abs_path(what, p)?;
-    crate::client_paths::check_dir(what, p)
+    crate::host::client_paths::check_dir(what, p)
 }
 
 /// Makes a container that asks for new network, IPC or UTS namespaces (and a new PID namespace
@@ -1309,19 +1309,19 @@ pub struct LinuxPodHost {
     /// The pod's runc (`BinaryName` of the runtime options, else `runc` from PATH).
     pub runc: String,
     /// Runs `runc --version` (through the daemon's reaper).
-    pub spawner: crate::reaper::Spawner,
-    /// The node's SELinux ([`crate::selinux::Selinux::detect`], once when the daemon starts).
-    pub selinux: crate::selinux::Selinux,
+    pub spawner: crate::shim::reaper::Spawner,
+    /// The node's SELinux ([`crate::host::selinux::Selinux::detect`], once when the daemon starts).
+    pub selinux: crate::host::selinux::Selinux,
     /// How long stopping the pod's systemd scope may take: StopSandbox's bound, or the
-    /// shorter one of `delete` ([`crate::systemd::scope::DELETE_STOP_TIMEOUT`]).
+    /// shorter one of `delete` ([`crate::host::systemd::scope::DELETE_STOP_TIMEOUT`]).
     pub scope_stop_timeout: std::time::Duration,
-    /// The node's MCS reservations ([`crate::mcs::Registry::node`]).
-    pub mcs: crate::mcs::Registry,
+    /// The node's MCS reservations ([`crate::host::mcs::Registry::node`]).
+    pub mcs: crate::host::mcs::Registry,
 }
 
 impl LinuxPodHost {
     /// Labels the pod files in `dir` with `label` (SELinux on only).
-    fn label_files(&self, dir: &Path, label: &crate::selinux::Label) -> Result<()> {
+    fn label_files(&self, dir: &Path, label: &crate::host::selinux::Label) -> Result<()> {
         let files = [
             super::files::HOSTS,
             super::files::RESOLV_CONF,
@@ -1329,7 +1329,7 @@ impl LinuxPodHost {
         ]
         .map(|f| dir.join(f));
         self.selinux
-            .relabel(&crate::selinux::RealXattrs, &files, label)
+            .relabel(&crate::host::selinux::RealXattrs, &files, label)
             .context("label the pod files")
     }
 }
@@ -1357,7 +1357,7 @@ impl PodHost for LinuxPodHost {
         let context = self
             .selinux
             .pod_file_label(spec.selinux.as_ref())
-            .map(|l| crate::selinux::mount_option(&l));
+            .map(|l| crate::host::selinux::mount_option(&l));
         super::files::mount_shm(path, super::files::DEFAULT_SHM_SIZE, context.as_deref())
             .map_err(Error::from)
     }
@@ -1365,7 +1365,7 @@ impl PodHost for LinuxPodHost {
         super::files::unmount_shm(path).map_err(Error::from)
     }
     fn check_netns(&self, path: &Path) -> Result<()> {
-        crate::client_paths::open_netns(path).map(drop)
+        crate::host::client_paths::open_netns(path).map(drop)
     }
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<PauseProcess> {
         if !self.selinux.labels_pause() {
@@ -1396,7 +1396,7 @@ impl PodHost for LinuxPodHost {
         if self.unified {
             // One hierarchy, at the place `unified` was detected: no mount table to read (it
             // is long on a node with many pods, and this is on RunPodSandbox's path).
-            let roots = [PathBuf::from(crate::cgroups::CGROUP_ROOT)];
+            let roots = [PathBuf::from(crate::host::cgroups::CGROUP_ROOT)];
             return super::cgroup::join(&roots, true, cgroup, pid);
         }
         let mountinfo =
@@ -1418,7 +1418,7 @@ impl PodHost for LinuxPodHost {
         let mountinfo =
             std::fs::read_to_string("/proc/self/mountinfo").context("read mountinfo")?;
         super::scope::join(
-            &crate::systemd::manager::Endpoints::of_node(),
+            &crate::host::systemd::manager::Endpoints::of_node(),
             &super::cgroup::hierarchies(&mountinfo, self.unified),
             self.unified,
             scope,
@@ -1428,7 +1428,7 @@ impl PodHost for LinuxPodHost {
     }
     fn stop_scope(&self, cg: &PodCgroup) -> Result<()> {
         super::scope::stop(
-            &crate::systemd::manager::Endpoints::of_node(),
+            &crate::host::systemd::manager::Endpoints::of_node(),
             cg,
             self.scope_stop_timeout,
         )
@@ -1441,7 +1441,7 @@ impl PodHost for LinuxPodHost {
         }
     }
     fn metrics(&self, pod: &Path) -> Result<Any> {
-        crate::cgroups::CgroupPaths::of_cgroup(pod, self.unified)?.metrics()
+        crate::host::cgroups::CgroupPaths::of_cgroup(pod, self.unified)?.metrics()
     }
     fn cgroup_path(&self, pid: i32) -> Option<String> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
@@ -1451,23 +1451,23 @@ impl PodHost for LinuxPodHost {
         self.sysctl_defaults
     }
     fn check_userns_runtime(&self) -> Result<()> {
-        crate::runtime::check_userns_runc(&self.runc, &self.spawner)
+        crate::host::runtime::check_userns_runc(&self.runc, &self.spawner)
     }
     fn reserve_mcs(
         &self,
         id: &str,
-        options: Option<&crate::selinux::SelinuxOptions>,
-    ) -> Result<Option<crate::mcs::Reservation>> {
+        options: Option<&crate::host::selinux::SelinuxOptions>,
+    ) -> Result<Option<crate::host::mcs::Reservation>> {
         if !self.selinux.labels_pause() {
             return Ok(None);
         }
         let r = match options.map(|o| o.level.as_str()).filter(|l| !l.is_empty()) {
             Some(level) => self.mcs.reserve_given(id, level),
-            None => self.mcs.reserve_random(id, crate::selinux::draw_categories),
+            None => self.mcs.reserve_random(id, crate::host::selinux::draw_categories),
         };
         r.map(Some).map_err(|e| Error::internal(e.to_string()))
     }
-    fn release_mcs(&self, r: &crate::mcs::Reservation) {
+    fn release_mcs(&self, r: &crate::host::mcs::Reservation) {
         self.mcs.release(r);
     }
     fn own_for_userns(
@@ -1482,7 +1482,7 @@ impl PodHost for LinuxPodHost {
 }
 
 /// `delete` for a sandbox bundle, within `budget`: take down the pod's containers (a shim's
-/// death leaves them running, see [`crate::reclaim`]), in parallel; kill the pause process if
+/// death leaves them running, see [`crate::host::reclaim`]), in parallel; kill the pause process if
 /// it still runs (and is still ours), unmount /dev/shm, remove the pod files, stop the pod's
 /// systemd scope and remove the pause's cgroup; then the network, which keeps its share of the
 /// budget whatever the steps before it take. Everything is best effort; what could not be done
@@ -1491,13 +1491,13 @@ pub fn cleanup_from_bundle(
     namespace: &str,
     id: &str,
     bundle: &Path,
-    budget: &crate::timing::Budget,
-    undone: &mut crate::timing::Undone,
+    budget: &crate::shim::timing::Budget,
+    undone: &mut crate::shim::timing::Undone,
 ) -> Option<u32> {
     let raw = std::fs::read(bundle.join(SANDBOX_STATE_FILE)).ok()?;
-    // Any release's record (crate::state_file): a pod of an older shim is cleaned up too.
+    // Any release's record (crate::records::state_file): a pod of an older shim is cleaned up too.
     let record: SandboxRecord =
-        match crate::state_file::decode(&crate::state_file::SANDBOX_RECORD, &raw) {
+        match crate::records::state_file::decode(&crate::records::state_file::SANDBOX_RECORD, &raw) {
             Ok(d) => d.record,
             Err(e) => {
                 eprintln!("delete {id}: {e}: not used");
@@ -1513,11 +1513,11 @@ pub fn cleanup_from_bundle(
         return None;
     }
     let network_share = if record.network.is_some() {
-        crate::network::DELETE_SHARE
+        crate::host::network::DELETE_SHARE
     } else {
         Duration::ZERO
     };
-    crate::reclaim::reclaim_all(
+    crate::host::reclaim::reclaim_all(
         &members_of(namespace, &record),
         &budget.before(network_share + POD_DELETE_SHARE),
         undone,
@@ -1530,7 +1530,7 @@ pub fn cleanup_from_bundle(
     }
     // The network last: its plugins are the one step that can take all of what is left.
     if let Some(net) = record.network.clone() {
-        crate::network::teardown_in_delete(net, budget, undone);
+        crate::host::network::teardown_in_delete(net, budget, undone);
     }
     let _ = std::fs::remove_file(bundle.join(SANDBOX_STATE_FILE));
     Some(record.pause_pid as u32)
@@ -1542,18 +1542,18 @@ const POD_DELETE_SHARE: Duration = Duration::from_millis(500);
 
 /// `delete`'s steps for the pod itself once its containers are down (see
 /// [`cleanup_from_bundle`]), within `budget`.
-fn take_down_pod(record: &SandboxRecord, budget: &crate::timing::Budget) -> crate::timing::Undone {
-    let mut undone = crate::timing::Undone::default();
+fn take_down_pod(record: &SandboxRecord, budget: &crate::shim::timing::Budget) -> crate::shim::timing::Undone {
+    let mut undone = crate::shim::timing::Undone::default();
     let host = LinuxPodHost {
         host_etc: PathBuf::from("/etc"),
-        unified: crate::cgroups::is_unified(Path::new("/sys/fs/cgroup")),
+        unified: crate::host::cgroups::is_unified(Path::new("/sys/fs/cgroup")),
         // Unused: `delete` starts no pause process and makes no pod.
         sysctl_defaults: SysctlDefaults::default(),
         runc: "runc".into(),
-        spawner: crate::reaper::Spawner::direct(),
-        selinux: crate::selinux::Selinux::disabled(),
-        scope_stop_timeout: budget.bound(crate::systemd::scope::DELETE_STOP_TIMEOUT),
-        mcs: crate::mcs::Registry::node(),
+        spawner: crate::shim::reaper::Spawner::direct(),
+        selinux: crate::host::selinux::Selinux::disabled(),
+        scope_stop_timeout: budget.bound(crate::host::systemd::scope::DELETE_STOP_TIMEOUT),
+        mcs: crate::host::mcs::Registry::node(),
     };
     // The recorded pause, or one the shim spawned but died before recording (found by its
     // command line and a start after the record's mark).
@@ -1571,8 +1571,8 @@ fn take_down_pod(record: &SandboxRecord, budget: &crate::timing::Budget) -> crat
     let mut pause_left = false;
     for (pid, start) in pauses {
         // Only while the pid still names the pause process we started.
-        let ours = || crate::util::process_start_ticks(pid) == Some(start);
-        let gone = crate::util::kill_and_wait(pid, ours, budget.bound(Duration::from_secs(1)));
+        let ours = || crate::shim::util::process_start_ticks(pid) == Some(start);
+        let gone = crate::shim::util::kill_and_wait(pid, ours, budget.bound(Duration::from_secs(1)));
         if !gone && ours() {
             pause_left = true;
             undone.failed(format!("the pause process {pid} is still there"));
@@ -1601,7 +1601,7 @@ fn take_down_pod(record: &SandboxRecord, budget: &crate::timing::Budget) -> crat
     // Only the unit this pod's scope is named: a record is a file, not an authority to stop
     // any unit of the node.
     if let Some(scope) = &record.cgroup.scope
-        && scope.unit != crate::systemd::names::pod_scope_name(&record.id)
+        && scope.unit != crate::host::systemd::names::pod_scope_name(&record.id)
     {
         undone.failed(format!(
             "the record names unit {:?}, not the pod's scope: not stopped",
@@ -1623,15 +1623,15 @@ fn take_down_pod(record: &SandboxRecord, budget: &crate::timing::Budget) -> crat
 /// missed one.
 fn members_of(namespace: &str, record: &SandboxRecord) -> Vec<Member> {
     let mut members = record.members.clone();
-    let mut runcs: Vec<crate::runtime::RuncConfig> =
+    let mut runcs: Vec<crate::host::runtime::RuncConfig> =
         members.iter().map(|m| m.runc.clone()).collect();
-    runcs.push(crate::runtime::RuncConfig::defaults(namespace));
+    runcs.push(crate::host::runtime::RuncConfig::defaults(namespace));
     let mut seen = std::collections::BTreeSet::new();
     for runc in runcs {
         if !seen.insert(runc.root.clone()) {
             continue;
         }
-        for (id, state) in crate::reclaim::members_in_root(&runc.root, &record.id) {
+        for (id, state) in crate::host::reclaim::members_in_root(&runc.root, &record.id) {
             if !members.iter().any(|m| m.id == id) {
                 members.push(Member {
                     id,
@@ -1679,7 +1679,7 @@ mod tests {
         };
         let undone = take_down_pod(
             &record,
-            &crate::timing::Budget::new(Duration::from_secs(30)),
+            &crate::shim::timing::Budget::new(Duration::from_secs(30)),
         );
         // Read from /proc, not through wait: another test's `waitpid(-1)` (a reaper) in this
         // process may reap these children first. A zombie or a gone pid is dead.
@@ -1716,9 +1716,9 @@ mod tests {
             std::fs::create_dir(root.path().join(id)).unwrap();
             std::fs::write(root.path().join(id).join("state.json"), state(pod)).unwrap();
         }
-        let runc = crate::runtime::RuncConfig {
+        let runc = crate::host::runtime::RuncConfig {
             root: root.path().to_path_buf(),
-            ..crate::runtime::RuncConfig::defaults("ns")
+            ..crate::host::runtime::RuncConfig::defaults("ns")
         };
         let listed = Member {
             id: "c1".into(),

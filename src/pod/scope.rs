@@ -3,7 +3,7 @@
 //! containerd's runc path runs the pause container with cgroupsPath
 //! `<slice>:cri-containerd:<sandbox id>`, and runc (`--systemd-cgroup`) asks systemd for the
 //! transient scope `cri-containerd-<sandbox id>.scope` in that slice with the pause's pid in
-//! it. We ask systemd for the same scope (see [`crate::systemd::scope`]). systemd creates
+//! it. We ask systemd for the same scope (see [`crate::host::systemd::scope`]). systemd creates
 //! the cgroup directories of the scope and of the slices above it, and removes them when the
 //! scope stops; we create none on cgroup v2. On cgroup v1 systemd places the process only in
 //! the hierarchies it manages (name=systemd and those with accounting: cpu, cpuacct, memory,
@@ -13,10 +13,10 @@
 use std::path::{Path, PathBuf};
 
 use super::cgroup::PodCgroup;
-use crate::error::{Context, Error, Result};
-use crate::systemd::manager::{Endpoints, SystemdError};
-use crate::systemd::names::{expand_slice, pod_scope_name};
-use crate::systemd::scope::PodScope;
+use crate::records::error::{Context, Error, Result};
+use crate::host::systemd::manager::{Endpoints, SystemdError};
+use crate::host::systemd::names::{expand_slice, pod_scope_name};
+use crate::host::systemd::scope::PodScope;
 
 /// The scope of sandbox `id` in slice `parent` (the pod's `cgroup_parent`), or why such a
 /// parent cannot be used: only a slice unit name is (the `slice:prefix:name` form names a
@@ -84,7 +84,7 @@ pub fn join(
     pid: i32,
 ) -> std::result::Result<PodCgroup, JoinFailed> {
     let leaf = cgroup_of(scope)?;
-    crate::systemd::scope::start(endpoints, scope, id, pid as u32, unified).map_err(|f| {
+    crate::host::systemd::scope::start(endpoints, scope, id, pid as u32, unified).map_err(|f| {
         JoinFailed {
             error: error(f.error),
             scope_may_remain: f.unit_may_remain,
@@ -102,7 +102,7 @@ pub fn join(
         match super::cgroup::join(roots, false, &leaf, pid) {
             Ok(cg) => cg,
             Err(e) => {
-                let stopped = crate::systemd::scope::stop(endpoints, &scope.unit);
+                let stopped = crate::host::systemd::scope::stop(endpoints, &scope.unit);
                 if let Err(s) = &stopped {
                     log::warn!("sandbox {id}: {s}");
                 }
@@ -127,7 +127,7 @@ pub fn stop(endpoints: &Endpoints, cg: &PodCgroup, timeout: std::time::Duration)
     let Some(scope) = &cg.scope else {
         return Ok(());
     };
-    crate::systemd::scope::stop_within(endpoints, &scope.unit, timeout)
+    crate::host::systemd::scope::stop_within(endpoints, &scope.unit, timeout)
         .map_err(error)
         .with_context(|| format!("stop the pod's systemd scope {}", scope.unit))
 }
@@ -135,8 +135,8 @@ pub fn stop(endpoints: &Endpoints, cg: &PodCgroup, timeout: std::time::Duration)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::systemd::fake::{FakeSystemd, job_removed, reply};
-    use crate::systemd::wire::Value;
+    use crate::host::systemd::fake::{FakeSystemd, job_removed, reply};
+    use crate::host::systemd::wire::Value;
 
     fn systemd(connections: usize) -> FakeSystemd {
         FakeSystemd::serve(
@@ -167,7 +167,7 @@ mod tests {
         );
         for bad in ["system.slice:rsandbox:abc", "a--b.slice", ":x:y"] {
             let e = plan("sb1", bad).unwrap_err();
-            assert_eq!(e.kind(), crate::error::Kind::InvalidArgument, "{bad}");
+            assert_eq!(e.kind(), crate::records::error::Kind::InvalidArgument, "{bad}");
             assert!(e.to_string().contains("slice unit name"), "{e}");
         }
     }
@@ -201,7 +201,7 @@ mod tests {
         assert_eq!(cg.scope, Some(scope));
         // Nothing written into the (stand-in) hierarchy: systemd moved the process.
         assert!(!root.path().join("kubepods.slice").exists());
-        stop(&fake.endpoints(), &cg, crate::systemd::scope::STOP_TIMEOUT).unwrap();
+        stop(&fake.endpoints(), &cg, crate::host::systemd::scope::STOP_TIMEOUT).unwrap();
         let members = fake.finish_members();
         assert_eq!(
             members,
@@ -255,7 +255,7 @@ mod tests {
             scope_may_remain,
         } = join(&endpoints, &[], true, &scope, "sb1", 7).unwrap_err();
         assert!(!scope_may_remain);
-        assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition);
+        assert_eq!(e.kind(), crate::records::error::Kind::FailedPrecondition);
         assert!(e.to_string().contains("systemd is not reachable at"), "{e}");
     }
 }

@@ -32,8 +32,8 @@ use protobuf::reflect::{ReflectFieldRef, ReflectValueRef};
 use serde_json::{Map, Value, json};
 
 use crate::cni::CniResult;
-use crate::cri;
-use crate::network::NetworkRecord;
+use crate::records::cri;
+use crate::host::network::NetworkRecord;
 
 use super::spec::PodSpec;
 
@@ -131,7 +131,7 @@ pub fn sandbox_info(pod: &PodView<'_>) -> Value {
         "image": "",
         "snapshotKey": "",
         "snapshotter": "",
-        "runtimeType": crate::bundle::RUNTIME_ID,
+        "runtimeType": crate::records::bundle::RUNTIME_ID,
         "runtimeOptions": null,
         "config": config,
         "runtimeSpec": pod.runtime_spec,

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use super::pause::PAUSE_ARGV0;
-use crate::util::start_ticks_of_stat;
+use crate::shim::util::start_ticks_of_stat;
 
 /// The boot-time clock (`CLOCK_BOOTTIME`) in clock ticks, as `/proc/<pid>/stat` gives a
 /// process's start time; 0 if it cannot be read.

@@ -25,7 +25,7 @@ pub const LOG_FIFO: &str = "log";
 pub const ROOTFS_DIR: &str = "rootfs";
 
 /// Scratch mount point of the idmapped lower layers of a user-namespaced container's rootfs
-/// (`crate::idmap`), beside `rootfs`; unmounted by `delete` after a crash.
+/// (`crate::host::idmap`), beside `rootfs`; unmounted by `delete` after a crash.
 pub const IDMAPPED_SCRATCH: &str = ".rootfs-idmapped";
 
 /// containerd: the bootstrap reply it saved after `start` (JSON with `address`).

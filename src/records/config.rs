@@ -28,7 +28,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::records::error::{Error, Result};
 
 /// Environment variable naming the config file.
 pub const CONFIG_ENV: &str = "RSANDBOX_CONFIG";

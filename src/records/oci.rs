@@ -14,7 +14,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::records::error::{Error, Result};
 
 /// Minimal checks of a container's spec before runc sees it; `terminal` is the request's.
 pub fn check_container_spec(spec: &Value, terminal: bool) -> Result<()> {
@@ -249,7 +249,7 @@ pub fn add_pod_mounts(spec: &mut Value, mounts: &[PodMount]) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Kind;
+    use crate::records::error::Kind;
     use serde_json::json;
 
     #[test]

@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::records::error::{Error, Result};
 
 /// The key of the version in every record file.
 pub const VERSION_KEY: &str = "schema_version";
@@ -42,13 +42,13 @@ pub struct Schema {
 /// The sandbox record. 1: 0.2.0 (0.1.0's layout, versioned). 2: each member's
 /// `cgroups_at_create` (issue 33: cgroup ownership decided at create).
 pub const SANDBOX_RECORD: Schema = Schema {
-    file: crate::bundle::SANDBOX_STATE_FILE,
+    file: crate::records::bundle::SANDBOX_STATE_FILE,
     version: 2,
 };
 
 /// The task record. 1: 0.2.0 (0.1.0's layout, versioned). 2: `cgroups_at_create`.
 pub const TASK_RECORD: Schema = Schema {
-    file: crate::bundle::TASK_STATE_FILE,
+    file: crate::records::bundle::TASK_STATE_FILE,
     version: 2,
 };
 
@@ -119,7 +119,7 @@ pub fn decode<T: DeserializeOwned>(schema: &Schema, raw: &[u8]) -> Result<Decode
             } else {
                 "an older rsandbox"
             },
-            crate::version::VERSION,
+            crate::records::version::VERSION,
             schema.version,
             if decoded.newer_than(schema) {
                 ": read as far as this release knows it"

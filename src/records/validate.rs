@@ -1,6 +1,6 @@
 //! Validation of identifiers that become file names, socket names and runc IDs.
 
-use crate::error::{Error, Result};
+use crate::records::error::{Error, Result};
 
 /// Longest ID we accept. containerd's own limit is 76; CRI IDs are 64 hex characters.
 pub const MAX_ID_LEN: usize = 128;
@@ -35,7 +35,7 @@ pub fn id(what: &str, id: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Kind;
+    use crate::records::error::Kind;
 
     #[test]
     fn accepts_containerd_and_cri_ids() {

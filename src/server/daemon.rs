@@ -11,19 +11,19 @@ use containerd_shim_protos::events::task::TaskOOM;
 use containerd_shim_protos::sandbox_sync::create_sandbox;
 use containerd_shim_protos::shim_sync::create_task;
 
-use crate::bundle::{LISTENER_FD, LOG_FIFO, OPTIONS_FILE, RUNTIME_ID, SOCKET_DIR};
-use crate::cgroups::OomWatcher;
-use crate::error::{Context, Error, Result};
-use crate::events::{Event, EventSink, RemotePublisher};
-use crate::flags::Flags;
+use crate::records::bundle::{LISTENER_FD, LOG_FIFO, OPTIONS_FILE, RUNTIME_ID, SOCKET_DIR};
+use crate::host::cgroups::OomWatcher;
+use crate::records::error::{Context, Error, Result};
+use crate::shim::events::{Event, EventSink, RemotePublisher};
+use crate::records::flags::Flags;
 use crate::pod::sandbox::{LinuxPodHost, SandboxDeps, SandboxManager};
-use crate::reaper::{Reaper, Spawner};
-use crate::rpc::sandbox::SandboxService;
-use crate::rpc::server::ServerBuilder;
-use crate::rpc::task::{TaskService, runc_config_from_options};
-use crate::rpc::wait::{SandboxWait, TaskWait};
-use crate::runtime::RuncConfig;
-use crate::sync::{Lock, Wait};
+use crate::shim::reaper::{Reaper, Spawner};
+use crate::server::rpc::sandbox::SandboxService;
+use crate::server::rpc::server::ServerBuilder;
+use crate::server::rpc::task::{TaskService, runc_config_from_options};
+use crate::server::rpc::wait::{SandboxWait, TaskWait};
+use crate::host::runtime::RuncConfig;
+use crate::shim::sync::{Lock, Wait};
 use crate::task::{LinuxHost, TaskDeps, TaskManager};
 
 /// After the last reply, how long the daemon waits for its peers to close their connections
@@ -113,7 +113,7 @@ fn limit_malloc_arenas() {
 pub fn serve(flags: &Flags) -> Result<()> {
     limit_malloc_arenas();
     let bundle = std::env::current_dir().context("getcwd")?;
-    if let Err(e) = crate::logger::init(
+    if let Err(e) = crate::shim::logger::init(
         &bundle.join(LOG_FIFO),
         flags.debug,
         &flags.namespace,
@@ -123,7 +123,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
     }
     // From here (the logger decides whether steps are timed): where the daemon's start-up goes,
     // while containerd's first request (CreateSandbox) waits for it.
-    let mut steps = crate::timing::Steps::new(|| format!("daemon {} start-up", flags.id));
+    let mut steps = crate::shim::timing::Steps::new(|| format!("daemon {} start-up", flags.id));
     let listener = listener(flags)?;
     nix::sys::prctl::set_child_subreaper(true).context("become a child subreaper")?;
     steps.step("listener and subreaper");
@@ -136,7 +136,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
     );
     let events: Arc<dyn EventSink> = publisher.clone();
     let oom_events = events.clone();
-    let unified = crate::cgroups::is_unified(Path::new(crate::cgroups::CGROUP_ROOT));
+    let unified = crate::host::cgroups::is_unified(Path::new(crate::host::cgroups::CGROUP_ROOT));
     let host = Arc::new(LinuxHost {
         spawner: Spawner::with_reaper(reaper.clone()),
         oom: OomWatcher::new(Arc::new(move |id: &str| {
@@ -149,14 +149,14 @@ pub fn serve(flags: &Flags) -> Result<()> {
         socket_dir: PathBuf::from(SOCKET_DIR),
     });
     steps.step("event forwarder and host");
-    let config = crate::config::ShimConfig::load().unwrap_or_else(|e| {
+    let config = crate::records::config::ShimConfig::load().unwrap_or_else(|e| {
         log::error!("{e}; using the defaults");
         Default::default()
     });
-    let networker: Arc<dyn crate::network::NetworkProvider> =
-        Arc::new(crate::network::Networker::new(
+    let networker: Arc<dyn crate::host::network::NetworkProvider> =
+        Arc::new(crate::host::network::Networker::new(
             config.network.clone(),
-            Arc::new(crate::network::SpawnerExec(Spawner::with_reaper(
+            Arc::new(crate::host::network::SpawnerExec(Spawner::with_reaper(
                 reaper.clone(),
             ))),
         ));
@@ -172,9 +172,9 @@ pub fn serve(flags: &Flags) -> Result<()> {
                 sysctl_defaults: crate::pod::SysctlDefaults::detect(),
                 runc: default_runc(&bundle, &flags.namespace).binary,
                 spawner: Spawner::with_reaper(reaper.clone()),
-                selinux: crate::selinux::Selinux::detect(),
-                scope_stop_timeout: crate::systemd::scope::STOP_TIMEOUT,
-                mcs: crate::mcs::Registry::node(),
+                selinux: crate::host::selinux::Selinux::detect(),
+                scope_stop_timeout: crate::host::systemd::scope::STOP_TIMEOUT,
+                mcs: crate::host::mcs::Registry::node(),
             }),
             reaper: Some(reaper.clone()),
             network: Some(networker.clone()),
@@ -219,7 +219,7 @@ pub fn serve(flags: &Flags) -> Result<()> {
     server.register_parked("/containerd.task.v3.Task/Wait", task_wait.clone());
     server.register_parked("/containerd.task.v2.Task/Wait", task_wait);
     server.register(create_sandbox(Arc::new(SandboxService::new(sm.clone()))));
-    for (path, method) in crate::rpc::sandbox::inline_methods(&sm) {
+    for (path, method) in crate::server::rpc::sandbox::inline_methods(&sm) {
         server.register_inline(path, method);
     }
     server.register_parked(

@@ -2,7 +2,7 @@
 //! runc or a CNI plugin, a contended lifecycle lock), so that the RPC pool can tell a blocked
 //! worker from a busy one.
 //!
-//! The pool ([`crate::rpc::server`]) adds a worker beyond its first few only when every busy
+//! The pool ([`crate::server::rpc::server`]) adds a worker beyond its first few only when every busy
 //! worker is inside a [`Blocking`] section: a worker that merely waits for a CPU on a loaded
 //! machine takes the next call as soon as it runs again, and another thread would only compete
 //! for the same CPU. The pool installs an [`Observer`] on each of its worker threads; on any
@@ -15,7 +15,7 @@ use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
-use crate::sync::Lock;
+use crate::shim::sync::Lock;
 
 /// Told when the thread it was installed on enters and leaves its outermost blocking section.
 pub trait Observer: Send + Sync {

@@ -17,8 +17,8 @@ use containerd_shim_protos::shim::events::ForwardRequest;
 use protobuf::well_known_types::any::Any;
 use protobuf::{Message, MessageField};
 
-use crate::sync::{Lock, Wait};
-use crate::util::timestamp;
+use crate::shim::sync::{Lock, Wait};
+use crate::shim::util::timestamp;
 
 /// One task event.
 #[derive(Debug, Clone, PartialEq)]
@@ -215,15 +215,15 @@ fn enqueue(shared: &Shared, event: Event, limit: usize) {
     shared.ready.notify_one();
 }
 
-/// containerd's events service over ttrpc ([`crate::wire::client`]: no threads of its own).
+/// containerd's events service over ttrpc ([`crate::shim::wire::client`]: no threads of its own).
 struct TtrpcForwarder {
-    client: crate::wire::client::Client,
+    client: crate::shim::wire::client::Client,
 }
 
 impl TtrpcForwarder {
     fn new(address: &str) -> Self {
         TtrpcForwarder {
-            client: crate::wire::client::Client::new(address, Duration::from_secs(5)),
+            client: crate::shim::wire::client::Client::new(address, Duration::from_secs(5)),
         }
     }
 }
@@ -279,7 +279,7 @@ fn forward_loop(shared: &Arc<Shared>, fwd: &mut dyn Forwarder, namespace: &str, 
         };
         let (event, at) = head;
         let req = envelope(&event, at, namespace);
-        let sent = crate::panic_hook::survive("forward event", || fwd.forward(&req))
+        let sent = crate::shim::panic_hook::survive("forward event", || fwd.forward(&req))
             .unwrap_or_else(|| Err("the forwarder panicked".into()));
         match sent {
             Ok(()) => {

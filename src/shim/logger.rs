@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 
-use crate::util::rfc3339;
+use crate::shim::util::rfc3339;
 
 struct FifoLogger {
     out: Mutex<File>,
@@ -114,7 +114,7 @@ pub fn init(path: &Path, debug: bool, namespace: &str, id: &str) -> std::io::Res
         " namespace={} id={} runtime={}",
         quote(namespace),
         quote(id),
-        crate::bundle::RUNTIME_ID
+        crate::records::bundle::RUNTIME_ID
     );
     let logger = FifoLogger {
         out: Mutex::new(out),

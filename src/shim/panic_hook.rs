@@ -2,7 +2,7 @@
 //! RPC, not the pod.
 //!
 //! The release profile unwinds (`panic = "unwind"`): each RPC runs under `catch_unwind` in
-//! [`crate::rpc::server`], and the long-lived loops (reaper, event forwarder) catch per item,
+//! [`crate::server::rpc::server`], and the long-lived loops (reaper, event forwarder) catch per item,
 //! so a bug answers INTERNAL instead of killing the supervisor of every container in the pod.
 //! Unwinding costs about 0.5 MB of binary (3.24 → 3.74 MB, file-backed and shared by every
 //! shim on the node) and nothing per call.
@@ -48,7 +48,7 @@ pub fn install() {
             thread.name().unwrap_or("unnamed")
         );
         log::error!("{line}");
-        if !crate::logger::healthy() {
+        if !crate::shim::logger::healthy() {
             write_kmsg(&line);
         }
         eprintln!("containerd-shim-rsandbox-v1: {line}");

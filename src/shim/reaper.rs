@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::errno::Errno;
 use nix::unistd::Pid;
 
-use crate::sync::Lock;
+use crate::shim::sync::Lock;
 
 /// A reaped child: its pid, its exit status (128+signal when killed), and when it was reaped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,7 +227,7 @@ impl Reaper {
             .retain(|(_, tx)| tx.send(exit).is_ok());
         if let Some(handler) = self.handler.locked().as_ref() {
             // A bug in one exit's handling must not end the only thread that reaps.
-            crate::panic_hook::survive("exit handler", || handler(exit));
+            crate::shim::panic_hook::survive("exit handler", || handler(exit));
         }
     }
 
@@ -429,8 +429,8 @@ impl Spawner {
         .stderr(Stdio::piped());
         let mut child = self.spawn(cmd)?;
         child.group = group;
-        // Until the helper ends, this thread waits for it (see crate::blocking).
-        let _blocked = crate::blocking::blocking();
+        // Until the helper ends, this thread waits for it (see crate::shim::blocking).
+        let _blocked = crate::shim::blocking::blocking();
         if let (Some(data), Some(mut stdin)) = (input, child.inner.stdin.take()) {
             // Inputs are small (JSON documents); a helper that does not read them fails on EPIPE.
             let _ = stdin.write_all(data);
@@ -484,7 +484,7 @@ impl Child {
         if self.status.is_some() {
             return Ok(self.status);
         }
-        let _blocked = crate::blocking::blocking();
+        let _blocked = crate::shim::blocking::blocking();
         let pid = self.pid();
         if let Some(s) = &self.subscription {
             self.status = s.wait(pid, timeout).map(|e| e.status);
@@ -767,7 +767,7 @@ mod tests {
     #[ignore = "needs root: a PID namespace of its own"]
     fn a_held_child_stays_unreaped_until_the_hold_ends() {
         if !crate::testutil::in_own_pid_namespace(
-            "reaper::tests::a_held_child_stays_unreaped_until_the_hold_ends",
+            "shim::reaper::tests::a_held_child_stays_unreaped_until_the_hold_ends",
         ) {
             return;
         }

@@ -1,6 +1,6 @@
 //! Locks that survive a panic.
 //!
-//! Each RPC runs under `catch_unwind` (see [`crate::rpc::server`]): a bug answers INTERNAL
+//! Each RPC runs under `catch_unwind` (see [`crate::server::rpc::server`]): a bug answers INTERNAL
 //! instead of killing the supervisor of every container in the pod. A panic while a `Mutex`
 //! is held poisons it, and `lock().unwrap()` would then turn one bug into a shim that panics
 //! on every later call touching that lock. The data behind our locks stays consistent at

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use protobuf::well_known_types::timestamp::Timestamp;
 
-use crate::error::{Context, Result};
+use crate::records::error::{Context, Result};
 
 /// A protobuf timestamp for `t`.
 pub fn timestamp(t: SystemTime) -> Timestamp {
@@ -166,7 +166,7 @@ pub fn wait_for_exit(pid: i32, timeout: Duration) -> bool {
 
 /// A pidfd polls readable once its whole thread group has exited.
 pub fn exited_within(pidfd: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> bool {
-    let _blocked = crate::blocking::blocking();
+    let _blocked = crate::shim::blocking::blocking();
     poll_readable(pidfd, std::time::Instant::now() + timeout).unwrap_or(false)
 }
 

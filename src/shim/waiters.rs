@@ -45,7 +45,7 @@ pub trait ExitWaiter: Send {
     /// Delivers the exit. Called once, never under the lock of the waited-for object.
     fn exited(self: Box<Self>, exit: ExitInfo);
     /// The wait was refused before it was parked (e.g. the object does not exist).
-    fn refused(self: Box<Self>, _error: crate::error::Error) {}
+    fn refused(self: Box<Self>, _error: crate::records::error::Error) {}
     /// False once nobody can receive the answer (the client's connection is gone).
     fn is_listening(&self) -> bool {
         true

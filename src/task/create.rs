@@ -10,18 +10,18 @@ use containerd_shim_protos::events::task::{TaskCreate, TaskIO};
 use protobuf::MessageField;
 
 use super::{Container, CreateRequest, Slot, TASK_STATE_FILE, TaskManager, TaskRecord};
-use crate::error::{Context, Error, Result};
-use crate::events::Event;
-use crate::oci;
-use crate::reaper::Subscription;
-use crate::reclaim::Member;
-use crate::runtime::{ProcessIo, Runtime};
-use crate::stdio;
-use crate::sync::Lock;
+use crate::records::error::{Context, Error, Result};
+use crate::shim::events::Event;
+use crate::records::oci;
+use crate::shim::reaper::Subscription;
+use crate::host::reclaim::Member;
+use crate::host::runtime::{ProcessIo, Runtime};
+use crate::task::stdio;
+use crate::shim::sync::Lock;
 use crate::task::process::Process;
-use crate::timing::Steps;
-use crate::util::write_file_atomic;
-use crate::validate;
+use crate::shim::timing::Steps;
+use crate::shim::util::write_file_atomic;
+use crate::records::validate;
 
 /// One undo step: what it takes down, and how.
 type UndoStep<'a> = (&'static str, Box<dyn FnOnce() + 'a>);
@@ -73,7 +73,7 @@ impl TaskManager {
         validate::id("task id", &req.id)?;
         super::validate_bundle(&req.bundle)?;
         req.stdio.validate()?;
-        crate::mount::validate(&req.rootfs)?;
+        crate::host::mount::validate(&req.rootfs)?;
         let reservation = self.reserve(&req.id)?;
         let mut undo = Undo::new();
         let mut steps = Steps::new(|| format!("create task {}", req.id));
@@ -105,7 +105,7 @@ impl TaskManager {
             spec_changed = true;
             let (provider, record) = (provider.clone(), net.clone());
             undo.push("tear down the task network", move || {
-                if let Err(e) = crate::network::teardown(Some(&provider), &record) {
+                if let Err(e) = crate::host::network::teardown(Some(&provider), &record) {
                     log::warn!("task {}: {e}", record.netns.display());
                 }
             });
@@ -125,9 +125,9 @@ impl TaskManager {
         // Before `runc create`, and recorded before it runs: whether the container's cgroups
         // will be runc's own or a cgroup that exists already (shared: `/system.slice`).
         let cgroups_path = oci::cgroups_path(&spec);
-        let cgroups_at_create = crate::cgroup_ownership::survey(
+        let cgroups_at_create = crate::host::cgroup_ownership::survey(
             cgroups_path.as_deref(),
-            &crate::cgroup_ownership::all_hierarchies(),
+            &crate::host::cgroup_ownership::all_hierarchies(),
         );
         if !cgroups_at_create.made_by_runc() {
             log::info!(
@@ -144,7 +144,7 @@ impl TaskManager {
             cgroups_at_create: Some(cgroups_at_create.clone()),
         };
         let record_path = req.bundle.join(TASK_STATE_FILE);
-        let data = crate::state_file::encode(&crate::state_file::TASK_RECORD, &record)?;
+        let data = crate::records::state_file::encode(&crate::records::state_file::TASK_RECORD, &record)?;
         write_file_atomic(&record_path, &data, 0o600).context("write task record")?;
         undo.push("remove the task record", move || {
             let _ = std::fs::remove_file(&record_path);

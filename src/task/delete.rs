@@ -7,13 +7,13 @@ use containerd_shim_protos::events::task::TaskDelete;
 use protobuf::MessageField;
 
 use super::{Phase, TaskManager};
-use crate::error::{Context, Error, Kind, Result};
-use crate::events::Event;
-use crate::runtime::Runtime;
-use crate::sync::{Lock, Wait};
+use crate::records::error::{Context, Error, Kind, Result};
+use crate::shim::events::Event;
+use crate::host::runtime::Runtime;
+use crate::shim::sync::{Lock, Wait};
 use crate::task::process::{ExitInfo, Process};
-use crate::timing::Steps;
-use crate::util::timestamp;
+use crate::shim::timing::Steps;
+use crate::shim::util::timestamp;
 
 impl TaskManager {
     /// Delete the init (removing the task) or an exec. Returns (pid, exit).
@@ -29,7 +29,7 @@ impl TaskManager {
     fn delete_inner(&self, id: &str, exec_id: &str) -> Result<(u32, ExitInfo)> {
         let (c, p) = self.process(id, exec_id)?;
         let mut steps = Steps::new(|| format!("delete {id} {exec_id}"));
-        let _op = crate::blocking::lock(&c.op);
+        let _op = crate::shim::blocking::lock(&c.op);
         refuse_if_running(&p)?;
         let (pid, never_started, how) = {
             let st = p.state();
@@ -52,7 +52,7 @@ impl TaskManager {
         {
             let mut execs = c.execs.locked();
             if execs.starting > 0 {
-                let _blocked = crate::blocking::blocking();
+                let _blocked = crate::shim::blocking::blocking();
                 while execs.starting > 0 {
                     execs = c.exec_starts_done.wait_on(execs);
                 }
@@ -74,7 +74,7 @@ impl TaskManager {
         steps.step("unmount rootfs");
         self.host.unwatch_oom(id);
         if let Some(net) = &c.network
-            && let Err(e) = crate::network::teardown(self.network.as_ref(), net)
+            && let Err(e) = crate::host::network::teardown(self.network.as_ref(), net)
         {
             log::warn!("delete task {id}: {e}");
         }
@@ -211,8 +211,8 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::error::Error;
-    use crate::runtime::{ProcessIo, Spawned};
+    use crate::records::error::Error;
+    use crate::host::runtime::{ProcessIo, Spawned};
 
     #[test]
     fn only_an_init_that_is_gone_gets_a_plain_runc_delete() {

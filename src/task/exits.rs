@@ -20,11 +20,11 @@ use containerd_shim_protos::events::task::TaskExit;
 use protobuf::MessageField;
 
 use super::{Container, TaskManager};
-use crate::events::Event;
-use crate::reaper::{Exit, Subscription};
-use crate::sync::Lock;
+use crate::shim::events::Event;
+use crate::shim::reaper::{Exit, Subscription};
+use crate::shim::sync::Lock;
 use crate::task::process::{ExitInfo, Process};
-use crate::util::timestamp;
+use crate::shim::util::timestamp;
 
 impl TaskManager {
     /// Makes `pid` known to the exit path; an exit that `subscription` caught before this (the

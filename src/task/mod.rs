@@ -22,6 +22,7 @@ mod exits;
 pub mod host;
 pub mod process;
 mod start;
+pub mod stdio;
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
@@ -31,23 +32,23 @@ use std::time::Instant;
 
 use containerd_shim_protos::events::task::{TaskPaused, TaskResumed};
 
-use crate::cgroups::CgroupPaths;
-use crate::error::{Context, Error, Result};
-use crate::events::{Event, EventSink};
-use crate::mount::MountSpec;
-use crate::network::{NetworkProvider, NetworkRecord};
-use crate::reaper::Reaper;
-use crate::reclaim::Member;
-use crate::runtime::{RuncConfig, Runtime};
-use crate::stdio::StdioRequest;
-use crate::sync::{Lock, Wait};
-use crate::validate;
+use crate::host::cgroups::CgroupPaths;
+use crate::records::error::{Context, Error, Result};
+use crate::shim::events::{Event, EventSink};
+use crate::host::mount::MountSpec;
+use crate::host::network::{NetworkProvider, NetworkRecord};
+use crate::shim::reaper::Reaper;
+use crate::host::reclaim::Member;
+use crate::host::runtime::{RuncConfig, Runtime};
+use crate::task::stdio::StdioRequest;
+use crate::shim::sync::{Lock, Wait};
+use crate::records::validate;
 
 pub use host::{Host, LinuxHost};
 pub use process::{ExitInfo, ExitWaiter, Phase, Process, Status, UNKNOWN_EXIT_STATUS};
 
 /// The file in a task bundle that tells the `delete` action how to clean up.
-pub use crate::bundle::TASK_STATE_FILE;
+pub use crate::records::bundle::TASK_STATE_FILE;
 
 /// What `delete` needs to clean up a task without the daemon.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
@@ -59,9 +60,9 @@ pub struct TaskRecord {
     #[serde(default)]
     pub network: Option<NetworkRecord>,
     /// Which of its cgroup directories existed before its `runc create`
-    /// ([`crate::cgroup_ownership`]): `delete` kills in and removes only cgroups runc made.
+    /// ([`crate::host::cgroup_ownership`]): `delete` kills in and removes only cgroups runc made.
     #[serde(default)]
-    pub cgroups_at_create: Option<crate::cgroup_ownership::CgroupsAtCreate>,
+    pub cgroups_at_create: Option<crate::host::cgroup_ownership::CgroupsAtCreate>,
 }
 
 /// A task's creation request, already decoded from the wire.
@@ -183,7 +184,7 @@ impl Container {
         if p.state().phase() != Phase::Starting {
             return;
         }
-        let _blocked = crate::blocking::blocking();
+        let _blocked = crate::shim::blocking::blocking();
         while p.state().phase() == Phase::Starting {
             execs = self.exec_starts_done.wait_on(execs);
         }
@@ -394,7 +395,7 @@ impl TaskManager {
     pub fn wait_blocking(&self, id: &str, exec_id: &str) -> Result<ExitInfo> {
         let (tx, rx) = std::sync::mpsc::channel();
         self.waitable(id, exec_id)?
-            .wait(Box::new(crate::waiters::ChannelWaiter(tx)));
+            .wait(Box::new(crate::shim::waiters::ChannelWaiter(tx)));
         rx.recv()
             .map_err(|_| Error::internal(format!("wait {id}: the process was dropped")))
     }
@@ -434,7 +435,7 @@ impl TaskManager {
             if left.is_zero() {
                 return false;
             }
-            let _blocked = crate::blocking::blocking();
+            let _blocked = crate::shim::blocking::blocking();
             seen = cond.wait_on_timeout(seen, left).0;
         }
     }
@@ -544,7 +545,7 @@ impl TaskManager {
             ("resume", Status::Paused)
         };
         let c = self.container(id).with_context(|| format!("{verb} {id}"))?;
-        let _op = crate::blocking::lock(&c.op);
+        let _op = crate::shim::blocking::lock(&c.op);
         {
             let st = c.init.state();
             if st.status() != from || st.has_ended() {
@@ -639,7 +640,7 @@ impl TaskManager {
         let paths = c
             .cgroup
             .as_ref()
-            .ok_or_else(|| crate::cgroups::no_cgroup(id))?;
+            .ok_or_else(|| crate::host::cgroups::no_cgroup(id))?;
         self.host
             .metrics(paths)
             .with_context(|| format!("stats {id}"))
@@ -736,7 +737,7 @@ impl TaskManager {
             if left.is_zero() {
                 return false;
             }
-            let _blocked = crate::blocking::blocking();
+            let _blocked = crate::shim::blocking::blocking();
             table = self.creates_done.wait_on_timeout(table, left).0;
         }
     }
@@ -783,5 +784,5 @@ fn validate_bundle(bundle: &Path) -> Result<()> {
             bundle
         )));
     }
-    crate::client_paths::check_dir("bundle", bundle)
+    crate::host::client_paths::check_dir("bundle", bundle)
 }

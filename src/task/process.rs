@@ -18,11 +18,11 @@
 
 use std::sync::Mutex;
 
-use crate::error::{Error, Result};
-use crate::stdio::{Keepalive, StdioRequest, TtyCopier};
-use crate::sync::Lock;
-pub use crate::waiters::{ExitInfo, ExitWaiter, UNKNOWN_EXIT_STATUS};
-use crate::waiters::{Waiters, wake};
+use crate::records::error::{Error, Result};
+use crate::task::stdio::{Keepalive, StdioRequest, TtyCopier};
+use crate::shim::sync::Lock;
+pub use crate::shim::waiters::{ExitInfo, ExitWaiter, UNKNOWN_EXIT_STATUS};
+use crate::shim::waiters::{Waiters, wake};
 
 /// Where a process is in its life, as containerd sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -421,7 +421,7 @@ impl Process {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::waiters::ChannelWaiter;
+    use crate::shim::waiters::ChannelWaiter;
     use std::sync::mpsc;
     use std::time::SystemTime;
 

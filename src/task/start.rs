@@ -16,11 +16,11 @@ use std::sync::Arc;
 use containerd_shim_protos::events::task::{TaskExecStarted, TaskStart};
 
 use super::{Container, TaskManager};
-use crate::error::{Context, Error, Result};
-use crate::events::Event;
-use crate::sync::Lock;
+use crate::records::error::{Context, Error, Result};
+use crate::shim::events::Event;
+use crate::shim::sync::Lock;
 use crate::task::process::{Phase, Process};
-use crate::timing::Steps;
+use crate::shim::timing::Steps;
 
 impl TaskManager {
     /// Start the init (`exec_id` empty) or an exec. Returns the pid.
@@ -44,7 +44,7 @@ impl TaskManager {
         let (c, p) = (c.clone(), p.clone());
         let mut steps = Steps::new(|| format!("start {id} {exec_id}"));
         if p.is_init() {
-            let _op = crate::blocking::lock(&c.op);
+            let _op = crate::shim::blocking::lock(&c.op);
             steps.step("lifecycle lock");
             p.state()
                 .begin_start()
@@ -103,7 +103,7 @@ impl TaskManager {
     }
 
     /// After `runc start`: the init must still be in its container's cgroups (see
-    /// [`crate::placement`]). If it is not, it is killed — it must not run there — and the
+    /// [`crate::host::placement`]). If it is not, it is killed — it must not run there — and the
     /// Start fails; containerd then deletes the task as after any failed start.
     fn still_placed(&self, c: &Container, pid: i32) -> Result<()> {
         let Err(e) = c.runtime.check_placement(&c.id, pid) else {

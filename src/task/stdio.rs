@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use crate::client_paths::{self, FifoEnd};
-use crate::error::{Context, Error, Result};
-use crate::runtime::ProcessIo;
+use crate::host::client_paths::{self, FifoEnd};
+use crate::records::error::{Context, Error, Result};
+use crate::host::runtime::ProcessIo;
 
 /// Where one stdio stream goes, parsed from containerd's string.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,7 +220,7 @@ impl TtyCopier {
             .stack_size(128 * 1024)
             .spawn(move || {
                 // Whatever happens to the copy, the exit must not stay held behind it.
-                crate::panic_hook::survive("tty copier", || {
+                crate::shim::panic_hook::survive("tty copier", || {
                     let ends = TtyEnds {
                         master: &m,
                         stdin,
@@ -519,7 +519,7 @@ fn copy_loop(mut ends: TtyEnds<'_>, wake: File, notices: &Notices, label: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Kind;
+    use crate::records::error::Kind;
     use std::fs::OpenOptions;
     use std::os::unix::fs::OpenOptionsExt;
 

@@ -1,7 +1,7 @@
 //! The node's cgroups: the version (v2, or v1 with or without the unified hierarchy beside
 //! it), the cgroup driver (systemd or cgroupfs: containerd's runc handlers' `SystemdCgroup`,
 //! the kubelet's `cgroupDriver`), and whether the shim reaches systemd where the driver is
-//! systemd (the pause goes into a transient scope of the pod's slice, `crate::systemd`,
+//! systemd (the pause goes into a transient scope of the pod's slice, `crate::host::systemd`,
 //! through the shim's own D-Bus client, tried here as the shim tries it).
 
 use std::path::{Path, PathBuf};
@@ -61,7 +61,7 @@ pub fn gather(node: &dyn Node, containerd_systemd: bool, kubelet_config: &Path) 
             .read(Path::new("/proc/self/mountinfo"))
             .unwrap_or_default();
         CgroupVersion::V1 {
-            unified: crate::cgroups::cgroup_mounts(&mountinfo)
+            unified: crate::host::cgroups::cgroup_mounts(&mountinfo)
                 .into_iter()
                 .find(|m| m.unified)
                 .map(|m| m.mountpoint),

@@ -3,7 +3,7 @@
 //!
 //! | facility | since | used for | without it |
 //! | --- | --- | --- | --- |
-//! | `openat2` (`RESOLVE_IN_ROOT`) | 5.6 | every rootfs mount target (`crate::mount`) | no container starts: blocking |
+//! | `openat2` (`RESOLVE_IN_ROOT`) | 5.6 | every rootfs mount target (`crate::host::mount`) | no container starts: blocking |
 //! | `pidfd_open`, `CLONE_PIDFD` | 5.3 | the pause and every process the shim waits for | blocking |
 //! | `memfd_create` + seals, `execveat` | 3.19 | the pause program | blocking |
 //! | `cgroup.kill` | 5.14 | `delete` after a crash, cgroup v2 | each pid is signalled (a forking process may escape) |

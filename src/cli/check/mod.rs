@@ -29,7 +29,7 @@ pub mod shim_config;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::flags::{FlagError, FlagSet, Slot};
+use crate::records::flags::{FlagError, FlagSet, Slot};
 use node::Node;
 use report::{EXIT_OK, EXIT_USAGE, Report};
 
@@ -96,7 +96,7 @@ impl Options {
     pub fn parse(args: &[String]) -> Result<Options, UsageError> {
         let mut o = Options::default();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let rest = crate::flags::parse_into(&args, &mut o)?;
+        let rest = crate::records::flags::parse_into(&args, &mut o)?;
         if let Some(extra) = rest.into_iter().next() {
             return Err(UsageError::Extra(extra));
         }

@@ -60,7 +60,7 @@ pub trait Node {
     fn kernel_release(&self) -> String;
     /// Whether `path` is a cgroup2 file system.
     fn is_cgroup2(&self, path: &Path) -> bool;
-    /// Connects to systemd's manager as the shim does (`crate::systemd::manager`).
+    /// Connects to systemd's manager as the shim does (`crate::host::systemd::manager`).
     fn systemd(&self, timeout: Duration) -> Result<(), String>;
 }
 
@@ -73,7 +73,7 @@ impl Node for System {
         cmd.args(args);
         // Messages as containerd and runc print them for anyone.
         cmd.env("LC_ALL", "C");
-        let out = crate::reaper::Spawner::direct()
+        let out = crate::shim::reaper::Spawner::direct()
             .output_in_group(&mut cmd, None, timeout)
             .map_err(|e| format!("run {}: {e}", program.display()))?;
         Ok(CmdOutput {
@@ -114,7 +114,7 @@ impl Node for System {
     fn syscall(&self, probe: Syscall) -> Support {
         let r = match probe {
             Syscall::Openat2 => probe_openat2(),
-            Syscall::PidfdOpen => crate::util::pidfd_open(std::process::id() as i32).map(drop),
+            Syscall::PidfdOpen => crate::shim::util::pidfd_open(std::process::id() as i32).map(drop),
             Syscall::MemfdSeals => probe_memfd_seals(),
             Syscall::MountSetattr => probe_mount_setattr(),
             Syscall::CloseRange => probe_close_range(),
@@ -132,18 +132,18 @@ impl Node for System {
     }
 
     fn is_cgroup2(&self, path: &Path) -> bool {
-        crate::cgroups::is_unified(path)
+        crate::host::cgroups::is_unified(path)
     }
 
     fn systemd(&self, timeout: Duration) -> Result<(), String> {
-        use crate::systemd::manager::{Endpoints, Manager};
+        use crate::host::systemd::manager::{Endpoints, Manager};
         Manager::connect(&Endpoints::default(), Instant::now() + timeout)
             .map(drop)
             .map_err(|e| e.to_string())
     }
 }
 
-/// `openat2("/", O_PATH, RESOLVE_IN_ROOT)`, as `crate::mount` resolves mount targets.
+/// `openat2("/", O_PATH, RESOLVE_IN_ROOT)`, as `crate::host::mount` resolves mount targets.
 fn probe_openat2() -> io::Result<()> {
     use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
     let how = OpenHow::new()

@@ -127,9 +127,9 @@ impl Report {
         serde_json::json!({
             "schema": SCHEMA,
             "shim": {
-                "version": crate::version::VERSION,
-                "revision": crate::version::REVISION,
-                "rustc": crate::version::RUSTC,
+                "version": crate::records::version::VERSION,
+                "revision": crate::records::version::REVISION,
+                "rustc": crate::records::version::RUSTC,
             },
             "verdict": self.verdict(),
             "findings": self.findings,
@@ -142,8 +142,8 @@ impl Report {
     pub fn to_text(&self) -> String {
         let mut out = format!(
             "containerd-shim-rsandbox-v1 {} ({}) check\n\n",
-            crate::version::VERSION,
-            crate::version::REVISION
+            crate::records::version::VERSION,
+            crate::records::version::REVISION
         );
         for f in &self.findings {
             out.push_str(&format!(
@@ -203,7 +203,7 @@ mod tests {
         let j = r.to_json();
         assert_eq!(j["schema"], "rsandbox-check/v1");
         assert_eq!(j["verdict"], "warn");
-        assert_eq!(j["shim"]["version"], crate::version::VERSION);
+        assert_eq!(j["shim"]["version"], crate::records::version::VERSION);
         let f = &j["findings"][0];
         assert_eq!(
             (

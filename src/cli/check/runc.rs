@@ -1,5 +1,5 @@
 //! runc as the shim will run it: `<runc> --version` (rsandbox needs 1.1; user-namespaced pods
-//! need 1.2, see `crate::runtime::USERNS_MIN_RUNC`) and `<runc> features` (what `-info`
+//! need 1.2, see `crate::host::runtime::USERNS_MIN_RUNC`) and `<runc> features` (what `-info`
 //! hands containerd: user namespaces and idmapped mounts, recursive read-only mounts).
 
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::node::Node;
 use super::report::{Finding, Status};
-use crate::runtime::{RuncVersion, USERNS_MIN_RUNC};
+use crate::host::runtime::{RuncVersion, USERNS_MIN_RUNC};
 
 /// The oldest runc rsandbox supports (what CI runs: bookworm's 1.1.5).
 pub const MIN_RUNC: (u32, u32) = (1, 1);

@@ -1,4 +1,4 @@
-//! SELinux as the shim finds it (`crate::selinux::Selinux::detect`): off, permissive or
+//! SELinux as the shim finds it (`crate::host::selinux::Selinux::detect`): off, permissive or
 //! enforcing, and whether the policy names container contexts (`lxc_contexts`), without
 //! which the shim labels nothing.
 
@@ -21,10 +21,10 @@ pub fn gather(node: &dyn Node) -> Facts {
     let mountinfo = node
         .read(Path::new("/proc/self/mountinfo"))
         .unwrap_or_default();
-    let enforcing = crate::selinux::selinuxfs(&mountinfo)
+    let enforcing = crate::host::selinux::selinuxfs(&mountinfo)
         .and_then(|fs| node.read(&fs.join("enforce")).ok().map(|e| e.trim() == "1"));
     let detected =
-        crate::selinux::Selinux::detect_with(&mountinfo, Path::new("/etc/selinux"), &|p| {
+        crate::host::selinux::Selinux::detect_with(&mountinfo, Path::new("/etc/selinux"), &|p| {
             node.read(p)
         });
     Facts {

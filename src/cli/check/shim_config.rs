@@ -1,4 +1,4 @@
-//! The shim's own config file, parsed by the shim's own code (`crate::config::ShimConfig`):
+//! The shim's own config file, parsed by the shim's own code (`crate::records::config::ShimConfig`):
 //! the file `start` loads — a file that does not parse fails every pod's start.
 
 use std::path::{Path, PathBuf};
@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::node::Node;
 use super::report::{Finding, Status};
-use crate::config::ShimConfig;
+use crate::records::config::ShimConfig;
 
 #[derive(Debug, Clone)]
 pub struct Facts {
@@ -26,10 +26,10 @@ pub fn gather(node: &dyn Node, flag: Option<&Path>, containerd_env: Option<&str>
         (p.to_path_buf(), "--shim-config")
     } else if let Some(p) = containerd_env {
         (PathBuf::from(p), "containerd's shim manager env")
-    } else if let Some(p) = node.env(crate::config::CONFIG_ENV) {
+    } else if let Some(p) = node.env(crate::records::config::CONFIG_ENV) {
         (PathBuf::from(p), "$RSANDBOX_CONFIG")
     } else {
-        (PathBuf::from(crate::config::DEFAULT_CONFIG), "default")
+        (PathBuf::from(crate::records::config::DEFAULT_CONFIG), "default")
     };
     let loaded = match node.read(&path) {
         Ok(text) => Some(ShimConfig::parse(&text).map_err(|e| e.message().to_string())),

@@ -5,7 +5,7 @@
 //! per pod and waits for each answer, so a thread or an async runtime would buy nothing. The
 //! socket is non-blocking and close-on-exec; every read and write waits in `poll(2)` for at
 //! most the time left, so a peer that never answers costs the deadline, never a hang. Each
-//! such wait is a [`crate::blocking`] section: the RPC pool then knows the worker waits for
+//! such wait is a [`crate::shim::blocking`] section: the RPC pool then knows the worker waits for
 //! systemd rather than for a CPU.
 //!
 //! `BEGIN` goes out with the `AUTH` line, before the server's `OK`, as sd-bus's own client
@@ -132,8 +132,8 @@ fn wait_for(
     deadline: Instant,
     step: &'static str,
 ) -> DResult<()> {
-    // Waiting for the peer, not for a CPU (see crate::blocking).
-    let _blocked = crate::blocking::blocking();
+    // Waiting for the peer, not for a CPU (see crate::shim::blocking).
+    let _blocked = crate::shim::blocking::blocking();
     loop {
         let timeout = left(deadline).ok_or(DbusError::Timeout {
             step,
@@ -184,7 +184,7 @@ impl Conn {
                 });
             }
             {
-                let _blocked = crate::blocking::blocking();
+                let _blocked = crate::shim::blocking::blocking();
                 std::thread::sleep(left.min(std::time::Duration::from_millis(10)));
             }
             attempt = connect(fd.as_raw_fd(), &addr);

@@ -776,7 +776,7 @@ fn a_slow_sd_bus_server_answers_the_first_call() {
     assert_eq!(fake.finish_members(), ["StopUnit", "ResetFailedUnit"]);
 }
 
-/// Issue 27 item 9: a wait for systemd is a blocking section (see crate::blocking): the RPC
+/// Issue 27 item 9: a wait for systemd is a blocking section (see crate::shim::blocking): the RPC
 /// pool then adds a worker for other calls instead of waiting for its stall rule.
 #[test]
 fn waiting_for_systemd_is_a_blocking_section() {
@@ -784,14 +784,14 @@ fn waiting_for_systemd_is_a_blocking_section() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     #[derive(Default)]
     struct Count(AtomicUsize);
-    impl crate::blocking::Observer for Count {
+    impl crate::shim::blocking::Observer for Count {
         fn blocked(&self) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
         fn unblocked(&self) {}
     }
     let count = Arc::new(Count::default());
-    crate::blocking::observe_this_thread(count.clone());
+    crate::shim::blocking::observe_this_thread(count.clone());
     let fake = FakeSystemd::serve(
         1,
         Box::new(|call| {
@@ -918,7 +918,7 @@ fn live_systemd_scope_start_and_stop() {
     if !live_systemd_here() {
         return;
     }
-    let unified = crate::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
+    let unified = crate::host::cgroups::is_unified(Path::new("/sys/fs/cgroup"));
     let rounds = live_rounds();
     for (way, endpoints) in live_ways() {
         wait_for_idle_pid1();

@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use super::config::{PAUSE_GID, PAUSE_UID};
 use super::prepare::{Prepared, PreparedSysctl, ROOT_FSTYPE, ROOT_OPTIONS, ROOT_SOURCE};
 use super::status::{PID_REPORT, REPORT_LEN, Step, fail};
-use crate::panic_hook::IN_FORKED_CHILD;
+use crate::shim::panic_hook::IN_FORKED_CHILD;
 
 /// The descriptor the pause program reports ready on (`READY_FD` in `pause/pause.rs`).
 const READY_FD: libc::c_int = 0;

@@ -42,15 +42,15 @@ pub struct PauseConfig {
     /// namespaces (see "User-namespaced pods" in the module docs); `None`: the node's.
     pub userns: Option<UserNamespace>,
     /// The pod's `selinux_options`, for its labels.
-    pub selinux_options: Option<crate::selinux::SelinuxOptions>,
+    pub selinux_options: Option<crate::host::selinux::SelinuxOptions>,
     /// SELinux labels of the pause (where the node has SELinux): `None` runs it under the
     /// shim's own label.
     pub labels: Option<PauseLabels>,
-    /// The MCS level reserved for the pod's pause (see [`crate::mcs`]), where it gets labels.
+    /// The MCS level reserved for the pod's pause (see [`crate::host::mcs`]), where it gets labels.
     pub mcs_level: Option<String>,
 }
 
-/// The SELinux labels of the pause ([`crate::selinux::Selinux::pause_labels`]).
+/// The SELinux labels of the pause ([`crate::host::selinux::Selinux::pause_labels`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PauseLabels {
     /// Its process label (`user:role:type:level`), set for its exec.

@@ -89,7 +89,7 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
-use crate::error::{Context, Error, Result};
+use crate::records::error::{Context, Error, Result};
 
 mod child;
 mod config;
@@ -109,11 +109,11 @@ use userns::{reap_intermediate, userns_handshake};
 /// True in the forked pause child from its first instruction on, false in the shim.
 ///
 /// The child must never unwind (see the module docs). The shim's panic hook
-/// ([`crate::panic_hook`]) checks this flag first and, when it is set, calls `_exit` without
+/// ([`crate::shim::panic_hook`]) checks this flag first and, when it is set, calls `_exit` without
 /// formatting, logging or unwinding: a panic in the child is a bug, and the only safe reaction
 /// in a copy of a multi-threaded process is to vanish (the parent then reports "the child exited
 /// before reporting"). Only the child's copy of memory ever sees `true`.
-pub use crate::panic_hook::IN_FORKED_CHILD;
+pub use crate::shim::panic_hook::IN_FORKED_CHILD;
 
 /// Starts the pause process; returns its handle (host pid and pidfd) once it holds the
 /// namespaces, dropped its privileges and runs the pause program under its seccomp filter. Its
@@ -128,7 +128,7 @@ pub fn spawn(cfg: &PauseConfig) -> Result<PauseProcess> {
     let pause = spawn_prepared(cfg, p)?;
     if let Some(l) = wanted {
         let now = std::fs::read(format!("/proc/{}/attr/current", pause.pid())).unwrap_or_default();
-        if let Err(e) = check_label(&now, &l.process, &crate::selinux::canonicalize_context) {
+        if let Err(e) = check_label(&now, &l.process, &crate::host::selinux::canonicalize_context) {
             let _ = pause.kill();
             return Err(e);
         }
@@ -140,8 +140,8 @@ pub fn spawn(cfg: &PauseConfig) -> Result<PauseProcess> {
 /// else fails it, as a label the kernel refused does (SELinux fails closed). The kernel shows
 /// a label in its own form, which need not be the policy's or the pod's (`s0:c1,c2,c3` shows
 /// as `s0:c1.c3`): `want` is compared as the kernel gives it back (`canonicalize`, the real
-/// one [`crate::selinux::canonicalize_context`]), else by component, its level in the
-/// kernel's form ([`crate::selinux::same_context`]).
+/// one [`crate::host::selinux::canonicalize_context`]), else by component, its level in the
+/// kernel's form ([`crate::host::selinux::same_context`]).
 fn check_label(
     current: &[u8],
     want: &str,
@@ -151,7 +151,7 @@ fn check_label(
     let now = now.trim_end_matches(['\0', '\n']);
     let same = now == want
         || canonicalize(want).is_ok_and(|c| c == now)
-        || crate::selinux::same_context(now, want);
+        || crate::host::selinux::same_context(now, want);
     if !same {
         return Err(Error::precondition(format!(
             "pause: SELinux: it runs as {now:?}, not under the pod's label {want:?}"

@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::config::{PAUSE_ARGV0, PauseConfig};
 use super::userns::{check_maps, kernel_map_text, owner_unless_initial};
-use crate::error::{Context, Error, Result};
+use crate::records::error::{Context, Error, Result};
 use crate::pod::spec::sysctl_path;
 
 /// One sysctl, ready for the child: the path to open, the bytes to write.
@@ -101,7 +101,7 @@ pub(super) fn prepare(cfg: &PauseConfig) -> Result<Prepared> {
         flags = libc::SIGCHLD | libc::CLONE_PIDFD | libc::CLONE_NEWNS;
     }
     let netns = match &cfg.netns {
-        Some(p) => Some(crate::client_paths::open_netns(p)?),
+        Some(p) => Some(crate::host::client_paths::open_netns(p)?),
         None => None,
     };
     let join_userns = match (&cfg.userns, &netns) {
@@ -310,7 +310,7 @@ mod tests {
             program: "system_u:object_r:container_file_t:s0:c1,c2".into(),
         };
         let e = label_program(&r, &labels).unwrap_err();
-        assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition, "{e}");
+        assert_eq!(e.kind(), crate::records::error::Kind::FailedPrecondition, "{e}");
         assert!(
             e.to_string()
                 .contains("SELinux: label its program system_u:object_r:container_file_t"),

@@ -33,7 +33,7 @@ impl PauseProcess {
     }
 
     /// Whether it has exited (its pidfd is readable from its exit on, reaped or not). While
-    /// its pid is held unreaped ([`crate::reaper::Reaper::hold_pid`]) a `false` here means the
+    /// its pid is held unreaped ([`crate::shim::reaper::Reaper::hold_pid`]) a `false` here means the
     /// pid still names this process.
     pub fn has_exited(&self) -> bool {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -51,7 +51,7 @@ impl PauseProcess {
     /// Waits at most `timeout` for it to exit; whether it has (reaped or not, as
     /// [`PauseProcess::has_exited`]).
     pub fn exits_within(&self, timeout: std::time::Duration) -> bool {
-        crate::util::exited_within(self.pidfd.as_fd(), timeout)
+        crate::shim::util::exited_within(self.pidfd.as_fd(), timeout)
     }
 
     /// A handle of a process the test spawned (`pidfd` taken while it was unreaped).
@@ -72,7 +72,7 @@ impl PauseProcess {
 
     /// SIGKILL through `pidfd`.
     pub(super) fn signal(pidfd: &OwnedFd) -> std::io::Result<()> {
-        crate::util::pidfd_sigkill(pidfd.as_fd())
+        crate::shim::util::pidfd_sigkill(pidfd.as_fd())
     }
 
     /// For fake hosts: a handle whose pidfd names a process that was reaped already (so that a
@@ -88,7 +88,7 @@ impl PauseProcess {
 
 /// `pidfd_open(pid, 0)`: only race-free while `pid` is a child of ours not yet reaped (or held
 /// unreaped by its parent).
-pub(super) use crate::util::pidfd_open;
+pub(super) use crate::shim::util::pidfd_open;
 
 #[cfg(test)]
 mod tests {

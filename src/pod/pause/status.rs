@@ -13,7 +13,7 @@ use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use super::config::PauseConfig;
-use crate::error::{Context, Error, Result};
+use crate::records::error::{Context, Error, Result};
 use crate::pod::spec::sysctl_path;
 
 /// Steps the child reports failures for; the discriminant travels over the status pipe.
@@ -190,7 +190,7 @@ pub(super) fn read_status(rx: OwnedFd, cfg: &PauseConfig, pause: &mut Option<i32
 fn read_full(f: &mut File, buf: &mut [u8], deadline: Instant) -> Result<usize> {
     let mut got = 0;
     while got < buf.len() {
-        match crate::util::poll_readable(std::os::fd::AsFd::as_fd(&*f), deadline) {
+        match crate::shim::util::poll_readable(std::os::fd::AsFd::as_fd(&*f), deadline) {
             Ok(true) => {}
             Ok(false) => {
                 return Err(Error::internal(

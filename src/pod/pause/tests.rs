@@ -164,11 +164,11 @@ fn a_failing_sysctl_is_reported_by_name() {
 #[ignore = "needs root: creates a netns, a veth pair and namespaces"]
 fn slash_form_sysctl_reaches_the_interface() {
     let dir = tempfile::tempdir().unwrap();
-    let ns = crate::netns::NetNs::create(dir.path(), "pause-sysctl").unwrap();
+    let ns = crate::host::netns::NetNs::create(dir.path(), "pause-sysctl").unwrap();
     struct RemoveNs(PathBuf);
     impl Drop for RemoveNs {
         fn drop(&mut self) {
-            let _ = crate::netns::NetNs::remove(&self.0);
+            let _ = crate::host::netns::NetNs::remove(&self.0);
         }
     }
     let _rm = RemoveNs(ns.path().to_path_buf());
@@ -405,7 +405,7 @@ fn a_label_the_kernel_refuses_fails_the_pause_at_that_step() {
         program: "system_u:object_r:container_file_t:s0:c1,c2".into(),
     });
     let e = spawn_prepared(&cfg, p).unwrap_err();
-    assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition, "{e}");
+    assert_eq!(e.kind(), crate::records::error::Kind::FailedPrecondition, "{e}");
     let text = e.to_string();
     assert!(
         text.contains("SELinux: set its process label for the exec")
@@ -427,7 +427,7 @@ fn a_pause_not_under_its_label_fails() {
         &no_kernel,
     )
     .unwrap_err();
-    assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition);
+    assert_eq!(e.kind(), crate::records::error::Kind::FailedPrecondition);
     assert!(e.to_string().contains("not under the pod's label"), "{e}");
     check_label(
         b"system_u:system_r:container_t:s0:c1,c2\n",
@@ -537,11 +537,11 @@ fn ino(path: &str) -> u64 {
 fn pause_holds_the_pods_user_namespace() {
     nix::sys::prctl::set_child_subreaper(true).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let ns = crate::netns::NetNs::create(dir.path(), "pause-userns").unwrap();
+    let ns = crate::host::netns::NetNs::create(dir.path(), "pause-userns").unwrap();
     struct RemoveNs(PathBuf);
     impl Drop for RemoveNs {
         fn drop(&mut self) {
-            let _ = crate::netns::NetNs::remove(&self.0);
+            let _ = crate::host::netns::NetNs::remove(&self.0);
         }
     }
     let _rm = RemoveNs(ns.path().to_path_buf());
@@ -868,7 +868,7 @@ fn maps_without_the_pause_ids_are_refused_before_any_clone() {
             ..Default::default()
         };
         let err = spawn(&cfg).unwrap_err();
-        assert_eq!(err.kind(), crate::error::Kind::InvalidArgument);
+        assert_eq!(err.kind(), crate::records::error::Kind::InvalidArgument);
         assert_eq!(
             err.message(),
             format!(
@@ -924,7 +924,7 @@ fn a_refused_exec_into_the_pod_s_domain_is_reported_as_that_step() {
     for errno in [libc::EACCES, libc::EPERM] {
         let rec = status::report(child::exec_failure_step(true), errno, 0);
         let e = status::failure(&rec, &cfg);
-        assert_eq!(e.kind(), crate::error::Kind::FailedPrecondition, "{e}");
+        assert_eq!(e.kind(), crate::records::error::Kind::FailedPrecondition, "{e}");
         let text = e.to_string();
         assert!(
             text.contains("execute the pause program in the pod's domain")
@@ -934,6 +934,6 @@ fn a_refused_exec_into_the_pod_s_domain_is_reported_as_that_step() {
     }
     let rec = status::report(child::exec_failure_step(false), libc::EACCES, 0);
     let e = status::failure(&rec, &cfg);
-    assert_eq!(e.kind(), crate::error::Kind::Internal, "{e}");
+    assert_eq!(e.kind(), crate::records::error::Kind::Internal, "{e}");
     assert!(e.to_string().contains("memfd"), "{e}");
 }

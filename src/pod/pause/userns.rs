@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::config::{PAUSE_GID, PAUSE_UID};
 use super::status::STATUS_TIMEOUT;
-use crate::error::{Context, Error, Result};
+use crate::records::error::{Context, Error, Result};
 use crate::pod::spec::{IdMapping, UserNamespace};
 
 /// The pause runs as [`PAUSE_UID`]:[`PAUSE_GID`] inside its user namespace: both must be mapped
@@ -69,7 +69,7 @@ pub(super) fn kernel_map_text(maps: &[IdMapping]) -> Vec<u8> {
 /// status pipe, which tells the error).
 pub(super) fn userns_handshake(pid: i32, u: &UserNamespace, sock: &mut File) -> Result<()> {
     let deadline = Instant::now() + STATUS_TIMEOUT;
-    match crate::util::poll_readable(std::os::fd::AsFd::as_fd(&*sock), deadline) {
+    match crate::shim::util::poll_readable(std::os::fd::AsFd::as_fd(&*sock), deadline) {
         Ok(true) => {}
         Ok(false) => {
             return Err(Error::internal(
@@ -106,9 +106,9 @@ pub(super) fn userns_handshake(pid: i32, u: &UserNamespace, sock: &mut File) -> 
 /// another process that got the pid since.
 pub(super) fn reap_intermediate(pidfd: &OwnedFd) {
     // Its own exit raises SIGCHLD, whose handler may run on this thread (EINTR: waited on).
-    let _ = crate::util::poll_readable(
+    let _ = crate::shim::util::poll_readable(
         std::os::fd::AsFd::as_fd(pidfd),
         Instant::now() + STATUS_TIMEOUT,
     );
-    crate::util::reap_pidfd(std::os::fd::AsFd::as_fd(pidfd), true);
+    crate::shim::util::reap_pidfd(std::os::fd::AsFd::as_fd(pidfd), true);
 }

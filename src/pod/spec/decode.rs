@@ -18,8 +18,8 @@ use super::{
     PodResources, PodSpec, PortMapping, Protocol, REQUIRED_MAPPED_IDS, SpecError, UserNamespace,
     invalid,
 };
-use crate::cri;
-use crate::network::{self, Bandwidth, DnsConf, PodNetworkConf};
+use crate::records::cri;
+use crate::host::network::{self, Bandwidth, DnsConf, PodNetworkConf};
 
 /// Longest hostname the kernel accepts (`HOST_NAME_MAX`).
 pub const MAX_HOSTNAME_LEN: usize = 64;
@@ -283,13 +283,13 @@ pub(super) fn convert(cfg: &cri::PodSandboxConfig) -> Result<PodSpec, SpecError>
         run_as_group,
         privileged: sc.is_some_and(|s| s.privileged),
         selinux: selinux_options(sc.and_then(|s| s.selinux_options.as_ref()))?
-            .map(|o| crate::selinux::SelinuxOptions {
+            .map(|o| crate::host::selinux::SelinuxOptions {
                 user: o.user.clone(),
                 role: o.role.clone(),
                 kind: o.type_.clone(),
                 level: o.level.clone(),
             })
-            .filter(|o| *o != crate::selinux::SelinuxOptions::default()),
+            .filter(|o| *o != crate::host::selinux::SelinuxOptions::default()),
         userns,
         resources,
         cri_config: true,
@@ -304,10 +304,10 @@ fn selinux_options(
     let Some(o) = o else { return Ok(None) };
     let field = "linux.security_context.selinux_options";
     for (name, v, ok) in [
-        ("user", &o.user, crate::selinux::is_name as fn(&str) -> bool),
-        ("role", &o.role, crate::selinux::is_name),
-        ("type", &o.type_, crate::selinux::is_name),
-        ("level", &o.level, crate::selinux::is_level),
+        ("user", &o.user, crate::host::selinux::is_name as fn(&str) -> bool),
+        ("role", &o.role, crate::host::selinux::is_name),
+        ("type", &o.type_, crate::host::selinux::is_name),
+        ("level", &o.level, crate::host::selinux::is_level),
     ] {
         if !v.is_empty() && !ok(v) {
             return Err(invalid(
@@ -957,7 +957,7 @@ mod tests {
         o.level = "s0:c1,c2".into();
         assert_eq!(
             decode(&cfg).unwrap().selinux,
-            Some(crate::selinux::SelinuxOptions {
+            Some(crate::host::selinux::SelinuxOptions {
                 user: "system_u".into(),
                 role: String::new(),
                 kind: "spc_t".into(),
@@ -1231,8 +1231,8 @@ mod tests {
             assert!(matches!(e, SpecError::Invalid { .. }), "{e}");
             assert_eq!(e.to_string(), want);
             assert_eq!(
-                crate::error::Error::from(e).kind(),
-                crate::error::Kind::InvalidArgument
+                crate::records::error::Error::from(e).kind(),
+                crate::records::error::Kind::InvalidArgument
             );
         }
     }

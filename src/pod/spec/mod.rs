@@ -56,15 +56,15 @@ pub enum SpecError {
 /// An invalid pod config is the caller's (InvalidArgument); a feature this shim lacks is
 /// Unimplemented. (Only CreateSandbox decodes pod configs: containerd's task-API downgrade on
 /// Unimplemented does not apply.)
-impl From<SpecError> for crate::error::Error {
+impl From<SpecError> for crate::records::error::Error {
     fn from(e: SpecError) -> Self {
         let kind = match &e {
             SpecError::UnsupportedType(_) | SpecError::Decode(_) | SpecError::Invalid { .. } => {
-                crate::error::Kind::InvalidArgument
+                crate::records::error::Kind::InvalidArgument
             }
-            SpecError::Unsupported { .. } => crate::error::Kind::Unimplemented,
+            SpecError::Unsupported { .. } => crate::records::error::Kind::Unimplemented,
         };
-        crate::error::Error::new(kind, e.to_string())
+        crate::records::error::Error::new(kind, e.to_string())
     }
 }
 
@@ -244,7 +244,7 @@ fn slice_of_expanded_path(raw: &str) -> Result<Option<String>, String> {
     if !base.ends_with(".slice") {
         return Ok(None);
     }
-    let expanded = crate::systemd::names::expand_slice(base).map_err(|e| {
+    let expanded = crate::host::systemd::names::expand_slice(base).map_err(|e| {
         format!("{raw:?} ends in a systemd slice, but {e} (runc could not place the pod there)")
     })?;
     if Path::new(trimmed) != expanded {
@@ -367,7 +367,7 @@ pub struct PodSpec {
     /// `security_context.privileged`.
     pub privileged: bool,
     /// `security_context.selinux_options`, when any field is set.
-    pub selinux: Option<crate::selinux::SelinuxOptions>,
+    pub selinux: Option<crate::host::selinux::SelinuxOptions>,
     /// The pod's own user namespace (`userns_options` mode POD); `None`: the node's.
     pub userns: Option<UserNamespace>,
     /// `linux.resources`: the pod's resources (what the runc path writes into its pause
@@ -385,7 +385,7 @@ pub enum NetworkPlan {
     /// The caller's `netns_path` (CRI made it and runs CNI).
     Given,
     /// The shim makes it: CNI when a network config exists, else loopback only (unless
-    /// `[network] require_cni`); see [`crate::network`].
+    /// `[network] require_cni`); see [`crate::host::network`].
     ShimOwned,
     /// The node's network (and UTS) namespace: hostNetwork pods, and sandboxes without a
     /// netns and without a pod config when shim-owned networking is off.
@@ -598,7 +598,7 @@ mod tests {
         );
         assert_eq!(
             conf.port_mappings,
-            [crate::network::PortMapping {
+            [crate::host::network::PortMapping {
                 protocol: "udp",
                 container_port: 53,
                 host_port: 5353,
@@ -611,7 +611,7 @@ mod tests {
 
     #[test]
     fn spec_errors_keep_their_kind_on_the_wire() {
-        use crate::error::{Error, Kind};
+        use crate::records::error::{Error, Kind};
         let table = [
             (
                 SpecError::UnsupportedType("x".into()),

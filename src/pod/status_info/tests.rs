@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::cri;
+use crate::records::cri;
 
 /// containerd v2.3.4 `internal/cri/server/podsandbox/types/sandbox_info.go:29-45` (the same
 /// fields as v2.1.9's `internal/cri/types/sandbox_info.go`, which has no overhead/resources).

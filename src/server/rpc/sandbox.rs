@@ -12,11 +12,11 @@ use containerd_shim_protos::types::platform::Platform;
 use protobuf::{Message, MessageField};
 use ttrpc::TtrpcContext;
 
-use crate::error::Context;
+use crate::records::error::Context;
 use crate::pod::sandbox::{CreateSandbox, SandboxManager, State, StatusView};
 use crate::pod::{decode_pod_config, pod_config_bytes};
-use crate::rpc::server::{InlineMethod, encode};
-use crate::util::{go_arch, timestamp};
+use crate::server::rpc::server::{InlineMethod, encode};
+use crate::shim::util::{go_arch, timestamp};
 
 /// containerd (and the kubelet through CRI) only understand these two strings.
 pub const SANDBOX_READY: &str = "SANDBOX_READY";
@@ -202,7 +202,7 @@ fn platform_response() -> PlatformResponse {
 /// the answers are those of the `Sandbox` impl above, which serves those cases.
 pub fn inline_methods(sm: &Arc<SandboxManager>) -> Vec<(&'static str, Arc<dyn InlineMethod>)> {
     fn reply<M: protobuf::Message>(
-        r: crate::error::Result<M>,
+        r: crate::records::error::Result<M>,
         step: &str,
     ) -> ttrpc::Result<Vec<u8>> {
         r.map_err(|e| ttrpc::Error::from(e.context(step)))

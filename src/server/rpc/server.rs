@@ -6,7 +6,7 @@
 //! thread and requests run on one shared pool that shrinks when idle. It grows at once up to a
 //! few workers; beyond that a monitor adds one only when calls are queued, the queue has stood
 //! still for a couple of milliseconds and every busy worker is blocked (inside a
-//! [`crate::blocking`] section: waiting for runc, a CNI plugin, a contended lifecycle lock).
+//! [`crate::shim::blocking`] section: waiting for runc, a CNI plugin, a contended lifecycle lock).
 //! Workers that merely wait for a CPU on a loaded machine are busy, not blocked: another
 //! thread would only compete for the same CPU, so a burst of quick calls (containerd sends a
 //! Connect before every Wait) costs no threads however slow the machine, and no call waits long
@@ -48,8 +48,8 @@ use protobuf::MessageField;
 use ttrpc::proto::{Codec, MESSAGE_LENGTH_MAX, MESSAGE_TYPE_REQUEST, MESSAGE_TYPE_RESPONSE};
 use ttrpc::{Code, MessageHeader, MethodHandler, Request, Response, TtrpcContext};
 
-use crate::sync::{Lock, Wait};
-use crate::wire::{FrameError, encode_frame, read_frame};
+use crate::shim::sync::{Lock, Wait};
+use crate::shim::wire::{FrameError, encode_frame, read_frame};
 
 type Methods = HashMap<String, Box<dyn MethodHandler + Send + Sync>>;
 
@@ -215,7 +215,7 @@ struct PoolState {
     idle: usize,
     threads: usize,
     in_flight: usize,
-    /// Workers inside a blocking section ([`crate::blocking`]).
+    /// Workers inside a blocking section ([`crate::shim::blocking`]).
     blocked: usize,
     /// When the queue last moved: a job queued on an empty queue, a job taken, a worker added.
     moved: Option<Instant>,
@@ -691,7 +691,7 @@ impl Pool {
     }
 
     fn worker(self: Arc<Self>, server: Arc<Server>) {
-        crate::blocking::observe_this_thread(self.clone());
+        crate::shim::blocking::observe_this_thread(self.clone());
         loop {
             let job = {
                 let mut st = self.state.locked();
@@ -720,7 +720,7 @@ impl Pool {
     }
 }
 
-impl crate::blocking::Observer for Pool {
+impl crate::shim::blocking::Observer for Pool {
     fn blocked(&self) {
         let mut st = self.state.locked();
         st.blocked += 1;
@@ -853,7 +853,7 @@ mod tests {
         ) -> ttrpc::Result<ConnectResponse> {
             if let Some(name) = req.id.strip_prefix("hold:") {
                 // Blocked as a runc call is: inside a blocking section.
-                let _blocked = crate::blocking::blocking();
+                let _blocked = crate::shim::blocking::blocking();
                 if !gate(name).pass() {
                     return Err(ttrpc::Error::Others(format!("gate {name} never opened")));
                 }
@@ -868,7 +868,7 @@ mod tests {
             }
             if req.id == "rendezvous" {
                 // Returns only once RENDEZVOUS calls are inside a handler at the same time.
-                let _blocked = crate::blocking::blocking();
+                let _blocked = crate::shim::blocking::blocking();
                 let (lock, cond) = &*ARRIVED;
                 let mut n = lock.lock().unwrap();
                 *n += 1;
@@ -979,7 +979,7 @@ mod tests {
     fn inline_connect(payload: &[u8]) -> Option<ttrpc::Result<Vec<u8>>> {
         let req: ConnectRequest = protobuf::Message::parse_from_bytes(payload).ok()?;
         match req.id.as_str() {
-            "inline-err" => Some(Err(crate::error::Error::not_found("no such task").into())),
+            "inline-err" => Some(Err(crate::records::error::Error::not_found("no such task").into())),
             "inline-panic" => panic!("inline bug"),
             id if id.starts_with("inline:") => Some(encode(&ConnectResponse {
                 version: std::thread::current().name().unwrap_or("").into(),
@@ -1044,7 +1044,7 @@ mod tests {
         let b = UnixStream::connect(addr.trim_start_matches("unix://")).unwrap();
         // A call answered on `a`: the peer has its reply and still holds the connection.
         a.write_all(&request_frame(1, "Connect", "x")).unwrap();
-        let (h, _) = crate::wire::read_frame(&mut a).unwrap();
+        let (h, _) = crate::shim::wire::read_frame(&mut a).unwrap();
         assert_eq!(h.stream_id, 1);
         assert!(!handle.wait_disconnected(Duration::from_millis(50)));
         drop(a);
@@ -1382,7 +1382,7 @@ mod tests {
         }
         .encode()
         .unwrap();
-        crate::wire::encode_frame(stream_id, MESSAGE_TYPE_REQUEST, &body)
+        crate::shim::wire::encode_frame(stream_id, MESSAGE_TYPE_REQUEST, &body)
     }
 
     #[test]
@@ -1410,12 +1410,12 @@ mod tests {
         // A call behind ten thousand parked ones is answered while they are parked.
         conn.write_all(&request_frame(2 * N + 1, "Connect", "state"))
             .unwrap();
-        let (h, _) = crate::wire::read_frame(&mut conn).unwrap();
+        let (h, _) = crate::shim::wire::read_frame(&mut conn).unwrap();
         assert_eq!(h.stream_id, 2 * N + 1);
         assert_eq!(parker.release(), N as usize);
         let mut answered = std::collections::HashSet::new();
         for _ in 0..N {
-            let (h, body) = crate::wire::read_frame(&mut conn).unwrap();
+            let (h, body) = crate::shim::wire::read_frame(&mut conn).unwrap();
             let res = <Response as Codec>::decode(&body).unwrap();
             let r: ConnectResponse = protobuf::Message::parse_from_bytes(&res.payload).unwrap();
             assert_eq!(r.version, "released");

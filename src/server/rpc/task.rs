@@ -13,12 +13,12 @@ use protobuf::well_known_types::empty::Empty;
 use protobuf::{EnumOrUnknown, Message, MessageField};
 use ttrpc::TtrpcContext;
 
-use crate::error::{Error, Result};
-use crate::mount::MountSpec;
-use crate::runtime::RuncConfig;
-use crate::stdio::StdioRequest;
+use crate::records::error::{Error, Result};
+use crate::host::mount::MountSpec;
+use crate::host::runtime::RuncConfig;
+use crate::task::stdio::StdioRequest;
 use crate::task::{CreateRequest, Status, TaskManager};
-use crate::util::timestamp;
+use crate::shim::util::timestamp;
 
 /// The Task service.
 pub struct TaskService {
@@ -322,7 +322,7 @@ impl Task for TaskService {
         Ok(ConnectResponse {
             shim_pid: std::process::id(),
             task_pid,
-            version: crate::version::VERSION.into(),
+            version: crate::records::version::VERSION.into(),
             ..Default::default()
         })
     }

@@ -8,12 +8,12 @@ use containerd_shim_protos::api::{WaitRequest, WaitResponse};
 use containerd_shim_protos::sandbox_api::{WaitSandboxRequest, WaitSandboxResponse};
 use protobuf::{Message, MessageField};
 
-use crate::error::Error;
+use crate::records::error::Error;
 use crate::pod::sandbox::SandboxManager;
-use crate::rpc::server::{ParkedMethod, Responder};
+use crate::server::rpc::server::{ParkedMethod, Responder};
 use crate::task::TaskManager;
-use crate::util::timestamp;
-use crate::waiters::{ExitInfo, ExitWaiter};
+use crate::shim::util::timestamp;
+use crate::shim::waiters::{ExitInfo, ExitWaiter};
 
 /// A parked reply: the exit, as response `M`.
 struct ExitReply<M> {

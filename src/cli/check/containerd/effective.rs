@@ -2,7 +2,7 @@
 //! handlers (version 3+ layout, or a version 2 dump's), the default runtime, the shim
 //! manager's environment.
 
-use crate::bundle::RUNTIME_ID;
+use crate::records::bundle::RUNTIME_ID;
 
 /// The CRI runtime plugin's section (config version 3 and later).
 pub(super) const CRI_RUNTIME: &str = "io.containerd.cri.v1.runtime";
@@ -94,7 +94,7 @@ pub fn parse_effective(dump: &str) -> Result<Effective, String> {
         .into_iter()
         .flatten()
         .filter_map(|v| v.as_str())
-        .find_map(|e| e.strip_prefix(&format!("{}=", crate::config::CONFIG_ENV)))
+        .find_map(|e| e.strip_prefix(&format!("{}=", crate::records::config::CONFIG_ENV)))
         .map(String::from);
     Ok(eff)
 }

@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 
 use super::node::Node;
 use super::report::{Finding, Status};
-use crate::bundle::RUNTIME_ID;
+use crate::records::bundle::RUNTIME_ID;
 use effective::CRI_RUNTIME;
 pub use effective::{Effective, Handler, parse_effective};
 pub use files::{FileChain, LoadedFile, glob_match, imports_path, walk_files};
@@ -561,7 +561,7 @@ fn judge_handlers(f: &Facts, eff: &Effective, inputs: &Inputs) -> Vec<Finding> {
 
 fn judge_shim_binary(f: &Facts) -> Finding {
     const ID: &str = "containerd.shim-binary";
-    let ours = crate::version::VERSION;
+    let ours = crate::records::version::VERSION;
     match (&f.shim_binary, &f.shim_version) {
         (None, _) => Finding::new(ID, Status::Warn, format!("containerd finds no {SHIM_BINARY}"))
             .detail("containerd looks in its $PATH, then next to its own binary")

@@ -12,18 +12,18 @@ use ttrpc::Code;
 
 use crate::testutil::*;
 
-use crate::error::Result;
-use crate::events::RecordingSink;
-use crate::network::FakeNetwork;
+use crate::records::error::Result;
+use crate::shim::events::RecordingSink;
+use crate::host::network::FakeNetwork;
 use crate::pod::cgroup::PodCgroup;
 use crate::pod::pause::{PauseConfig, PauseProcess};
 use crate::pod::sandbox::SandboxDeps;
 use crate::pod::sandbox::*;
 use crate::pod::spec::{PodSpec, SysctlDefaults};
-use crate::reaper::Exit;
-use crate::rpc::sandbox::SandboxService;
-use crate::runtime::RuncConfig;
-use crate::systemd::scope::PodScope;
+use crate::shim::reaper::Exit;
+use crate::server::rpc::sandbox::SandboxService;
+use crate::host::runtime::RuncConfig;
+use crate::host::systemd::scope::PodScope;
 use crate::task::{PodHooks, TaskDeps, TaskManager};
 
 type SpawnHook = Box<dyn Fn(i32) + Send>;
@@ -51,9 +51,9 @@ struct FakePodHost {
     /// The pause is a real child (`sleep`) with its own pid, not PAUSE_PID.
     real_pause: Mutex<bool>,
     /// join_scope and stop_scope go to this (fake) systemd through the real client.
-    systemd: Mutex<Option<crate::systemd::manager::Endpoints>>,
+    systemd: Mutex<Option<crate::host::systemd::manager::Endpoints>>,
     /// reserve_mcs reserves in this registry (SELinux as on), else gives nothing (off).
-    mcs: Mutex<Option<crate::mcs::Registry>>,
+    mcs: Mutex<Option<crate::host::mcs::Registry>>,
     /// unmount_shm fails (EPERM) while set.
     fail_unmount_shm: Mutex<bool>,
     /// kill only logs: the pause does not die (stuck in the kernel). Else it kills the
@@ -118,7 +118,7 @@ impl PodHost for FakePodHost {
     fn unmount_shm(&self, _path: &Path) -> Result<()> {
         self.log("unmount_shm".into());
         if *self.fail_unmount_shm.lock().unwrap() {
-            return Err(crate::error::Error::internal(
+            return Err(crate::records::error::Error::internal(
                 "unmount shm: Operation not permitted",
             ));
         }
@@ -128,7 +128,7 @@ impl PodHost for FakePodHost {
         // The real check (client_paths::open_netns) is tested on its own; here any file is a
         // netns and a missing one is NotFound, as there.
         if !path.exists() {
-            return Err(crate::error::Error::not_found(format!(
+            return Err(crate::records::error::Error::not_found(format!(
                 "{}",
                 path.display()
             )));
@@ -137,7 +137,7 @@ impl PodHost for FakePodHost {
     }
     fn spawn_pause(&self, cfg: &PauseConfig) -> Result<PauseProcess> {
         if *self.fail_pause.lock().unwrap() {
-            return Err(crate::error::Error::internal(
+            return Err(crate::records::error::Error::internal(
                 "pause: set the hostname: Operation not permitted",
             ));
         }
@@ -150,7 +150,7 @@ impl PodHost for FakePodHost {
                 .unwrap();
             let pid = child.id() as i32;
             // Unreaped: the sandbox holds reaps across the spawn.
-            let pidfd = crate::util::pidfd_open(pid).unwrap();
+            let pidfd = crate::shim::util::pidfd_open(pid).unwrap();
             std::mem::forget(child); // reaped by the reaper
             return Ok(PauseProcess::for_test(pid, pidfd));
         }
@@ -193,7 +193,7 @@ impl PodHost for FakePodHost {
         }
         if let Some(msg) = self.fail_scope.lock().unwrap().as_ref() {
             return Err(crate::pod::scope::JoinFailed {
-                error: crate::error::Error::precondition(msg.clone()),
+                error: crate::records::error::Error::precondition(msg.clone()),
                 scope_may_remain: *self.scope_may_remain.lock().unwrap(),
             });
         }
@@ -213,7 +213,7 @@ impl PodHost for FakePodHost {
             return crate::pod::scope::stop(endpoints, cg, std::time::Duration::from_secs(10));
         }
         if *self.fail_stop_scope.lock().unwrap() {
-            return Err(crate::error::Error::internal(
+            return Err(crate::records::error::Error::internal(
                 "StopUnit: no answer before the deadline",
             ));
         }
@@ -244,7 +244,7 @@ impl PodHost for FakePodHost {
     fn check_userns_runtime(&self) -> Result<()> {
         self.log("check_userns_runtime".into());
         match self.old_runc.lock().unwrap().as_ref() {
-            Some(line) => Err(crate::error::Error::precondition(format!(
+            Some(line) => Err(crate::records::error::Error::precondition(format!(
                 "user-namespaced pods need runc >= 1.2; runc is {line:?}"
             ))),
             None => Ok(()),
@@ -253,20 +253,20 @@ impl PodHost for FakePodHost {
     fn reserve_mcs(
         &self,
         id: &str,
-        options: Option<&crate::selinux::SelinuxOptions>,
-    ) -> Result<Option<crate::mcs::Reservation>> {
+        options: Option<&crate::host::selinux::SelinuxOptions>,
+    ) -> Result<Option<crate::host::mcs::Reservation>> {
         let Some(reg) = self.mcs.lock().unwrap().clone() else {
             return Ok(None);
         };
         self.log(format!("reserve_mcs {id}"));
         let r = match options.map(|o| o.level.as_str()).filter(|l| !l.is_empty()) {
             Some(level) => reg.reserve_given(id, level),
-            None => reg.reserve_random(id, crate::selinux::draw_categories),
+            None => reg.reserve_random(id, crate::host::selinux::draw_categories),
         };
         r.map(Some)
-            .map_err(|e| crate::error::Error::internal(e.to_string()))
+            .map_err(|e| crate::records::error::Error::internal(e.to_string()))
     }
-    fn release_mcs(&self, r: &crate::mcs::Reservation) {
+    fn release_mcs(&self, r: &crate::host::mcs::Reservation) {
         self.log(format!("release_mcs {} {}", r.owner, r.level));
         if let Some(reg) = self.mcs.lock().unwrap().as_ref() {
             reg.release(r);
@@ -292,7 +292,7 @@ impl PodHost for FakePodHost {
 
 struct Fixture {
     svc: SandboxService,
-    tasks: crate::rpc::task::TaskService,
+    tasks: crate::server::rpc::task::TaskService,
     sm: Arc<SandboxManager>,
     host: Arc<FakePodHost>,
     dir: tempfile::TempDir,
@@ -311,7 +311,7 @@ fn fixture_with_network(net: &Arc<FakeNetwork>) -> Fixture {
 /// A fixture whose sandbox subscribes to `reaper` before forking the pause, as the daemon's,
 /// and, with `net`, sets up shim-owned networks through it.
 fn fixture_with(
-    reaper: Option<Arc<crate::reaper::Reaper>>,
+    reaper: Option<Arc<crate::shim::reaper::Reaper>>,
     net: Option<Arc<FakeNetwork>>,
 ) -> Fixture {
     let host = Arc::new(FakePodHost::default());
@@ -323,7 +323,7 @@ fn fixture_with(
             host: host.clone(),
             reaper,
             network_for_pods: net.is_some(),
-            network: net.map(|n| n as Arc<dyn crate::network::NetworkProvider>),
+            network: net.map(|n| n as Arc<dyn crate::host::network::NetworkProvider>),
             on_shutdown: on_shutdown.clone(),
         },
         |pod| {
@@ -343,7 +343,7 @@ fn fixture_with(
     let tm = sm.tasks().clone();
     Fixture {
         svc: SandboxService::new(sm.clone()),
-        tasks: crate::rpc::task::TaskService::new(tm),
+        tasks: crate::server::rpc::task::TaskService::new(tm),
         sm,
         host,
         dir: tempfile::tempdir().unwrap(),
@@ -354,19 +354,19 @@ fn fixture_with(
 /// The task side is not exercised here.
 struct NoHost;
 impl crate::task::Host for NoHost {
-    fn mount_rootfs(&self, _: &[crate::mount::MountSpec], _: &Path) -> Result<()> {
+    fn mount_rootfs(&self, _: &[crate::host::mount::MountSpec], _: &Path) -> Result<()> {
         Ok(())
     }
     fn unmount_rootfs(&self, _: &Path) -> Result<()> {
         Ok(())
     }
-    fn cgroup_paths(&self, _: i32) -> Result<crate::cgroups::CgroupPaths> {
+    fn cgroup_paths(&self, _: i32) -> Result<crate::host::cgroups::CgroupPaths> {
         Ok(Default::default())
     }
-    fn metrics(&self, _: &crate::cgroups::CgroupPaths) -> Result<Any> {
+    fn metrics(&self, _: &crate::host::cgroups::CgroupPaths) -> Result<Any> {
         Ok(Any::new())
     }
-    fn watch_oom(&self, _: &str, _: &crate::cgroups::CgroupPaths) -> Result<()> {
+    fn watch_oom(&self, _: &str, _: &crate::host::cgroups::CgroupPaths) -> Result<()> {
         Ok(())
     }
     fn unwatch_oom(&self, _: &str) {}
@@ -374,16 +374,16 @@ impl crate::task::Host for NoHost {
     fn signal(&self, _: i32, _: u32) -> Result<()> {
         Ok(())
     }
-    fn thaw(&self, _: &crate::cgroups::CgroupPaths) -> Result<()> {
+    fn thaw(&self, _: &crate::host::cgroups::CgroupPaths) -> Result<()> {
         Ok(())
     }
-    fn runtime(&self, _: &RuncConfig) -> Arc<dyn crate::runtime::Runtime> {
+    fn runtime(&self, _: &RuncConfig) -> Arc<dyn crate::host::runtime::Runtime> {
         unreachable!("no tasks in these tests")
     }
 }
 
 /// `cfg` as containerd sends it in CreateSandbox's options.
-fn any_config(cfg: &crate::cri::PodSandboxConfig) -> Any {
+fn any_config(cfg: &crate::records::cri::PodSandboxConfig) -> Any {
     Any {
         type_url: "runtime.v1.PodSandboxConfig".into(),
         value: cfg.write_to_bytes().unwrap(),
@@ -397,8 +397,8 @@ fn pod_config(hostname: &str, share_pid: bool) -> Any {
 
 /// The pod of most tests: `web` in `default` (uid-1), cgroup parent `/kubepods/pod-uid-1`, one
 /// sysctl, a DNS server, its own pid namespace or the pod's.
-fn pod_sandbox_config(hostname: &str, share_pid: bool) -> crate::cri::PodSandboxConfig {
-    use crate::cri;
+fn pod_sandbox_config(hostname: &str, share_pid: bool) -> crate::records::cri::PodSandboxConfig {
+    use crate::records::cri;
     let mut cfg = cri::PodSandboxConfig::new();
     cfg.hostname = hostname.into();
     let md = cfg.metadata.mut_or_insert_default();
@@ -531,9 +531,9 @@ impl Fixture {
         id: &str,
         bundle_of: &str,
         secs: u64,
-    ) -> (Option<u32>, crate::timing::Undone) {
-        let budget = crate::timing::Budget::new(std::time::Duration::from_secs(secs));
-        let mut undone = crate::timing::Undone::default();
+    ) -> (Option<u32>, crate::shim::timing::Undone) {
+        let budget = crate::shim::timing::Budget::new(std::time::Duration::from_secs(secs));
+        let mut undone = crate::shim::timing::Undone::default();
         let pid = cleanup_from_bundle(
             "default",
             id,
@@ -570,7 +570,7 @@ impl Fixture {
 
 /// The inline answer of `path` to `req`, if the fast path takes it.
 fn inline(f: &Fixture, path: &str, req: &impl Message) -> Option<ttrpc::Result<Vec<u8>>> {
-    let methods = crate::rpc::sandbox::inline_methods(&f.sm);
+    let methods = crate::server::rpc::sandbox::inline_methods(&f.sm);
     let (_, m) = methods
         .iter()
         .find(|(p, _)| p.ends_with(path))
@@ -643,7 +643,7 @@ fn the_inline_answers_are_the_handler_s() {
         assert!(inline(&f, "/Platform", &platform).is_none());
         assert!(inline(&f, "/PingSandbox", &ping).is_none());
     }
-    let methods = crate::rpc::sandbox::inline_methods(&f.sm);
+    let methods = crate::server::rpc::sandbox::inline_methods(&f.sm);
     assert!(
         methods
             .iter()
@@ -849,14 +849,14 @@ fn pod_metrics_come_from_the_pod_cgroup_and_need_one() {
 }
 
 /// A node's MCS registry of its own (in the directory returned with it).
-fn mcs_registry() -> (tempfile::TempDir, crate::mcs::Registry) {
+fn mcs_registry() -> (tempfile::TempDir, crate::host::mcs::Registry) {
     let d = tempfile::tempdir().unwrap();
-    let reg = crate::mcs::Registry::at(d.path().join("mcs"));
+    let reg = crate::host::mcs::Registry::at(d.path().join("mcs"));
     (d, reg)
 }
 
 /// A fixture with SELinux labels on: the pause's MCS level is reserved in `reg`.
-fn fixture_with_mcs(reg: &crate::mcs::Registry) -> Fixture {
+fn fixture_with_mcs(reg: &crate::host::mcs::Registry) -> Fixture {
     let f = fixture();
     *f.host.mcs.lock().unwrap() = Some(reg.clone());
     f
@@ -916,7 +916,7 @@ fn delete_releases_the_pod_s_mcs_level() {
     let id = format!("mcs-delete-test-{}", std::process::id());
     f.create(&id, pod_config("web-0", true)).unwrap();
     f.start(&id).unwrap();
-    let node = crate::mcs::Registry::node();
+    let node = crate::host::mcs::Registry::node();
     let level = "s0:c1022,c1023";
     let r = node.reserve_given(&id, level).unwrap();
     let other = node.reserve_given("some-other-pod", level).unwrap();
@@ -1129,8 +1129,8 @@ fn proc_state(pid: i32) -> String {
 }
 
 /// The pids of StartTransientUnit's `PIDs` property.
-fn pids_of(call: &crate::systemd::wire::Message) -> Vec<i32> {
-    use crate::systemd::wire::Value;
+fn pids_of(call: &crate::host::systemd::wire::Message) -> Vec<i32> {
+    use crate::host::systemd::wire::Value;
     let body = call.body().unwrap();
     let Value::Array(_, props) = &body[2] else {
         panic!("{body:?}")
@@ -1163,14 +1163,14 @@ fn pids_of(call: &crate::systemd::wire::Message) -> Vec<i32> {
 #[test]
 #[ignore = "needs root: a PID namespace of its own (unshare --pid --fork --mount-proc)"]
 fn a_pause_that_dies_while_systemd_is_asked_never_lends_its_pid() {
-    use crate::systemd::fake::{FakeSystemd, job_removed, reply};
-    use crate::systemd::wire::Value;
+    use crate::host::systemd::fake::{FakeSystemd, job_removed, reply};
+    use crate::host::systemd::wire::Value;
     if !in_own_pid_namespace(
-        "rpc::tests::sandbox::a_pause_that_dies_while_systemd_is_asked_never_lends_its_pid",
+        "server::rpc::tests::sandbox::a_pause_that_dies_while_systemd_is_asked_never_lends_its_pid",
     ) {
         return;
     }
-    let reaper = crate::reaper::Reaper::start().unwrap();
+    let reaper = crate::shim::reaper::Reaper::start().unwrap();
     let f = fixture_with(Some(reaper.clone()), None);
     let sm = Arc::downgrade(&f.sm);
     reaper.set_handler(move |e| {
@@ -1309,7 +1309,7 @@ fn a_slice_prefix_name_parent_is_refused_before_the_pause() {
 /// the pod's (an NRI plugin would adjust the shim's cgroup).
 #[test]
 fn the_spec_names_no_cgroup_when_the_pod_has_none() {
-    use crate::cri;
+    use crate::records::cri;
     let f = fixture();
     let mut cfg = cri::PodSandboxConfig::new();
     cfg.hostname = "h".into();
@@ -1360,7 +1360,7 @@ fn create_twice_start_before_create_and_unknown_ids() {
 #[test]
 fn bad_pod_configs_are_rejected_with_the_field_and_leave_nothing() {
     let f = fixture();
-    let mut cfg = crate::cri::PodSandboxConfig::new();
+    let mut cfg = crate::records::cri::PodSandboxConfig::new();
     cfg.linux
         .mut_or_insert_default()
         .sysctls
@@ -1678,7 +1678,7 @@ fn a_sandbox_without_netns_gets_the_shim_network_and_loses_it_at_stop() {
 #[test]
 fn a_failing_network_setup_fails_the_create_and_leaves_nothing() {
     let net = Arc::new(FakeNetwork::default());
-    *net.fail_setup.lock().unwrap() = Some(crate::error::Error::precondition(
+    *net.fail_setup.lock().unwrap() = Some(crate::records::error::Error::precondition(
         "load CNI config: no-such-plugin",
     ));
     let f = fixture_with_network(&net);
@@ -1711,7 +1711,7 @@ fn a_failing_network_setup_fails_the_create_and_leaves_nothing() {
 #[test]
 fn a_failed_create_is_typed() {
     let net = Arc::new(FakeNetwork::default());
-    *net.fail_setup.lock().unwrap() = Some(crate::error::Error::precondition("no plugin"));
+    *net.fail_setup.lock().unwrap() = Some(crate::records::error::Error::precondition("no plugin"));
     let f = fixture_with_network(&net);
     assert_eq!(
         code(f.create_in("pod1", pod_config("a", false), "")),
@@ -1723,7 +1723,7 @@ fn a_failed_create_is_typed() {
 fn bad_bandwidth_annotations_fail_before_any_network_is_made() {
     let net = Arc::new(FakeNetwork::default());
     let f = fixture_with_network(&net);
-    let mut cfg = crate::cri::PodSandboxConfig::new();
+    let mut cfg = crate::records::cri::PodSandboxConfig::new();
     cfg.annotations
         .insert("kubernetes.io/ingress-bandwidth".into(), "1".into());
     let any = any_config(&cfg);
@@ -1739,7 +1739,7 @@ fn a_failing_teardown_does_not_fail_stop() {
     let net = Arc::new(FakeNetwork::default());
     let f = fixture_with_network(&net);
     f.create_in("pod1", pod_config("a", false), "").unwrap();
-    *net.fail_teardown.lock().unwrap() = Some(crate::error::Error::internal("CNI DEL: boom"));
+    *net.fail_teardown.lock().unwrap() = Some(crate::records::error::Error::internal("CNI DEL: boom"));
     // Never started: stop has no pause process to wait for.
     f.stop("pod1").unwrap();
     assert_eq!(net.calls(), ["setup k8s.io pod1 web", "teardown pod1"]);
@@ -1757,7 +1757,7 @@ fn no_pod_config() -> Any {
 }
 
 fn host_network_pod_config() -> Any {
-    use crate::cri;
+    use crate::records::cri;
     let mut cfg = cri::PodSandboxConfig::new();
     cfg.hostname = "node-name-is-used".into();
     let md = cfg.metadata.mut_or_insert_default();
@@ -1907,7 +1907,7 @@ fn no_cni_config_gives_a_loopback_only_pod_network() {
 
 #[test]
 fn a_pause_that_dies_before_its_pid_is_stored_makes_the_pod_notready() {
-    let reaper = crate::reaper::Reaper::new_for_test();
+    let reaper = crate::shim::reaper::Reaper::new_for_test();
     let f = fixture_with(Some(reaper.clone()), None);
     let r = reaper.clone();
     *f.host.on_spawn.lock().unwrap() = Some(Box::new(move |pid| {
@@ -1926,7 +1926,7 @@ fn a_pause_that_dies_before_its_pid_is_stored_makes_the_pod_notready() {
 
 #[test]
 fn an_old_exit_of_a_recycled_pid_does_not_touch_a_new_pause() {
-    let reaper = crate::reaper::Reaper::new_for_test();
+    let reaper = crate::shim::reaper::Reaper::new_for_test();
     let f = fixture_with(Some(reaper.clone()), None);
     // Some helper with the pid the pause process will get exited long before.
     reaper.inject(pause_exit(1));
@@ -1940,26 +1940,26 @@ fn wait_sandbox_is_parked_until_the_pod_ends_and_unknown_ids_are_refused() {
     let f = fixture();
     f.create("pod1", pod_config("web-0", true)).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    f.sm.wait("pod1", Box::new(crate::waiters::ChannelWaiter(tx)))
+    f.sm.wait("pod1", Box::new(crate::shim::waiters::ChannelWaiter(tx)))
         .unwrap();
     assert!(rx.try_recv().is_err(), "nothing ended yet");
     f.stop("pod1").unwrap();
     assert_eq!(
         rx.try_recv().unwrap().status,
-        crate::waiters::UNKNOWN_EXIT_STATUS,
+        crate::shim::waiters::UNKNOWN_EXIT_STATUS,
         "a pod stopped before it started still answers its Waits"
     );
     let (tx, _rx) = std::sync::mpsc::channel();
     let e =
-        f.sm.wait("nope", Box::new(crate::waiters::ChannelWaiter(tx)))
+        f.sm.wait("nope", Box::new(crate::shim::waiters::ChannelWaiter(tx)))
             .unwrap_err();
-    assert_eq!(e.kind(), crate::error::Kind::NotFound);
+    assert_eq!(e.kind(), crate::records::error::Kind::NotFound);
 }
 
 /// A pod of `hostUsers: false`: userns_options mode POD, uids 0..65536 at 100000, gids at
 /// 200000.
 fn userns_pod_config() -> Any {
-    use crate::cri;
+    use crate::records::cri;
     let mut cfg = pod_sandbox_config("web-u", true);
     let u = cfg
         .linux
@@ -2061,7 +2061,7 @@ fn the_record_lists_the_pods_containers_until_they_are_deleted() {
     let f = fixture();
     f.create("pod1", pod_config("a", false)).unwrap();
     let record = || f.record("pod1");
-    let member = |id: &str| crate::reclaim::Member {
+    let member = |id: &str| crate::host::reclaim::Member {
         id: id.into(),
         bundle: Some(f.dir.path().join(id)),
         runc: RuncConfig::defaults("k8s.io"),
@@ -2201,13 +2201,13 @@ fn delete_keeps_the_mcs_level_of_a_pause_still_there() {
     let f = fixture();
     let id = format!("mcs-delete-left-test-{}", std::process::id());
     f.create(&id, pod_config("web-0", true)).unwrap();
-    let node = crate::mcs::Registry::node();
+    let node = crate::host::mcs::Registry::node();
     let level = "s0:c1020,c1021";
     let r = node.reserve_given(&id, level).unwrap();
     let mut record = f.record(&id);
     record.mcs = Some(r.clone());
     record.pause_pid = 1;
-    record.pause_start_ticks = crate::util::process_start_ticks(1).unwrap();
+    record.pause_start_ticks = crate::shim::util::process_start_ticks(1).unwrap();
     f.write_record(&id, &record);
     let (_, undone) = f.delete_from_bundle(&id, &id, 2);
     let users = node.users(level);
@@ -2228,7 +2228,7 @@ fn delete_keeps_the_mcs_level_of_a_pause_still_there() {
 #[test]
 fn a_failed_start_releases_the_mcs_level_only_once_the_pause_has_exited() {
     let d = tempfile::tempdir().unwrap();
-    let reg = crate::mcs::Registry::at(d.path().join("mcs"));
+    let reg = crate::host::mcs::Registry::at(d.path().join("mcs"));
     let no_systemd =
         "systemd is not reachable at /run/systemd/private: connect: No such file or directory";
     let released = |f: &Fixture| f.host.calls().iter().any(|c| c.starts_with("release_mcs"));

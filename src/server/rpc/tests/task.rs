@@ -15,15 +15,15 @@ use ttrpc::Code;
 
 use crate::testutil::*;
 
-use crate::cgroups::CgroupPaths;
-use crate::error::{Error, Result};
-use crate::events::RecordingSink;
-use crate::mount::MountSpec;
-use crate::reaper::Exit;
-use crate::reaper::Reaper;
-use crate::rpc::task::TaskService;
-use crate::runtime::{ProcessIo, Spawned};
-use crate::runtime::{RuncConfig, Runtime};
+use crate::host::cgroups::CgroupPaths;
+use crate::records::error::{Error, Result};
+use crate::shim::events::RecordingSink;
+use crate::host::mount::MountSpec;
+use crate::shim::reaper::Exit;
+use crate::shim::reaper::Reaper;
+use crate::server::rpc::task::TaskService;
+use crate::host::runtime::{ProcessIo, Spawned};
+use crate::host::runtime::{RuncConfig, Runtime};
 use crate::task::*;
 
 /// Fake pids start above the kernel's pid_max, so they can never be real processes.
@@ -217,9 +217,9 @@ impl Host for FakeHost {
     fn check_oom_at_exit(&self, id: &str, _status: i32) {
         self.oom_checks.lock().unwrap().push(id.into());
         if let Some(sink) = self.oom_sink.lock().unwrap().as_ref() {
-            crate::events::EventSink::publish(
+            crate::shim::events::EventSink::publish(
                 sink.as_ref(),
-                crate::events::Event::Oom(containerd_shim_protos::events::task::TaskOOM {
+                crate::shim::events::Event::Oom(containerd_shim_protos::events::task::TaskOOM {
                     container_id: id.into(),
                     ..Default::default()
                 }),
@@ -720,7 +720,7 @@ fn exec_lifecycle_and_init_exit_waits_for_execs() {
         .unwrap()
         .iter()
         .filter_map(|e| {
-            if let crate::events::Event::Exit(x) = e {
+            if let crate::shim::events::Event::Exit(x) = e {
                 Some(x.id.clone())
             } else {
                 None
@@ -883,7 +883,7 @@ fn an_exec_racing_the_delete_of_its_container_is_not_found() {
         Some(b"{}".to_vec()),
     );
     let e = f.tm.add_exec(&c, p).unwrap_err();
-    assert_eq!(e.kind(), crate::error::Kind::NotFound, "{e}");
+    assert_eq!(e.kind(), crate::records::error::Kind::NotFound, "{e}");
     assert!(c.exec_ids().is_empty());
     let topics = f.events.topics();
     assert_eq!(topics.last(), Some(&"/tasks/delete"), "{topics:?}");
@@ -943,7 +943,7 @@ fn park_wait(f: &Fixture, id: &str, exec_id: &str) -> std::sync::mpsc::Receiver<
     let (tx, rx) = std::sync::mpsc::channel();
     f.tm.waitable(id, exec_id)
         .unwrap()
-        .wait(Box::new(crate::waiters::ChannelWaiter(tx)));
+        .wait(Box::new(crate::shim::waiters::ChannelWaiter(tx)));
     rx
 }
 
@@ -1023,7 +1023,7 @@ fn deleting_processes_nobody_started_answers_their_waits() {
     assert_eq!((deleted.exit_status, deleted.pid), (0, pid));
     assert_eq!(f.host.runtime.calls().last().unwrap(), "delete t2 true");
     match f.events.events.lock().unwrap().last() {
-        Some(crate::events::Event::Delete(d)) => {
+        Some(crate::shim::events::Event::Delete(d)) => {
             assert_eq!((d.container_id.as_str(), d.exit_status), ("t2", 0))
         }
         other => panic!("expected TaskDelete last, got {other:?}"),
@@ -1058,7 +1058,7 @@ fn a_failed_init_start_answers_its_waits() {
 
 /// The error of a process found outside its container's cgroups (what `placement` returns).
 fn misplaced(pid: i32) -> Error {
-    crate::placement::Misplaced {
+    crate::host::placement::Misplaced {
         pid,
         hierarchy: "devices".into(),
         expected: "/sys/fs/cgroup/devices/pod.slice/cri-containerd-t1.scope".into(),
@@ -1301,7 +1301,7 @@ fn wait_on_an_unknown_process_is_not_found_and_parks_nothing() {
     running(&f, "t1");
     for (id, exec) in [("t1", "nope"), ("nope", "")] {
         match f.tm.waitable(id, exec) {
-            Err(e) => assert_eq!(e.kind(), crate::error::Kind::NotFound),
+            Err(e) => assert_eq!(e.kind(), crate::records::error::Kind::NotFound),
             Ok(_) => panic!("{id}/{exec} found"),
         }
     }
@@ -1574,8 +1574,8 @@ fn exec_with_terminal(f: &Fixture, id: &str, exec_id: &str, terminal: bool) {
 /// through: they used to queue behind it on the container's lifecycle lock.
 #[test]
 fn a_hung_exec_start_holds_up_nothing_else_of_its_container() {
-    use crate::reaper::Spawner;
-    use crate::runtime::Runc;
+    use crate::shim::reaper::Spawner;
+    use crate::host::runtime::Runc;
     use std::time::Duration;
     let f = fixture();
     running(&f, "t1");
@@ -1666,7 +1666,7 @@ fn start_held_in_runc_exec(
     id: &str,
     exec_id: &str,
 ) -> (
-    std::thread::JoinHandle<crate::error::Result<u32>>,
+    std::thread::JoinHandle<crate::records::error::Result<u32>>,
     std::sync::mpsc::Sender<()>,
 ) {
     use std::sync::mpsc;
@@ -1806,7 +1806,7 @@ fn an_exec_start_that_panics_fails_its_exec() {
         .recv_timeout(Duration::from_secs(60))
         .expect("the Kill waits for a Start that is gone")
         .unwrap_err();
-    assert_eq!(e.kind(), crate::error::Kind::NotFound, "{e}");
+    assert_eq!(e.kind(), crate::records::error::Kind::NotFound, "{e}");
     assert_eq!(
         f.tm.wait_blocking("t1", "e1").unwrap().status,
         UNKNOWN_EXIT_STATUS
@@ -1836,7 +1836,7 @@ fn a_start_of_an_exec_its_delete_took_out_runs_nothing() {
     // The Delete's first half, then the Start that had looked the exec up.
     c.remove_exec("e1", &p).unwrap();
     let e = f.tm.start_process(&c, &p).unwrap_err();
-    assert_eq!(e.kind(), crate::error::Kind::NotFound, "{e}");
+    assert_eq!(e.kind(), crate::records::error::Kind::NotFound, "{e}");
     assert!(
         !f.host.runtime.calls().iter().any(|c| c.starts_with("exec")),
         "{:?}",
@@ -1848,7 +1848,7 @@ fn a_start_of_an_exec_its_delete_took_out_runs_nothing() {
     p.state().begin_start().unwrap();
     assert_eq!(
         c.remove_exec("e2", &p).unwrap_err().kind(),
-        crate::error::Kind::FailedPrecondition
+        crate::records::error::Kind::FailedPrecondition
     );
     assert_eq!(c.exec_ids(), ["e2"]);
 }
