@@ -11,15 +11,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::host::reclaim::{Member, reclaim_all};
+use crate::host::runtime::RuncConfig;
 use crate::records::bundle::{
     ADDRESS_FILE, BOOTSTRAP_FILE, CONFIG_FILE, ROOTFS_DIR, SHIM_PID_FILE, SOCKET_DIR,
     SOCKET_DIR_LINK, TASK_STATE_FILE,
 };
-use crate::host::reclaim::{Member, reclaim_all};
-use crate::host::runtime::RuncConfig;
 use crate::shim::socket::{Removal, own_socket_path, remove_if_stale};
-use crate::task::TaskRecord;
 use crate::shim::timing::{Budget, Undone};
+use crate::task::TaskRecord;
 
 /// What `delete` found.
 #[derive(Debug, Default)]
@@ -667,7 +667,10 @@ mod tests {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 assert!(
-                    matches!(crate::shim::socket::probe(&sock), crate::shim::socket::Probe::Live),
+                    matches!(
+                        crate::shim::socket::probe(&sock),
+                        crate::shim::socket::Probe::Live
+                    ),
                     "the dying daemon still serves its socket"
                 );
                 delete_from_bundle("default", "t1", &bundle);

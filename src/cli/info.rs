@@ -232,7 +232,8 @@ mod tests {
                 match &accepted {
                     Err(e) if e.message().contains("Text file busy") => {
                         std::thread::sleep(Duration::from_millis(20));
-                        accepted = crate::host::runtime::check_userns_runc(&bin, &Spawner::direct());
+                        accepted =
+                            crate::host::runtime::check_userns_runc(&bin, &Spawner::direct());
                     }
                     _ => break,
                 }

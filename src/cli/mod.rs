@@ -61,7 +61,8 @@ pub fn main() {
         run_info()
     } else {
         match flags.action.as_str() {
-            "" => crate::server::daemon::serve(&flags).inspect_err(|e| log::error!("shim failed: {e}")),
+            "" => crate::server::daemon::serve(&flags)
+                .inspect_err(|e| log::error!("shim failed: {e}")),
             "start" => run_start(&flags),
             "delete" => run_delete(&flags),
             "check" => std::process::exit(check::main(&flags.args)),

@@ -113,7 +113,9 @@ pub fn dirs_of(cgroups_path: &str, roots: &[PathBuf]) -> Option<Vec<PathBuf>> {
         if unit.contains('/') {
             return None;
         }
-        crate::host::systemd::names::expand_slice(slice).ok()?.join(unit)
+        crate::host::systemd::names::expand_slice(slice)
+            .ok()?
+            .join(unit)
     } else {
         PathBuf::from(cgroups_path)
     };

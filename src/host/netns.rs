@@ -75,7 +75,9 @@ impl From<NetNsError> for crate::records::error::Error {
     fn from(e: NetNsError) -> Self {
         let kind = match &e {
             NetNsError::InvalidName { .. } => crate::records::error::Kind::Internal,
-            NetNsError::Io { source, .. } => crate::records::error::os_error_kind(source.raw_os_error()),
+            NetNsError::Io { source, .. } => {
+                crate::records::error::os_error_kind(source.raw_os_error())
+            }
         };
         crate::records::error::Error::new(kind, e.to_string())
     }

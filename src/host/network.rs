@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cni::{Cni, CniError, ExecError, PluginExec, PodArgs, RuntimeConf};
+use crate::host::netns::NetNs;
 use crate::records::config::NetworkConfig;
 use crate::records::error::{Context, Error, Result};
-use crate::host::netns::NetNs;
 use crate::shim::reaper::Spawner;
 
 /// What was set up, and how to take it down again.

@@ -33,9 +33,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::host::cgroup_ownership::{CgroupsAtCreate, dirs_of};
+use crate::host::runtime::{Runc, RuncConfig, Runtime};
 use crate::records::error::Kind;
 use crate::shim::reaper::Spawner;
-use crate::host::runtime::{Runc, RuncConfig, Runtime};
 use crate::shim::timing::{Budget, Undone};
 
 /// containerd's CRI annotation naming a container's pod (runc copies annotations into the
@@ -215,7 +215,9 @@ pub fn reclaim(member: &Member, budget: &Budget, stage: &Stage) -> Undone {
         }
     };
     let mut undone = Undone::default();
-    if crate::records::validate::id("container id", &member.id).is_err() || !member.runc.root.is_absolute() {
+    if crate::records::validate::id("container id", &member.id).is_err()
+        || !member.runc.root.is_absolute()
+    {
         undone.failed(format!("{:?}: not a container id and runc root", member.id));
         return undone;
     }
@@ -304,7 +306,10 @@ pub fn reclaim(member: &Member, budget: &Budget, stage: &Stage) -> Undone {
         at("unmount its rootfs");
         // The rootfs and the idmapped layers' scratch mount: containerd's bundle removal
         // cannot remove a directory something is still mounted on.
-        for dir in [crate::records::bundle::ROOTFS_DIR, crate::records::bundle::IDMAPPED_SCRATCH] {
+        for dir in [
+            crate::records::bundle::ROOTFS_DIR,
+            crate::records::bundle::IDMAPPED_SCRATCH,
+        ] {
             if let Err(e) = crate::host::mount::unmount(&bundle.join(dir)) {
                 undone.failed(format!("container {id}: {e}"));
             }

@@ -48,8 +48,10 @@ pub fn sealed() -> Result<OwnedFd> {
     // process of uid 65535 could attach to it). Root (the shim) reads it all the same.
     // SAFETY: fchmod on an open memfd.
     if unsafe { libc::fchmod(file.as_raw_fd(), 0o111) } != 0 {
-        return Err(crate::records::error::Error::from(std::io::Error::last_os_error())
-            .context("pause program: chmod the memfd"));
+        return Err(
+            crate::records::error::Error::from(std::io::Error::last_os_error())
+                .context("pause program: chmod the memfd"),
+        );
     }
     let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
     add_seals(&file, seals | F_SEAL_EXEC)

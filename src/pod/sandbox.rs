@@ -19,18 +19,18 @@ use super::pause::{PauseConfig, PauseProcess};
 use super::spec::{
     CgroupParent, IpcMode, MemberNamespace, NetworkMode, NetworkPlan, PodSpec, SysctlDefaults,
 };
-use crate::records::error::{Context, Error, Result};
 use crate::host::network::{NetworkProvider, NetworkRecord};
-use crate::records::oci::{self, NamespaceChoice, PodMount};
-use crate::shim::reaper::{Exit, Reaper};
 use crate::host::reclaim::Member;
-use crate::shim::sync::{Lock, Wait};
 use crate::host::systemd::scope::PodScope;
-use crate::task::{PodHooks, TaskManager};
+use crate::records::error::{Context, Error, Result};
+use crate::records::oci::{self, NamespaceChoice, PodMount};
+use crate::records::validate;
+use crate::shim::reaper::{Exit, Reaper};
+use crate::shim::sync::{Lock, Wait};
 use crate::shim::timing::Steps;
 use crate::shim::util::write_file_atomic;
-use crate::records::validate;
 use crate::shim::waiters::{ExitInfo, ExitWaiter, Waiters};
+use crate::task::{PodHooks, TaskManager};
 
 /// The file in the sandbox bundle that tells `delete` what to clean up.
 pub use crate::records::bundle::SANDBOX_STATE_FILE;
@@ -725,7 +725,11 @@ impl SandboxManager {
 
     /// Writes what `delete` needs if the shim dies from here until the pause's pid is recorded
     /// into the stored record: the pause's MCS reservation, and that its spawn begins now.
-    fn record_before_spawn(&self, id: &str, mcs: Option<crate::host::mcs::Reservation>) -> Result<()> {
+    fn record_before_spawn(
+        &self,
+        id: &str,
+        mcs: Option<crate::host::mcs::Reservation>,
+    ) -> Result<()> {
         self.record_mcs_and_spawn(id, mcs, super::unrecorded_pause::boot_ticks_now())
     }
 
@@ -1166,7 +1170,8 @@ impl SandboxManager {
 }
 
 fn save_record(bundle: &Path, record: &SandboxRecord) -> Result<()> {
-    let data = crate::records::state_file::encode(&crate::records::state_file::SANDBOX_RECORD, record)?;
+    let data =
+        crate::records::state_file::encode(&crate::records::state_file::SANDBOX_RECORD, record)?;
     write_file_atomic(&bundle.join(SANDBOX_STATE_FILE), &data, 0o600).context("save sandbox record")
 }
 
@@ -1463,7 +1468,9 @@ impl PodHost for LinuxPodHost {
         }
         let r = match options.map(|o| o.level.as_str()).filter(|l| !l.is_empty()) {
             Some(level) => self.mcs.reserve_given(id, level),
-            None => self.mcs.reserve_random(id, crate::host::selinux::draw_categories),
+            None => self
+                .mcs
+                .reserve_random(id, crate::host::selinux::draw_categories),
         };
         r.map(Some).map_err(|e| Error::internal(e.to_string()))
     }
@@ -1497,7 +1504,8 @@ pub fn cleanup_from_bundle(
     let raw = std::fs::read(bundle.join(SANDBOX_STATE_FILE)).ok()?;
     // Any release's record (crate::records::state_file): a pod of an older shim is cleaned up too.
     let record: SandboxRecord =
-        match crate::records::state_file::decode(&crate::records::state_file::SANDBOX_RECORD, &raw) {
+        match crate::records::state_file::decode(&crate::records::state_file::SANDBOX_RECORD, &raw)
+        {
             Ok(d) => d.record,
             Err(e) => {
                 eprintln!("delete {id}: {e}: not used");
@@ -1542,7 +1550,10 @@ const POD_DELETE_SHARE: Duration = Duration::from_millis(500);
 
 /// `delete`'s steps for the pod itself once its containers are down (see
 /// [`cleanup_from_bundle`]), within `budget`.
-fn take_down_pod(record: &SandboxRecord, budget: &crate::shim::timing::Budget) -> crate::shim::timing::Undone {
+fn take_down_pod(
+    record: &SandboxRecord,
+    budget: &crate::shim::timing::Budget,
+) -> crate::shim::timing::Undone {
     let mut undone = crate::shim::timing::Undone::default();
     let host = LinuxPodHost {
         host_etc: PathBuf::from("/etc"),
@@ -1572,7 +1583,8 @@ fn take_down_pod(record: &SandboxRecord, budget: &crate::shim::timing::Budget) -
     for (pid, start) in pauses {
         // Only while the pid still names the pause process we started.
         let ours = || crate::shim::util::process_start_ticks(pid) == Some(start);
-        let gone = crate::shim::util::kill_and_wait(pid, ours, budget.bound(Duration::from_secs(1)));
+        let gone =
+            crate::shim::util::kill_and_wait(pid, ours, budget.bound(Duration::from_secs(1)));
         if !gone && ours() {
             pause_left = true;
             undone.failed(format!("the pause process {pid} is still there"));

@@ -13,10 +13,10 @@
 use std::path::{Path, PathBuf};
 
 use super::cgroup::PodCgroup;
-use crate::records::error::{Context, Error, Result};
 use crate::host::systemd::manager::{Endpoints, SystemdError};
 use crate::host::systemd::names::{expand_slice, pod_scope_name};
 use crate::host::systemd::scope::PodScope;
+use crate::records::error::{Context, Error, Result};
 
 /// The scope of sandbox `id` in slice `parent` (the pod's `cgroup_parent`), or why such a
 /// parent cannot be used: only a slice unit name is (the `slice:prefix:name` form names a
@@ -167,7 +167,11 @@ mod tests {
         );
         for bad in ["system.slice:rsandbox:abc", "a--b.slice", ":x:y"] {
             let e = plan("sb1", bad).unwrap_err();
-            assert_eq!(e.kind(), crate::records::error::Kind::InvalidArgument, "{bad}");
+            assert_eq!(
+                e.kind(),
+                crate::records::error::Kind::InvalidArgument,
+                "{bad}"
+            );
             assert!(e.to_string().contains("slice unit name"), "{e}");
         }
     }
@@ -201,7 +205,12 @@ mod tests {
         assert_eq!(cg.scope, Some(scope));
         // Nothing written into the (stand-in) hierarchy: systemd moved the process.
         assert!(!root.path().join("kubepods.slice").exists());
-        stop(&fake.endpoints(), &cg, crate::host::systemd::scope::STOP_TIMEOUT).unwrap();
+        stop(
+            &fake.endpoints(),
+            &cg,
+            crate::host::systemd::scope::STOP_TIMEOUT,
+        )
+        .unwrap();
         let members = fake.finish_members();
         assert_eq!(
             members,

@@ -32,8 +32,8 @@ use protobuf::reflect::{ReflectFieldRef, ReflectValueRef};
 use serde_json::{Map, Value, json};
 
 use crate::cni::CniResult;
-use crate::records::cri;
 use crate::host::network::NetworkRecord;
+use crate::records::cri;
 
 use super::spec::PodSpec;
 

@@ -11,18 +11,18 @@ use containerd_shim_protos::events::task::TaskOOM;
 use containerd_shim_protos::sandbox_sync::create_sandbox;
 use containerd_shim_protos::shim_sync::create_task;
 
-use crate::records::bundle::{LISTENER_FD, LOG_FIFO, OPTIONS_FILE, RUNTIME_ID, SOCKET_DIR};
 use crate::host::cgroups::OomWatcher;
-use crate::records::error::{Context, Error, Result};
-use crate::shim::events::{Event, EventSink, RemotePublisher};
-use crate::records::flags::Flags;
+use crate::host::runtime::RuncConfig;
 use crate::pod::sandbox::{LinuxPodHost, SandboxDeps, SandboxManager};
-use crate::shim::reaper::{Reaper, Spawner};
+use crate::records::bundle::{LISTENER_FD, LOG_FIFO, OPTIONS_FILE, RUNTIME_ID, SOCKET_DIR};
+use crate::records::error::{Context, Error, Result};
+use crate::records::flags::Flags;
 use crate::server::rpc::sandbox::SandboxService;
 use crate::server::rpc::server::ServerBuilder;
 use crate::server::rpc::task::{TaskService, runc_config_from_options};
 use crate::server::rpc::wait::{SandboxWait, TaskWait};
-use crate::host::runtime::RuncConfig;
+use crate::shim::events::{Event, EventSink, RemotePublisher};
+use crate::shim::reaper::{Reaper, Spawner};
 use crate::shim::sync::{Lock, Wait};
 use crate::task::{LinuxHost, TaskDeps, TaskManager};
 

@@ -10,18 +10,18 @@ use containerd_shim_protos::events::task::{TaskCreate, TaskIO};
 use protobuf::MessageField;
 
 use super::{Container, CreateRequest, Slot, TASK_STATE_FILE, TaskManager, TaskRecord};
-use crate::records::error::{Context, Error, Result};
-use crate::shim::events::Event;
-use crate::records::oci;
-use crate::shim::reaper::Subscription;
 use crate::host::reclaim::Member;
 use crate::host::runtime::{ProcessIo, Runtime};
-use crate::task::stdio;
+use crate::records::error::{Context, Error, Result};
+use crate::records::oci;
+use crate::records::validate;
+use crate::shim::events::Event;
+use crate::shim::reaper::Subscription;
 use crate::shim::sync::Lock;
-use crate::task::process::Process;
 use crate::shim::timing::Steps;
 use crate::shim::util::write_file_atomic;
-use crate::records::validate;
+use crate::task::process::Process;
+use crate::task::stdio;
 
 /// One undo step: what it takes down, and how.
 type UndoStep<'a> = (&'static str, Box<dyn FnOnce() + 'a>);
@@ -144,7 +144,8 @@ impl TaskManager {
             cgroups_at_create: Some(cgroups_at_create.clone()),
         };
         let record_path = req.bundle.join(TASK_STATE_FILE);
-        let data = crate::records::state_file::encode(&crate::records::state_file::TASK_RECORD, &record)?;
+        let data =
+            crate::records::state_file::encode(&crate::records::state_file::TASK_RECORD, &record)?;
         write_file_atomic(&record_path, &data, 0o600).context("write task record")?;
         undo.push("remove the task record", move || {
             let _ = std::fs::remove_file(&record_path);

@@ -7,13 +7,13 @@ use containerd_shim_protos::events::task::TaskDelete;
 use protobuf::MessageField;
 
 use super::{Phase, TaskManager};
+use crate::host::runtime::Runtime;
 use crate::records::error::{Context, Error, Kind, Result};
 use crate::shim::events::Event;
-use crate::host::runtime::Runtime;
 use crate::shim::sync::{Lock, Wait};
-use crate::task::process::{ExitInfo, Process};
 use crate::shim::timing::Steps;
 use crate::shim::util::timestamp;
+use crate::task::process::{ExitInfo, Process};
 
 impl TaskManager {
     /// Delete the init (removing the task) or an exec. Returns (pid, exit).
@@ -211,8 +211,8 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::records::error::Error;
     use crate::host::runtime::{ProcessIo, Spawned};
+    use crate::records::error::Error;
 
     #[test]
     fn only_an_init_that_is_gone_gets_a_plain_runc_delete() {

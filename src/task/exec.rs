@@ -5,14 +5,14 @@ use std::sync::Arc;
 use containerd_shim_protos::events::task::TaskExecAdded;
 
 use super::{Container, TaskManager};
-use crate::records::error::{Context, Error, Result};
-use crate::shim::events::Event;
-use crate::records::oci;
 use crate::host::runtime::ProcessIo;
-use crate::task::stdio::{self, StdioRequest};
+use crate::records::error::{Context, Error, Result};
+use crate::records::oci;
+use crate::records::validate;
+use crate::shim::events::Event;
 use crate::shim::sync::Lock;
 use crate::task::process::Process;
-use crate::records::validate;
+use crate::task::stdio::{self, StdioRequest};
 
 impl TaskManager {
     /// Registers an exec process (started later by Start with the exec ID).

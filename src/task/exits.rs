@@ -23,8 +23,8 @@ use super::{Container, TaskManager};
 use crate::shim::events::Event;
 use crate::shim::reaper::{Exit, Subscription};
 use crate::shim::sync::Lock;
-use crate::task::process::{ExitInfo, Process};
 use crate::shim::util::timestamp;
+use crate::task::process::{ExitInfo, Process};
 
 impl TaskManager {
     /// Makes `pid` known to the exit path; an exit that `subscription` caught before this (the

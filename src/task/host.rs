@@ -8,10 +8,10 @@ use std::sync::Arc;
 use protobuf::well_known_types::any::Any;
 
 use crate::host::cgroups::{CgroupPaths, OomWatcher};
-use crate::records::error::Result;
 use crate::host::mount::{self, MountSpec};
-use crate::shim::reaper::Spawner;
 use crate::host::runtime::{Runc, RuncConfig, Runtime};
+use crate::records::error::Result;
+use crate::shim::reaper::Spawner;
 
 /// OS operations the task manager needs besides the OCI runtime.
 pub trait Host: Send + Sync {
@@ -68,13 +68,16 @@ impl Host for LinuxHost {
     fn signal(&self, pid: i32, signal: u32) -> Result<()> {
         // A raw number: nix's Signal enum knows no real-time signals (SIGRTMIN+3, systemd's
         // stop signal, is 37). The task manager checked the range.
-        let sig = i32::try_from(signal)
-            .map_err(|_| crate::records::error::Error::invalid(format!("signal {signal} is not valid")))?;
+        let sig = i32::try_from(signal).map_err(|_| {
+            crate::records::error::Error::invalid(format!("signal {signal} is not valid"))
+        })?;
         // SAFETY: kill(2) takes two integers and touches no memory of ours.
         if unsafe { libc::kill(pid, sig) } != 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::ESRCH) {
-                return Err(crate::records::error::Error::not_found("process already finished"));
+                return Err(crate::records::error::Error::not_found(
+                    "process already finished",
+                ));
             }
             return Err(crate::records::error::Error::from(e).context(format!("kill pid {pid}")));
         }

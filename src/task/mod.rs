@@ -33,16 +33,16 @@ use std::time::Instant;
 use containerd_shim_protos::events::task::{TaskPaused, TaskResumed};
 
 use crate::host::cgroups::CgroupPaths;
-use crate::records::error::{Context, Error, Result};
-use crate::shim::events::{Event, EventSink};
 use crate::host::mount::MountSpec;
 use crate::host::network::{NetworkProvider, NetworkRecord};
-use crate::shim::reaper::Reaper;
 use crate::host::reclaim::Member;
 use crate::host::runtime::{RuncConfig, Runtime};
-use crate::task::stdio::StdioRequest;
-use crate::shim::sync::{Lock, Wait};
+use crate::records::error::{Context, Error, Result};
 use crate::records::validate;
+use crate::shim::events::{Event, EventSink};
+use crate::shim::reaper::Reaper;
+use crate::shim::sync::{Lock, Wait};
+use crate::task::stdio::StdioRequest;
 
 pub use host::{Host, LinuxHost};
 pub use process::{ExitInfo, ExitWaiter, Phase, Process, Status, UNKNOWN_EXIT_STATUS};

@@ -19,10 +19,10 @@
 use std::sync::Mutex;
 
 use crate::records::error::{Error, Result};
-use crate::task::stdio::{Keepalive, StdioRequest, TtyCopier};
 use crate::shim::sync::Lock;
 pub use crate::shim::waiters::{ExitInfo, ExitWaiter, UNKNOWN_EXIT_STATUS};
 use crate::shim::waiters::{Waiters, wake};
+use crate::task::stdio::{Keepalive, StdioRequest, TtyCopier};
 
 /// Where a process is in its life, as containerd sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

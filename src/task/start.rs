@@ -19,8 +19,8 @@ use super::{Container, TaskManager};
 use crate::records::error::{Context, Error, Result};
 use crate::shim::events::Event;
 use crate::shim::sync::Lock;
-use crate::task::process::{Phase, Process};
 use crate::shim::timing::Steps;
+use crate::task::process::{Phase, Process};
 
 impl TaskManager {
     /// Start the init (`exec_id` empty) or an exec. Returns the pid.

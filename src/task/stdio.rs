@@ -30,8 +30,8 @@ use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use crate::host::client_paths::{self, FifoEnd};
-use crate::records::error::{Context, Error, Result};
 use crate::host::runtime::ProcessIo;
+use crate::records::error::{Context, Error, Result};
 
 /// Where one stdio stream goes, parsed from containerd's string.
 #[derive(Debug, Clone, PartialEq, Eq)]

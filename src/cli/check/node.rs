@@ -114,7 +114,9 @@ impl Node for System {
     fn syscall(&self, probe: Syscall) -> Support {
         let r = match probe {
             Syscall::Openat2 => probe_openat2(),
-            Syscall::PidfdOpen => crate::shim::util::pidfd_open(std::process::id() as i32).map(drop),
+            Syscall::PidfdOpen => {
+                crate::shim::util::pidfd_open(std::process::id() as i32).map(drop)
+            }
             Syscall::MemfdSeals => probe_memfd_seals(),
             Syscall::MountSetattr => probe_mount_setattr(),
             Syscall::CloseRange => probe_close_range(),

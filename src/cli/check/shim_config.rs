@@ -29,7 +29,10 @@ pub fn gather(node: &dyn Node, flag: Option<&Path>, containerd_env: Option<&str>
     } else if let Some(p) = node.env(crate::records::config::CONFIG_ENV) {
         (PathBuf::from(p), "$RSANDBOX_CONFIG")
     } else {
-        (PathBuf::from(crate::records::config::DEFAULT_CONFIG), "default")
+        (
+            PathBuf::from(crate::records::config::DEFAULT_CONFIG),
+            "default",
+        )
     };
     let loaded = match node.read(&path) {
         Ok(text) => Some(ShimConfig::parse(&text).map_err(|e| e.message().to_string())),

@@ -52,7 +52,9 @@ fn bench(default_runtime: &str) -> FakeNode {
         )
         .command(
             "/opt/rsandbox/usr/bin/containerd-shim-rsandbox-v1 -v",
-            ok(&crate::records::version::text("containerd-shim-rsandbox-v1")),
+            ok(&crate::records::version::text(
+                "containerd-shim-rsandbox-v1",
+            )),
         )
         .command("/usr/sbin/runc --version", ok("runc version 1.1.5+ds1\n"))
         .command(

@@ -128,7 +128,11 @@ pub fn spawn(cfg: &PauseConfig) -> Result<PauseProcess> {
     let pause = spawn_prepared(cfg, p)?;
     if let Some(l) = wanted {
         let now = std::fs::read(format!("/proc/{}/attr/current", pause.pid())).unwrap_or_default();
-        if let Err(e) = check_label(&now, &l.process, &crate::host::selinux::canonicalize_context) {
+        if let Err(e) = check_label(
+            &now,
+            &l.process,
+            &crate::host::selinux::canonicalize_context,
+        ) {
             let _ = pause.kill();
             return Err(e);
         }

@@ -10,8 +10,8 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::config::{PAUSE_ARGV0, PauseConfig};
 use super::userns::{check_maps, kernel_map_text, owner_unless_initial};
-use crate::records::error::{Context, Error, Result};
 use crate::pod::spec::sysctl_path;
+use crate::records::error::{Context, Error, Result};
 
 /// One sysctl, ready for the child: the path to open, the bytes to write.
 pub(super) struct PreparedSysctl {
@@ -310,7 +310,11 @@ mod tests {
             program: "system_u:object_r:container_file_t:s0:c1,c2".into(),
         };
         let e = label_program(&r, &labels).unwrap_err();
-        assert_eq!(e.kind(), crate::records::error::Kind::FailedPrecondition, "{e}");
+        assert_eq!(
+            e.kind(),
+            crate::records::error::Kind::FailedPrecondition,
+            "{e}"
+        );
         assert!(
             e.to_string()
                 .contains("SELinux: label its program system_u:object_r:container_file_t"),

@@ -13,8 +13,8 @@ use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use super::config::PauseConfig;
-use crate::records::error::{Context, Error, Result};
 use crate::pod::spec::sysctl_path;
+use crate::records::error::{Context, Error, Result};
 
 /// Steps the child reports failures for; the discriminant travels over the status pipe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -405,7 +405,11 @@ fn a_label_the_kernel_refuses_fails_the_pause_at_that_step() {
         program: "system_u:object_r:container_file_t:s0:c1,c2".into(),
     });
     let e = spawn_prepared(&cfg, p).unwrap_err();
-    assert_eq!(e.kind(), crate::records::error::Kind::FailedPrecondition, "{e}");
+    assert_eq!(
+        e.kind(),
+        crate::records::error::Kind::FailedPrecondition,
+        "{e}"
+    );
     let text = e.to_string();
     assert!(
         text.contains("SELinux: set its process label for the exec")
@@ -924,7 +928,11 @@ fn a_refused_exec_into_the_pod_s_domain_is_reported_as_that_step() {
     for errno in [libc::EACCES, libc::EPERM] {
         let rec = status::report(child::exec_failure_step(true), errno, 0);
         let e = status::failure(&rec, &cfg);
-        assert_eq!(e.kind(), crate::records::error::Kind::FailedPrecondition, "{e}");
+        assert_eq!(
+            e.kind(),
+            crate::records::error::Kind::FailedPrecondition,
+            "{e}"
+        );
         let text = e.to_string();
         assert!(
             text.contains("execute the pause program in the pod's domain")

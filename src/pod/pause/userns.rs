@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use super::config::{PAUSE_GID, PAUSE_UID};
 use super::status::STATUS_TIMEOUT;
-use crate::records::error::{Context, Error, Result};
 use crate::pod::spec::{IdMapping, UserNamespace};
+use crate::records::error::{Context, Error, Result};
 
 /// The pause runs as [`PAUSE_UID`]:[`PAUSE_GID`] inside its user namespace: both must be mapped
 /// (the pod spec's decoding already insists on it; a `PauseConfig` made otherwise is checked

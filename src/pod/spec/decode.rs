@@ -18,8 +18,8 @@ use super::{
     PodResources, PodSpec, PortMapping, Protocol, REQUIRED_MAPPED_IDS, SpecError, UserNamespace,
     invalid,
 };
-use crate::records::cri;
 use crate::host::network::{self, Bandwidth, DnsConf, PodNetworkConf};
+use crate::records::cri;
 
 /// Longest hostname the kernel accepts (`HOST_NAME_MAX`).
 pub const MAX_HOSTNAME_LEN: usize = 64;
@@ -304,7 +304,11 @@ fn selinux_options(
     let Some(o) = o else { return Ok(None) };
     let field = "linux.security_context.selinux_options";
     for (name, v, ok) in [
-        ("user", &o.user, crate::host::selinux::is_name as fn(&str) -> bool),
+        (
+            "user",
+            &o.user,
+            crate::host::selinux::is_name as fn(&str) -> bool,
+        ),
         ("role", &o.role, crate::host::selinux::is_name),
         ("type", &o.type_, crate::host::selinux::is_name),
         ("level", &o.level, crate::host::selinux::is_level),

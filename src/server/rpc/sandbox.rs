@@ -12,9 +12,9 @@ use containerd_shim_protos::types::platform::Platform;
 use protobuf::{Message, MessageField};
 use ttrpc::TtrpcContext;
 
-use crate::records::error::Context;
 use crate::pod::sandbox::{CreateSandbox, SandboxManager, State, StatusView};
 use crate::pod::{decode_pod_config, pod_config_bytes};
+use crate::records::error::Context;
 use crate::server::rpc::server::{InlineMethod, encode};
 use crate::shim::util::{go_arch, timestamp};
 

@@ -979,7 +979,9 @@ mod tests {
     fn inline_connect(payload: &[u8]) -> Option<ttrpc::Result<Vec<u8>>> {
         let req: ConnectRequest = protobuf::Message::parse_from_bytes(payload).ok()?;
         match req.id.as_str() {
-            "inline-err" => Some(Err(crate::records::error::Error::not_found("no such task").into())),
+            "inline-err" => Some(Err(
+                crate::records::error::Error::not_found("no such task").into()
+            )),
             "inline-panic" => panic!("inline bug"),
             id if id.starts_with("inline:") => Some(encode(&ConnectResponse {
                 version: std::thread::current().name().unwrap_or("").into(),

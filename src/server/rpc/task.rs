@@ -13,12 +13,12 @@ use protobuf::well_known_types::empty::Empty;
 use protobuf::{EnumOrUnknown, Message, MessageField};
 use ttrpc::TtrpcContext;
 
-use crate::records::error::{Error, Result};
 use crate::host::mount::MountSpec;
 use crate::host::runtime::RuncConfig;
+use crate::records::error::{Error, Result};
+use crate::shim::util::timestamp;
 use crate::task::stdio::StdioRequest;
 use crate::task::{CreateRequest, Status, TaskManager};
-use crate::shim::util::timestamp;
 
 /// The Task service.
 pub struct TaskService {

@@ -8,12 +8,12 @@ use containerd_shim_protos::api::{WaitRequest, WaitResponse};
 use containerd_shim_protos::sandbox_api::{WaitSandboxRequest, WaitSandboxResponse};
 use protobuf::{Message, MessageField};
 
-use crate::records::error::Error;
 use crate::pod::sandbox::SandboxManager;
+use crate::records::error::Error;
 use crate::server::rpc::server::{ParkedMethod, Responder};
-use crate::task::TaskManager;
 use crate::shim::util::timestamp;
 use crate::shim::waiters::{ExitInfo, ExitWaiter};
+use crate::task::TaskManager;
 
 /// A parked reply: the exit, as response `M`.
 struct ExitReply<M> {

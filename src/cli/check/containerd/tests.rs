@@ -530,7 +530,9 @@ fn the_shim_binary_containerd_would_start() {
     // Next to containerd, of this version.
     n.file("/usr/bin/containerd-shim-rsandbox-v1", "").command(
         "/usr/bin/containerd-shim-rsandbox-v1 -v",
-        ok(&crate::records::version::text("containerd-shim-rsandbox-v1")),
+        ok(&crate::records::version::text(
+            "containerd-shim-rsandbox-v1",
+        )),
     );
     assert_eq!(
         status(&findings(&n, None), "containerd.shim-binary"),

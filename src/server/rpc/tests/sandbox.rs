@@ -12,18 +12,18 @@ use ttrpc::Code;
 
 use crate::testutil::*;
 
-use crate::records::error::Result;
-use crate::shim::events::RecordingSink;
 use crate::host::network::FakeNetwork;
+use crate::host::runtime::RuncConfig;
+use crate::host::systemd::scope::PodScope;
 use crate::pod::cgroup::PodCgroup;
 use crate::pod::pause::{PauseConfig, PauseProcess};
 use crate::pod::sandbox::SandboxDeps;
 use crate::pod::sandbox::*;
 use crate::pod::spec::{PodSpec, SysctlDefaults};
-use crate::shim::reaper::Exit;
+use crate::records::error::Result;
 use crate::server::rpc::sandbox::SandboxService;
-use crate::host::runtime::RuncConfig;
-use crate::host::systemd::scope::PodScope;
+use crate::shim::events::RecordingSink;
+use crate::shim::reaper::Exit;
 use crate::task::{PodHooks, TaskDeps, TaskManager};
 
 type SpawnHook = Box<dyn Fn(i32) + Send>;
@@ -1739,7 +1739,8 @@ fn a_failing_teardown_does_not_fail_stop() {
     let net = Arc::new(FakeNetwork::default());
     let f = fixture_with_network(&net);
     f.create_in("pod1", pod_config("a", false), "").unwrap();
-    *net.fail_teardown.lock().unwrap() = Some(crate::records::error::Error::internal("CNI DEL: boom"));
+    *net.fail_teardown.lock().unwrap() =
+        Some(crate::records::error::Error::internal("CNI DEL: boom"));
     // Never started: stop has no pause process to wait for.
     f.stop("pod1").unwrap();
     assert_eq!(net.calls(), ["setup k8s.io pod1 web", "teardown pod1"]);

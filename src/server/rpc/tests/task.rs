@@ -16,14 +16,14 @@ use ttrpc::Code;
 use crate::testutil::*;
 
 use crate::host::cgroups::CgroupPaths;
-use crate::records::error::{Error, Result};
-use crate::shim::events::RecordingSink;
 use crate::host::mount::MountSpec;
-use crate::shim::reaper::Exit;
-use crate::shim::reaper::Reaper;
-use crate::server::rpc::task::TaskService;
 use crate::host::runtime::{ProcessIo, Spawned};
 use crate::host::runtime::{RuncConfig, Runtime};
+use crate::records::error::{Error, Result};
+use crate::server::rpc::task::TaskService;
+use crate::shim::events::RecordingSink;
+use crate::shim::reaper::Exit;
+use crate::shim::reaper::Reaper;
 use crate::task::*;
 
 /// Fake pids start above the kernel's pid_max, so they can never be real processes.
@@ -1574,8 +1574,8 @@ fn exec_with_terminal(f: &Fixture, id: &str, exec_id: &str, terminal: bool) {
 /// through: they used to queue behind it on the container's lifecycle lock.
 #[test]
 fn a_hung_exec_start_holds_up_nothing_else_of_its_container() {
-    use crate::shim::reaper::Spawner;
     use crate::host::runtime::Runc;
+    use crate::shim::reaper::Spawner;
     use std::time::Duration;
     let f = fixture();
     running(&f, "t1");
