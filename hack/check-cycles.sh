@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# hack/check-cycles.sh - import cycles between the modules of src/, and
-# modules that must stay self-contained.
+# hack/check-cycles.sh - import cycles between the modules of src/, modules
+# that must stay self-contained, and the layer rule (a lower layer never
+# imports a higher one).
 #
 # Usage: hack/check-cycles.sh [--leaves-only] [SRC_DIR]   (SRC_DIR: src)
 #
@@ -19,6 +20,10 @@
 #   leaves  the modules under each of LEAVES (default: cni) import nothing of
 #           the crate outside their own subtree (cni/ could be a crate of its
 #           own); --leaves-only checks only this
+#   layers  the top-level modules are layers, in the order of LAYERS, lowest
+#           first; a module imports only its own layer and those below it. An
+#           import of a higher layer is printed with its file and line, and so
+#           is a top-level module that is in no layer
 # Exit 1 if any check fails, 0 otherwise.
 #
 # Limits (it reads text, it does not compile): `//` comments after code are
@@ -40,10 +45,13 @@ src=${src%/}
 	exit 2
 }
 LEAVES=${LEAVES:-cni}
+# The layers, lowest first (docs/internals.md, src/lib.rs). testutil: the unit
+# tests' helpers, importing nothing; fuzzing: the fuzz entry points, above all.
+LAYERS="testutil cni records shim host task pod server cli fuzzing"
 
 mapfile -t files < <(find "$src" -name '*.rs' ! -path "$src/main.rs" | LC_ALL=C sort)
 
-LC_ALL=C awk -v root="$src" -v leaves="$LEAVES" -v leaves_only="$leaves_only" '
+LC_ALL=C awk -v root="$src" -v leaves="$LEAVES" -v layers="$LAYERS" -v leaves_only="$leaves_only" '
 function modname(f,   m) {
 	m = substr(f, length(root) + 2)
 	sub(/\.rs$/, "", m)
@@ -313,6 +321,31 @@ END {
 	if (leaves_only) {
 		if (!bad) printf "nothing in %s imports the rest of the crate\n", leaves
 		exit bad
+	}
+
+	# layers: no import of a higher layer
+	nlayer = split(layers, layer, / +/)
+	for (j = 1; j <= nlayer; j++) rank[layer[j]] = j
+	nbad = 0
+	for (m in mods) {
+		if (m == "" || m ~ /::/ || m in rank) continue
+		printf "top-level module %s is in no layer (LAYERS in %s)\n", m, "hack/check-cycles.sh"
+		nbad++
+	}
+	for (k in where) {
+		split(k, ft, SUBSEP)
+		if (ft[1] != "file") continue
+		a = top(ft[2]); b = top(ft[3])
+		if ((a in rank) && (b in rank) && rank[a] < rank[b]) {
+			printf "layer rule: %s imports %s, a higher layer (%s is above %s): %s -> %s\n", where[k], b, b, a, ft[2], ft[3]
+			nbad++
+		}
+	}
+	if (nbad) {
+		printf "%d layer rule violation(s); the layers, lowest first: %s\n", nbad, layers
+		bad = 1
+	} else {
+		printf "every import of %s is of its own layer or one below (%s)\n", root, layers
 	}
 
 	nfile = cycles("file", "module")

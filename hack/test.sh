@@ -7,8 +7,9 @@
 #      guests' QEMU, kernel and initramfs (hack/guest.sh --prepare)
 #   1. cargo fmt --check
 #   2. cargo clippy --all-targets -- -D warnings (with Cargo.toml's [lints])
-#   3. hack/check-cycles.sh: module dependencies (cni/ self-contained, no
-#      import cycles); then hack/selftest.sh: the harness's own helpers
+#   3. hack/check-cycles.sh: module dependencies (cni/ self-contained, the
+#      layer rule, no import cycles); hack/check-cycles-test.sh: it fails on a
+#      planted layer violation; then hack/selftest.sh: the harness's own helpers
 #      (with_heartbeat, the tally)
 #   4. cargo machete: no unused dependency
 #   5. cargo test -- --include-ignored (unit tests, the root-only ones too)
@@ -111,8 +112,9 @@ fi
 section "cargo clippy --all-targets -- -D warnings"
 with_heartbeat "cargo clippy" cargo clippy --all-targets -- -D warnings
 
-section "module dependencies (hack/check-cycles.sh)"
+section "module dependencies (hack/check-cycles.sh, hack/check-cycles-test.sh)"
 hack/check-cycles.sh
+hack/check-cycles-test.sh
 
 section "the harness's own tests (hack/selftest.sh: with_heartbeat, the tally)"
 hack/selftest.sh
