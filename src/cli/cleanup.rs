@@ -67,15 +67,19 @@ fn delete_within(namespace: &str, id: &str, bundle: &Path, budget: &Budget) -> (
         }
     }
     steps.step("stale daemon");
-    let pid =
-        match crate::pod::sandbox::cleanup_from_bundle(namespace, id, bundle, &budget, &mut undone)
-        {
-            Some(pid) => pid,
-            None => {
-                delete_task(namespace, id, bundle, &budget, &mut undone);
-                0
-            }
-        };
+    let pid = match crate::pod::sandbox::delete::cleanup_from_bundle(
+        namespace,
+        id,
+        bundle,
+        &budget,
+        &mut undone,
+    ) {
+        Some(pid) => pid,
+        None => {
+            delete_task(namespace, id, bundle, &budget, &mut undone);
+            0
+        }
+    };
     steps.step("sandbox or task");
     // A killed daemon that a busy machine has not let exit yet (its share above was short)
     // still holds its socket, which can go only once it has: it gets what is left.

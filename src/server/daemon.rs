@@ -13,7 +13,8 @@ use containerd_shim_protos::shim_sync::create_task;
 
 use crate::host::cgroups::OomWatcher;
 use crate::host::runtime::RuncConfig;
-use crate::pod::sandbox::{LinuxPodHost, SandboxDeps, SandboxManager};
+use crate::pod::sandbox::linux_host::LinuxPodHost;
+use crate::pod::sandbox::{SandboxDeps, SandboxManager};
 use crate::records::bundle::{LISTENER_FD, LOG_FIFO, OPTIONS_FILE, RUNTIME_ID, SOCKET_DIR};
 use crate::records::error::{Context, Error, Result};
 use crate::records::flags::Flags;

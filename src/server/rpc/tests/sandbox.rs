@@ -18,6 +18,7 @@ use crate::host::systemd::scope::PodScope;
 use crate::pod::cgroup::PodCgroup;
 use crate::pod::pause::{PauseConfig, PauseProcess};
 use crate::pod::sandbox::SandboxDeps;
+use crate::pod::sandbox::delete::cleanup_from_bundle;
 use crate::pod::sandbox::*;
 use crate::pod::spec::{PodSpec, SysctlDefaults};
 use crate::records::error::Result;
