@@ -222,7 +222,7 @@ async fn containers_share_the_pod() {
 /// puts every container in the sandbox's IPC namespace whatever it says, so the container
 /// shares the pod's IPC namespace and /dev/shm: the same on the `runc` handler and ours (a
 /// member that really has an IPC namespace of its own keeps its own /dev/shm: unit-tested in
-/// rpc/tests/sandbox.rs and shown through `ctr run --sandbox` in sandbox_api.rs).
+/// rpc/tests/sandbox/members.rs and shown through `ctr run --sandbox` in sandbox_api.rs).
 #[tokio::test]
 async fn ipc_container_mode_behaves_as_with_runc() {
     with_pods("ipcmode", async |p: &mut Pods, dir: &Path| {
