@@ -12,6 +12,9 @@
 //!
 //! Everything `start` and `delete` print on stdout is their reply: containerd reads it (for
 //! `start`, stdout and stderr combined). Errors go to stderr with exit status 1.
+//!
+//! Layer rule: the top layer, it may import every layer below it. `hack/check-cycles.sh`
+//! checks that nothing below imports it.
 
 pub mod bootstrap;
 pub mod check;

@@ -27,6 +27,9 @@
 //! * Every plugin execution has a timeout ([`CniSettings::timeout`], default 60 s); libcni only
 //!   has the caller's context.
 //! * No GC/STATUS/VERSION commands, no 1.1 `plugins` sub-directory loading.
+//!
+//! Layer rule: the bottom layer, self-contained: it imports nothing else of the crate (it
+//! could be a crate of its own). `hack/check-cycles.sh` checks it.
 
 mod cache;
 mod config;

@@ -13,6 +13,9 @@
 //! * [`sandbox_spec`]: the OCI spec of the running sandbox that StartSandbox reports (NRI);
 //! * [`status_info`]: the verbose SandboxStatus `info` (`crictl inspectp`), in the shape
 //!   containerd's CRI reads.
+//!
+//! Layer rule: imports `task` (a pod's members are tasks), `host`, `shim`, `records` and `cni`,
+//! nothing of the layers above (`server`, `cli`). `hack/check-cycles.sh` checks it.
 
 pub mod cgroup;
 pub mod files;

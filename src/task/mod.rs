@@ -14,6 +14,9 @@
 //! and counts itself in the exec table for the container's Delete, so one slow `runc exec` holds
 //! up nothing else of the container (see [`ExecTable::starting`]). The reaper thread never
 //! takes an `op` lock, so a slow `runc` call never delays exit handling.
+//!
+//! Layer rule: imports `host`, `shim`, `records` and `cni` only, nothing of the layers above
+//! (`pod`, `server`, `cli`). `hack/check-cycles.sh` checks it.
 
 mod create;
 mod delete;

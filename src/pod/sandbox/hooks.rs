@@ -15,6 +15,8 @@ use super::{Sandbox, SandboxManager, save_record};
 /// when the pod shares one) join the pod's instead: the pause process's, or the node's where
 /// the pod uses the node's ([`PodSpec::member_namespace`]). A container of a pod lives in the
 /// pod. Returns whether the spec changed.
+///
+/// [`PodSpec::member_namespace`]: crate::pod::spec::PodSpec::member_namespace
 fn join_pod_namespaces(s: &Sandbox, spec: &mut serde_json::Value) -> bool {
     let pause_alive = s.pid != 0 && s.exit.is_none();
     oci::place_namespaces(spec, |kind| match s.spec.member_namespace(kind) {
