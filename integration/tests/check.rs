@@ -156,6 +156,62 @@ fn a_kubelet_before_1_35_is_warned_about() {
     assert_eq!(status(&doc, "restart.sandbox-names"), "info");
 }
 
+/// Static pods bypass admission: a kubelet config whose `staticPodPath` holds a hostNetwork
+/// pod on the rsandbox class (a kubeadm control-plane manifest with the class added) blocks on
+/// containerd 2.1.9, whose CRI panics on it at every attempt; the same pod without hostNetwork
+/// is a note (the admission policies do not see it).
+#[test]
+fn a_static_hostnetwork_pod_on_rsandbox_blocks() {
+    let dir = scratch_dir(&unique_id("check-static"));
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let kubelet_config = config(
+        &dir,
+        "kubelet.yaml",
+        &format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n",
+            manifests.display()
+        ),
+    );
+    let pod = |host_network: bool| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: etcd\n  namespace: kube-system\nspec:\n  \
+             containers:\n  - command:\n    - etcd\n    image: registry.k8s.io/etcd:3.6.4-0\n    name: etcd\n  \
+             hostNetwork: {host_network}\n  runtimeClassName: rsandbox\n"
+        )
+    };
+    let bench_config = prefix().join("conf/containerd.toml");
+    let args = [
+        "-containerd",
+        containerd().to_str().unwrap(),
+        "-containerd-config",
+        bench_config.to_str().unwrap(),
+        "-runtime",
+        "rsandbox",
+        "-runc",
+        prefix().join("usr/bin/runc").to_str().unwrap(),
+        "-kubelet-config",
+        kubelet_config.to_str().unwrap(),
+    ];
+    std::fs::write(manifests.join("etcd.yaml"), pod(true)).unwrap();
+    let (code, doc) = check(&args);
+    std::fs::write(manifests.join("etcd.yaml"), pod(false)).unwrap();
+    let (code_plain, doc_plain) = check(&args);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(code, 1, "{doc:#}");
+    assert_eq!(status(&doc, "static-pods.admission"), "block", "{doc:#}");
+    assert_eq!(
+        doc["facts"]["static_pods"]["on_rsandbox"][0]["host_network"], true,
+        "{doc:#}"
+    );
+    assert_eq!(code_plain, 0, "{doc_plain:#}");
+    assert_eq!(
+        status(&doc_plain, "static-pods.admission"),
+        "info",
+        "{doc_plain:#}"
+    );
+}
+
 /// Each hazard as containerd 2.1.9 itself reads the config.
 #[test]
 fn hazards_of_real_configs_on_2_1_9() {

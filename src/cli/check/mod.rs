@@ -9,8 +9,9 @@
 //! facilities the shim uses, cgroups and their driver, systemd where the driver needs it,
 //! SELinux, and containerd: its version, its config files and effective config, and the
 //! hazards of rsandbox on it ([`containerd`]); then what a containerd restart does to running
-//! rsandbox pods, by the node's kubelet's version ([`kubelet`], [`restart`]). Exit status 0 without a blocking finding, 1
-//! with one, 2 on a usage error; `-json` prints the `rsandbox-check/v1` document.
+//! rsandbox pods, by the node's kubelet's version ([`kubelet`], [`restart`]); and static pods on the
+//! rsandbox class, which no admission policy sees ([`static_pods`]). Exit status 0 without a
+//! blocking finding, 1 with one, 2 on a usage error; `-json` prints the `rsandbox-check/v1` document.
 //!
 //! Every probe goes through [`node::Node`] (tests fake a node); every command is bounded;
 //! nothing touches the network or changes the node.
@@ -25,6 +26,7 @@ pub mod restart;
 pub mod runc;
 pub mod selinux;
 pub mod shim_config;
+pub mod static_pods;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -45,7 +47,7 @@ Judges this node for rsandbox pods; exit 0: nothing blocking, 1: a blocking prob
   -runc PATH                runc (default: the handler's BinaryName, else runc in $PATH)
   -shim-config PATH         the shim's config (default: RSANDBOX_CONFIG in containerd's shim env,
                             else $RSANDBOX_CONFIG, else /etc/containerd/rsandbox.toml)
-  -kubelet-config PATH      read for cgroupDriver; also says this node has a kubelet
+  -kubelet-config PATH      read for cgroupDriver and staticPodPath; also says this node has a kubelet
                             (default /var/lib/kubelet/config.yaml)
   -timeout SECONDS          bound of each command it runs (default 10)
 ";
@@ -210,6 +212,13 @@ pub fn run(node: &dyn Node, o: &Options) -> Report {
     let kubelet = kubelet::gather(node, &kubelet_config, timeout);
     report.add(restart::judge(&kubelet));
     report.fact("kubelet", kubelet::facts_json(&kubelet));
+
+    let handlers: Vec<String> = effective
+        .map(|e| e.handlers.iter().map(|h| h.name.clone()).collect())
+        .unwrap_or_default();
+    let statics = static_pods::gather(node, &kubelet_config, &handlers);
+    report.add([static_pods::judge(&statics, ctd.version)]);
+    report.fact("static_pods", static_pods::facts_json(&statics));
     report
 }
 
