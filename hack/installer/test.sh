@@ -11,7 +11,8 @@
 #      policies' CEL evaluated on admission requests as the API server builds them, and the
 #      RBAC judged, by hack/installer/policy-check.py (cel-python, pinned, same venv);
 #   2. the installer's CRI reader on responses captured from containerd 2.1.9
-#      (hack/installer/fixtures);
+#      (hack/installer/fixtures); its restart slots (Leases) and Events against the API stub
+#      (hack/installer/rollout-check.sh);
 #   3. integration/tests/installer.rs on a systemd node (hack/node.sh -n installer: systemd as
 #      PID 1, containerd.service), through hack/installer/in-node.sh: fresh install, re-run,
 #      upgrade with a running pod of the previous release, uninstall, both config.toml
@@ -108,6 +109,7 @@ manifests() {
 
 cri_reader() {
 	bash hack/installer/fixtures/check.sh
+	bash hack/installer/rollout-check.sh
 }
 
 node_tests() {
@@ -177,7 +179,7 @@ if ((tools_only)); then
 fi
 section "installer: manifests (kustomize build + kubernetes-validate --strict)"
 manifests
-section "installer: CRI reader on captured responses"
+section "installer: CRI reader on captured responses; restart slots and Events on the API stub"
 cri_reader
 if ((!manifests_only)); then
 	section "installer: integration/tests/installer.rs on a $( ((scratch)) && echo scratch containerd || echo systemd node)"
