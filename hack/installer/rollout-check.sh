@@ -25,7 +25,8 @@ for _ in $(seq 1 100); do
 	[[ -s "$d/port" ]] && break
 	sleep 0.1
 done
-export KUBE_API=http://127.0.0.1:$(<"$d/port")
+KUBE_API=http://127.0.0.1:$(<"$d/port")
+export KUBE_API
 SA_DIR=$d/sa
 mkdir -p "$SA_DIR"
 echo rsandbox-system >"$SA_DIR/namespace"
@@ -45,18 +46,19 @@ holder() { jq -r --arg k "rsandbox-system/$LEASE_PREFIX$1" '.[$k].spec.holderIde
 path=/apis/coordination.k8s.io/v1/namespaces/rsandbox-system/leases
 
 # node-a and node-b take the two slots (in subshells: each its own SLOT_HELD and EXIT trap)
-(NODE_NAME=node-a && acquire_restart_slot && trap - EXIT)
+(NODE_NAME="node-a" && acquire_restart_slot && trap - EXIT)
 expect "node-a holds slot 0" "$(holder 0)" node-a
-(NODE_NAME=node-b && acquire_restart_slot && trap - EXIT)
+(NODE_NAME="node-b" && acquire_restart_slot && trap - EXIT)
 expect "node-b holds slot 1" "$(holder 1)" node-b
 # node-c waits: both are held and fresh
-(NODE_NAME=node-c && timeout 6 bash -c "$(declare -f); $(declare -p LEASE_PREFIX RESTART_SLOTS LEASE_SECONDS SA_DIR NODE_NAME KUBE_API); acquire_restart_slot" 2>"$d/c.err") && rc=0 || rc=$?
+(NODE_NAME="node-c" && timeout 6 bash -c "$(declare -f); $(declare -p LEASE_PREFIX RESTART_SLOTS LEASE_SECONDS SA_DIR NODE_NAME KUBE_API); acquire_restart_slot" 2>"$d/c.err") && rc=0 || rc=$?
 expect "node-c still waits after 6 s (both slots held)" "$rc" 124
-grep 'waiting for a restart slot' "$d/c.err" >/dev/null && expect "node-c says it waits" yes yes || expect "node-c says it waits" no yes
+said() { if grep "$1" "$2" >/dev/null; then echo yes; else echo no; fi; }
+expect "node-c says it waits" "$(said 'waiting for a restart slot' "$d/c.err")" yes
 # node-a gives its slot back: node-c gets it
-(NODE_NAME=node-a && SLOT_HELD=rsandbox-system/${LEASE_PREFIX}0 && release_restart_slot)
+(NODE_NAME="node-a" && SLOT_HELD=rsandbox-system/${LEASE_PREFIX}0 && release_restart_slot)
 expect "slot 0 free after node-a gave it back" "$(holder 0)" none
-(NODE_NAME=node-c && acquire_restart_slot && trap - EXIT)
+(NODE_NAME="node-c" && acquire_restart_slot && trap - EXIT)
 expect "node-c took slot 0" "$(holder 0)" node-c
 
 # an expired lease (its holder gone) is taken over; leaseTransitions counts it
@@ -64,9 +66,9 @@ out=$d/lease.json
 kube_request GET "$path/${LEASE_PREFIX}1" "" "$out" >/dev/null
 jq -c '.spec.renewTime = "2020-01-01T00:00:00.000000Z" | .spec.leaseDurationSeconds = 10' "$out" >"$d/old.json"
 expect "a test's update with the current resourceVersion" "$(kube_request PUT "$path/${LEASE_PREFIX}1" "$(<"$d/old.json")" "$out")" 200
-(NODE_NAME=node-d && acquire_restart_slot && trap - EXIT) 2>"$d/d.err"
+(NODE_NAME="node-d" && acquire_restart_slot && trap - EXIT) 2>"$d/d.err"
 expect "node-d took over node-b's expired slot 1" "$(holder 1)" node-d
-grep 'taken over from node-b' "$d/d.err" >/dev/null && expect "node-d says whose it took" yes yes || expect "node-d says whose it took" no yes
+expect "node-d says whose it took" "$(said 'taken over from node-b' "$d/d.err")" yes
 expect "leaseTransitions counts the takeover" "$(jq -r --arg k "rsandbox-system/${LEASE_PREFIX}1" '.[$k].spec.leaseTransitions' "$d/state.leases")" 1
 
 # a stale resourceVersion: 409, nothing changed
@@ -76,7 +78,7 @@ expect "the stale update changed nothing" "$(holder 1)" node-d
 expect "a second create: 409" "$(kube_request POST "$path" "$(jq -c 'del(.metadata.resourceVersion)' "$d/old.json")" "$out")" 409
 
 # a node's own lease (a run killed while holding it) is taken again at once
-(NODE_NAME=node-c && acquire_restart_slot && trap - EXIT)
+(NODE_NAME="node-c" && acquire_restart_slot && trap - EXIT)
 expect "node-c takes its own slot 0 again" "$(holder 0)" node-c
 
 # the rollback count, per target
@@ -92,7 +94,7 @@ echo binary >"$BINARY"
 expect "forgotten" "$(rollbacks_of "$t")" 0
 
 # an Event on the Node, in "default", as the kubelet makes them
-NODE_NAME=node-a node_event Warning RolledBack "containerd did not come back" 2>/dev/null
+NODE_NAME="node-a" node_event Warning RolledBack "containerd did not come back" 2>/dev/null
 expect "one Event" "$(wc -l <"$d/state.events")" 1
 expect "the Event's namespace, object, reason" \
 	"$(jq -r '[.metadata.namespace, .involvedObject.kind, .involvedObject.name, .involvedObject.uid, .type, .reason] | join(" ")' "$d/state.events")" \
