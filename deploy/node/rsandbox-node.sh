@@ -578,8 +578,10 @@ do_uninstall() {
 		config_dump "$dump" || fail "check the config" "containerd cannot load $CONFIG after the uninstall's changes"
 		dump_has_handler_table "$dump" && log "warning: containerd's config still defines the $HANDLER runtime elsewhere"
 		rm -f "$dump" "$dump.err"
+		acquire_restart_slot
 		restart_containerd
 		wait_cri_handler absent
+		release_restart_slot
 	else
 		log "no config of the installer left: containerd not restarted"
 	fi
