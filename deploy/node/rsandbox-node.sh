@@ -9,8 +9,10 @@
 #              the binary (a new file renamed over the old: running shims keep theirs),
 #              the runtime as a drop-in in containerd's conf.d (plus one `imports` entry in
 #              config.toml where containerd would not read it otherwise), containerd
-#              restarted only when a config file changed (or the handler is missing), the
-#              wait for CRI to report the rsandbox handler, then the Node's labels.
+#              restarted only when a config file changed (or the handler is missing), in a
+#              restart slot (--restart-slots) and rolled back when it does not come back
+#              healthy (--max-rollbacks), the wait for CRI to report the rsandbox handler, a
+#              pod and container run through the handler and removed, then the Node's labels.
 #              A re-run that finds everything in place changes and restarts nothing.
 #   uninstall  the Node's labels removed (no new rsandbox pods are scheduled here), the
 #              node's rsandbox pods awaited (--wait-for-pods: drain the node), every imports
