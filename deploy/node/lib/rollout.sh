@@ -169,13 +169,15 @@ forget_rollbacks() { rm -f "$(hp "$STATE_DIR")/rollbacks"; }
 # OLD_PID) and CRI answering Status with the handler as wanted, within WAIT_SECONDS; prints
 # why not
 containerd_healthy() {
-	local want=$1 old_pid=$2 end state pid handlers
+	local want=$1 old_pid=$2 end state pid handlers cri
 	end=$(deadline_in "$WAIT_SECONDS")
 	while :; do
 		state=$(systemctl_ is-active "$CONTAINERD_UNIT" 2>/dev/null) || true
 		pid=$(containerd_main_pid)
+		cri="does not answer"
 		if [[ "$state" == active && -n "$pid" && "$pid" != "$old_pid" ]] &&
 			handlers=$(cri_runtime_handlers 2>/dev/null); then
+			cri="reports the handlers: ${handlers//$'\n'/ }"
 			case "$want" in
 			present) grep -xF "$HANDLER" <<<"$handlers" >/dev/null && return 0 ;;
 			absent) grep -xF "$HANDLER" <<<"$handlers" >/dev/null || return 0 ;;
@@ -183,7 +185,7 @@ containerd_healthy() {
 			esac
 		fi
 		before "$end" || {
-			echo "$CONTAINERD_UNIT is ${state:-unknown} (MainPID ${pid:-none}) and CRI ${handlers+answers (handlers: ${handlers//$'\n'/ })}${handlers-does not answer} ${WAIT_SECONDS}s after the restart"
+			echo "$CONTAINERD_UNIT is ${state:-unknown} (MainPID ${pid:-none}) and CRI $cri, ${WAIT_SECONDS}s after the restart"
 			return 1
 		}
 		sleep 1
