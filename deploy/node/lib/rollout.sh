@@ -184,6 +184,12 @@ containerd_healthy() {
 			*) return 0 ;;
 			esac
 		fi
+		# failed: systemd gave up on this start (the failed state of an earlier one was
+		# reset before the restart; a unit with Restart= shows activating between tries)
+		if [[ "$state" == failed ]]; then
+			echo "$CONTAINERD_UNIT failed to start (see: journalctl -u $CONTAINERD_UNIT)"
+			return 1
+		fi
 		before "$end" || {
 			echo "$CONTAINERD_UNIT is ${state:-unknown} (MainPID ${pid:-none}) and CRI $cri, ${WAIT_SECONDS}s after the restart"
 			return 1
