@@ -333,7 +333,9 @@ do_install() {
 	fi
 	problem=$(shim_resolution_problem)
 	[[ -z "$problem" ]] || refuse "$problem"
-	[[ -f "$(hp "$STATE_DIR")/installed" ]] && fresh=0
+	# Installed or Upgraded (the Event): whether containerd served the handler before this run
+	# (a release whose first install was rolled back is still a new install)
+	handler_reported && fresh=0
 	# a release whose restarts were rolled back --max-rollbacks times is not tried again
 	text=$(mktemp)
 	dropin_text "$version" >"$text"

@@ -535,11 +535,20 @@ fn a_containerd_that_does_not_come_back_is_rolled_back_and_not_restarted_in_a_lo
         // fixed (the unit drop-in gone) and the count removed: the install goes through
         unbreak_containerd(&n);
         let _ = fs::remove_file(n.state_dir.join("rollbacks"));
+        let events_before = stub.as_ref().map(|s| s.events().len()).unwrap_or(0);
         install_new(&n)?;
         ensure!(
             !n.state_dir.join("rollbacks").exists(),
             "a good install left the rollback count"
         );
+        if let Some(stub) = &stub {
+            // never served before: an install, however many attempts were rolled back
+            let events: Vec<_> = stub.events().into_iter().skip(events_before).collect();
+            ensure!(
+                events.iter().any(|e| e["reason"] == "Installed"),
+                "the first good install posted no Installed Event: {events:?}"
+            );
+        }
         let r = n.installer(&["uninstall", "--wait-for-pods=0"]);
         ensure!(r.code == Some(0), "uninstall failed:\n{}", r.log);
         Ok(())
