@@ -422,6 +422,9 @@ fn a_containerd_that_does_not_come_back_is_rolled_back_and_not_restarted_in_a_lo
         );
     }
     let stub = Stub::get();
+    // a fresh install: no drop-in of an earlier run (the rollback would restore it, and the
+    // broken unit would not start with it)
+    let _ = fs::remove_file(n.dropin());
     let r = (|| -> R {
         let before = prepare(&n, Flavour::NoImports)?;
         let _ = fs::remove_file(n.state_dir.join("rollbacks"));
@@ -555,6 +558,10 @@ fn a_containerd_that_does_not_come_back_is_rolled_back_and_not_restarted_in_a_lo
     })();
     unbreak_containerd(&n);
     let _ = fs::remove_file(n.state_dir.join("rollbacks"));
+    if r.is_err() {
+        // what a failed run may have left: the drop-in (the node's config is restored below)
+        let _ = fs::remove_file(n.dropin());
+    }
     restore(&n);
     r.unwrap();
 }
