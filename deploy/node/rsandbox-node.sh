@@ -9,8 +9,10 @@
 #              the binary (a new file renamed over the old: running shims keep theirs),
 #              the runtime as a drop-in in containerd's conf.d (plus one `imports` entry in
 #              config.toml where containerd would not read it otherwise), containerd
-#              restarted only when a config file changed (or the handler is missing), the
-#              wait for CRI to report the rsandbox handler, then the Node's labels.
+#              restarted only when a config file changed (or the handler is missing), in a
+#              restart slot (--restart-slots) and rolled back when it does not come back
+#              healthy (--max-rollbacks), the wait for CRI to report the rsandbox handler, a
+#              pod and container run through the handler and removed, then the Node's labels.
 #              A re-run that finds everything in place changes and restarts nothing.
 #   uninstall  the Node's labels removed (no new rsandbox pods are scheduled here), the
 #              node's rsandbox pods awaited (--wait-for-pods: drain the node), every imports
@@ -47,12 +49,28 @@
 #                           by default, then the config goes anyway; -1: no limit
 #   --no-wait-for-pods      uninstall: do not wait (--wait-for-pods 0)
 #   --no-check              skip the preflight (only for a binary older than `check`)
+#   --restart-slots N       install: at most N nodes restart containerd at once: a restart
+#                           first takes one of N Leases (rsandbox-node-restart-<i>) in the
+#                           pod's namespace, and gives it back once the node is verified or
+#                           rolled back (1; 0: no pacing; without an API: none)
+#   --lease-seconds S       how long a taken slot stays taken when its holder is gone (600)
+#   --max-rollbacks N       install: after a restart with which containerd does not come back
+#                           healthy within --wait, this run's config is undone and containerd
+#                           restarted again (a rollback, exit status 4); after N rollbacks
+#                           for the same release and drop-in, containerd is not restarted for
+#                           it again (exit status 5) until $STATE_DIR/rollbacks is removed (2)
+#   --verify-image REF      install: the image of the pod run through the handler before the
+#                           Node is labelled (default: containerd's pinned sandbox image)
+#   --no-verify             install: no such pod
 # Kubernetes API: in-cluster (service account) by default; KUBE_API=URL points elsewhere (a
 # test's stub); with neither, the labels are skipped with a log line.
 #
 # Exit status: 0 done; 1 a step failed (the message names it); 2 usage; 3 refused (the
 # preflight found a blocking problem, or the node's config is one the installer will not edit:
-# nothing was changed).
+# nothing was changed); 4 rolled back (containerd did not come back healthy after the restart:
+# the previous config restored, containerd restarted on it); 5 held (--max-rollbacks reached:
+# containerd not restarted). With `run`, 3, 4 and 5 leave the pod running, not Ready: a crash
+# loop would only repeat them. Events on the Node report install, upgrade, refusal, rollback.
 set -euo pipefail
 
 SELF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -70,6 +88,12 @@ SELF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$SELF_DIR/lib/binary.sh"
 # shellcheck source=deploy/node/lib/kube.sh
 . "$SELF_DIR/lib/kube.sh"
+# shellcheck source=deploy/node/lib/events.sh
+. "$SELF_DIR/lib/events.sh"
+# shellcheck source=deploy/node/lib/rollout.sh
+. "$SELF_DIR/lib/rollout.sh"
+# shellcheck source=deploy/node/lib/verify.sh
+. "$SELF_DIR/lib/verify.sh"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 
@@ -95,6 +119,11 @@ NODE_NAME=${NODE_NAME:-}
 WAIT_SECONDS=${WAIT_SECONDS:-120}
 WAIT_FOR_PODS=${WAIT_FOR_PODS:-300}
 NO_CHECK=${NO_CHECK:-0}
+RESTART_SLOTS=${RESTART_SLOTS:-1}
+LEASE_SECONDS=${LEASE_SECONDS:-600}
+MAX_ROLLBACKS=${MAX_ROLLBACKS:-2}
+VERIFY=${VERIFY:-1}
+VERIFY_IMAGE=${VERIFY_IMAGE:-}
 while [[ $# -gt 0 ]]; do
 	opt=$1
 	case "$opt" in
@@ -105,6 +134,11 @@ while [[ $# -gt 0 ]]; do
 		;;
 	--no-wait-for-pods)
 		WAIT_FOR_PODS=0
+		shift
+		continue
+		;;
+	--no-verify)
+		VERIFY=0
 		shift
 		continue
 		;;
@@ -131,6 +165,10 @@ while [[ $# -gt 0 ]]; do
 	--node-name) NODE_NAME=$2 ;;
 	--wait) WAIT_SECONDS=$2 ;;
 	--wait-for-pods) WAIT_FOR_PODS=$2 ;;
+	--restart-slots) RESTART_SLOTS=$2 ;;
+	--lease-seconds) LEASE_SECONDS=$2 ;;
+	--max-rollbacks) MAX_ROLLBACKS=$2 ;;
+	--verify-image) VERIFY_IMAGE=$2 ;;
 	*)
 		usage >&2
 		exit 2
@@ -141,7 +179,8 @@ done
 HOST_ROOT=${HOST_ROOT%/}
 SYSTEMCTL=${SYSTEMCTL:-${HOST_EXEC:+$HOST_EXEC }systemctl}
 SHIM_PATH=${INSTALL_DIR%/}/$SHIM_NAME
-[[ "$WAIT_SECONDS" =~ ^[0-9]+$ && "$WAIT_FOR_PODS" =~ ^-?[0-9]+$ ]] || {
+[[ "$WAIT_SECONDS" =~ ^[0-9]+$ && "$WAIT_FOR_PODS" =~ ^-?[0-9]+$ && "$RESTART_SLOTS" =~ ^[0-9]+$ &&
+	"$LEASE_SECONDS" =~ ^[1-9][0-9]*$ && "$MAX_ROLLBACKS" =~ ^[1-9][0-9]*$ ]] || {
 	usage >&2
 	exit 2
 }
@@ -278,7 +317,7 @@ node_labels() { # the labels the installer sets (JSON object)
 }
 
 do_install() {
-	local staged version changed=0 dump problem why text prev import_added=0
+	local staged version changed=0 dump problem why text prev import_added=0 target fresh=1 binary_changed=0 restarted=0 n
 	[[ -f "$BINARY" && -x "$BINARY" ]] || fail "find the binary" "$BINARY is not an executable file"
 	locate_containerd
 	log "containerd: unit $CONTAINERD_UNIT, config $CONFIG, CRI $CONTAINERD_SOCKET; drop-in $DROPIN; shim $SHIM_PATH"
@@ -294,6 +333,20 @@ do_install() {
 	fi
 	problem=$(shim_resolution_problem)
 	[[ -z "$problem" ]] || refuse "$problem"
+	# Installed or Upgraded (the Event): whether containerd served the handler before this run
+	# (a release whose first install was rolled back is still a new install)
+	handler_reported && fresh=0
+	# a release whose restarts were rolled back --max-rollbacks times is not tried again
+	text=$(mktemp)
+	dropin_text "$version" >"$text"
+	target=$(rollback_target "$text")
+	n=$(rollbacks_of "$target")
+	if ((n >= MAX_ROLLBACKS)); then
+		why="containerd did not come back healthy with this release's config $n time(s) (rolled back each time): it is not restarted for it again. See journalctl -u $CONTAINERD_UNIT; remove $STATE_DIR/rollbacks (or ship another release) to try again"
+		log "held: $why"
+		node_event Warning RestartHeld "$why"
+		exit 5
+	fi
 	staged=$(stage_binary)
 	if ! why=$(preflight "$staged"); then
 		rm -f "$staged"
@@ -308,8 +361,6 @@ do_install() {
 	fi
 	prev=$(mktemp)
 	if [[ -e "$(hp "$DROPIN")" ]]; then cp "$(hp "$DROPIN")" "$prev"; else rm -f "$prev"; fi
-	text=$(mktemp)
-	dropin_text "$version" >"$text"
 	if write_if_changed "$text" "$(hp "$DROPIN")" 644; then
 		changed=1
 		log "drop-in written: $DROPIN"
@@ -341,13 +392,13 @@ do_install() {
 		rm -f "$staged"
 		refuse "$why (the config changes were undone)"
 	fi
-	rm -f "$prev"
 
 	# 3. the binary, before containerd knows the handler
 	if cmp -s "$staged" "$(hp "$SHIM_PATH")"; then
 		rm -f "$staged"
 		log "binary $SHIM_PATH unchanged"
 	else
+		binary_changed=1
 		mv -f "$staged" "$(hp "$SHIM_PATH")" || {
 			rm -f "$staged"
 			fail "install the binary" "rename into $SHIM_PATH failed"
@@ -358,23 +409,64 @@ do_install() {
 
 	# 4. containerd: restarted only when its config files changed, or when it does not serve
 	# the handler although they did not (a run that stopped between the write and the restart)
-	if ((changed)); then
-		restart_containerd
-	elif ! handler_reported; then
-		log "config unchanged, but CRI does not report the $HANDLER handler: containerd runs an older config"
-		restart_containerd
+	# the restart takes a restart slot first (lib/rollout.sh), and is rolled back when
+	# containerd does not come back healthy
+	if ((changed)) || ! handler_reported; then
+		((changed)) || log "config unchanged, but CRI does not report the $HANDLER handler: containerd runs an older config"
+		acquire_restart_slot
+		why=$(restart_for present) || rollback "$why" "$prev" "$import_added" "$target"
+		restarted=1
 	else
 		log "config unchanged and the $HANDLER handler served: containerd not restarted"
 	fi
+	rm -f "$prev"
 	wait_cri_handler present
 
-	# 5. the Node: labelled once the kubelet reports the handler
+	# 5. a real pod and container through the handler, removed again, before any label
+	if ((VERIFY)); then
+		if ! why=$(verify_handler "${VERIFY_IMAGE:-$(verify_image_default)}"); then
+			node_event Warning VerificationFailed "$why: the Node is not labelled"
+			fail "verify the handler" "$why: the Node is not labelled"
+		fi
+	else
+		log "WARNING: --no-verify: no pod is run through the handler before the labels"
+	fi
+	forget_rollbacks
+
+	# 6. the Node: labelled once the kubelet reports the handler
 	if kube_configured; then
 		[[ -n "$NODE_NAME" ]] || fail "label the Node" "no node name (--node-name or NODE_NAME)"
 		wait_node_handler
 		label_node "$(node_labels)"
 	fi
+	release_restart_slot
+	if ((fresh)); then
+		node_event Normal Installed "rsandbox installed: $SHIM_PATH, handler $HANDLER$( ((restarted)) && echo ", containerd restarted")$( ((VERIFY)) && echo ", a pod ran through the handler")"
+	elif ((binary_changed || changed)); then
+		node_event Normal Upgraded "rsandbox upgraded:$( ((binary_changed)) && echo " a new $SHIM_PATH")$( ((changed)) && echo " a new drop-in $DROPIN")$( ((restarted)) && echo ", containerd restarted")$( ((VERIFY)) && echo ", a pod ran through the handler")"
+	fi
 	log "install done"
+}
+
+# rollback WHY PREVIOUS_DROPIN IMPORT_ADDED TARGET: containerd did not come back healthy
+# after the restart: this run's config changes undone, containerd restarted on the previous
+# config, the rollback counted (lib/rollout.sh). The new binary stays in place (containerd
+# runs it only for a handler the restored config defines). Exits 4, or 1 when containerd does
+# not come back on the previous config either.
+rollback() {
+	local why=$1 prev=$2 import_added=$3 target=$4 n again
+	n=$(count_rollback "$target")
+	log "containerd did not come back healthy: $why. Rolling back (rollback $n of at most $MAX_ROLLBACKS for this release)"
+	undo_config "$prev" "$import_added"
+	if again=$(restart_for any); then
+		why="containerd did not come back healthy with the new config ($why): the previous config is restored and containerd runs on it (rollback $n of at most $MAX_ROLLBACKS)"
+		log "rolled back: $why"
+		node_event Warning RolledBack "$why"
+		release_restart_slot
+		exit 4
+	fi
+	node_event Warning RollbackFailed "containerd did not come back healthy with the new config ($why), nor with the previous one restored ($again)"
+	fail "roll back" "containerd did not come back healthy with the previous config restored either: $again"
 }
 
 # undo_config PREVIOUS_DROPIN IMPORT_ADDED: take back this run's config changes (the imports
@@ -490,8 +582,10 @@ do_uninstall() {
 		config_dump "$dump" || fail "check the config" "containerd cannot load $CONFIG after the uninstall's changes"
 		dump_has_handler_table "$dump" && log "warning: containerd's config still defines the $HANDLER runtime elsewhere"
 		rm -f "$dump" "$dump.err"
+		acquire_restart_slot
 		restart_containerd
 		wait_cri_handler absent
+		release_restart_slot
 	else
 		log "no config of the installer left: containerd not restarted"
 	fi
@@ -553,7 +647,25 @@ if [[ "$ACTION" == install || "$ACTION" == uninstall ]]; then
 	rm -f "$(hp "$INSTALL_DIR")/.$SHIM_NAME.rsandbox-new."*
 fi
 case "$ACTION" in
-install) do_install ;;
+install)
+	if ((STAY)); then
+		# a refusal, a rollback or a hold would only repeat in a crash loop: the pod stays,
+		# not Ready (the rollout stops there), and its log and the Node's Events say why
+		rc=0
+		(do_install) || rc=$?
+		if ((rc == 3 || rc == 4 || rc == 5)); then
+			exec 9>&-
+			log "install ended with exit status $rc: staying, not Ready (terminating this pod changes nothing on the node)"
+			trap 'exit 0' TERM INT
+			sleep infinity &
+			wait
+			exit 0
+		fi
+		((rc == 0)) || exit "$rc"
+	else
+		do_install
+	fi
+	;;
 uninstall) do_uninstall ;;
 status) do_status ;;
 -h | --help | help) usage ;;

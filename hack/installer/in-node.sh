@@ -29,6 +29,12 @@ export RSANDBOX_INSTALLER_KUBE_STATE=$stub_dir/labels.json
 export SA_DIR=$stub_dir/serviceaccount
 mkdir -m 0700 "$SA_DIR"
 (umask 077 && head -c 48 /dev/urandom | base64 -w0 | tr '+/' '-_' >"$SA_DIR/token")
+# the pod's namespace, as the projected service account volume has it: the restart slots'
+# (Leases) namespace
+echo rsandbox-system >"$SA_DIR/namespace"
+# the verification pod's image: the bench's busybox (imported on the node; a kubelet's node
+# has containerd's pinned sandbox image, the installer's default)
+export VERIFY_IMAGE=${VERIFY_IMAGE:-localhost/busybox:latest}
 python3 "$here/kube-stub.py" "$NODE_NAME" "$RSANDBOX_INSTALLER_KUBE_STATE" "$stub_dir/port" --token "$SA_DIR/token" &
 stub=$!
 trap 'kill "$stub" 2>/dev/null || true; rm -rf "$stub_dir"' EXIT

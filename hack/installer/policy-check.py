@@ -430,6 +430,53 @@ check(
     node_writers(node_labels) == [("rsandbox-node-installer-label", ["patch"])],
     str(node_writers(node_labels)),
 )
+
+
+def grants(objs):
+    """every (namespace or "cluster", apiGroup, resource, verb) a Role or ClusterRole grants"""
+    out = set()
+    for o in objs:
+        if o["kind"] in ("ClusterRole", "Role"):
+            where = o["metadata"].get("namespace", "cluster") if o["kind"] == "Role" else "cluster"
+            for r in o.get("rules", []):
+                for g in r.get("apiGroups", []):
+                    for res in r.get("resources", []):
+                        for v in r.get("verbs", []):
+                            out.add((where, g, res, v))
+    return out
+
+
+# the installer's whole grant from deploy/kubernetes: read Nodes; its restart slots (Leases in
+# its own namespace: read, create, take by update; no delete, no list); Events about its Node
+# (core/v1, valid only in "default" for a cluster-scoped object: create only)
+check(
+    "deploy/kubernetes grants exactly: get nodes; get/create/update leases in rsandbox-system; create events in default",
+    grants(install) == {
+        ("cluster", "", "nodes", "get"),
+        ("rsandbox-system", "coordination.k8s.io", "leases", "get"),
+        ("rsandbox-system", "coordination.k8s.io", "leases", "create"),
+        ("rsandbox-system", "coordination.k8s.io", "leases", "update"),
+        ("default", "", "events", "create"),
+    },
+    str(sorted(grants(install))),
+)
+role_subjects = [s for o in install if o["kind"] in ("RoleBinding", "ClusterRoleBinding") for s in o["subjects"]]
+check(
+    "deploy/kubernetes binds its roles only to the installer's service account",
+    role_subjects and all(s == {"kind": "ServiceAccount", "name": "rsandbox-node-installer", "namespace": "rsandbox-system"} for s in role_subjects),
+    str(role_subjects),
+)
+ds_tpl = next(o for o in install if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+check(
+    "the installer runs on opted-in nodes only (nodeSelector rsandbox.io/node-installer=true)",
+    ds_tpl.get("nodeSelector", {}).get("rsandbox.io/node-installer") == "true",
+    str(ds_tpl.get("nodeSelector")),
+)
+check(
+    "the installer tolerates no taint by default (control planes only with deploy/kubernetes/control-plane)",
+    not ds_tpl.get("tolerations"),
+    str(ds_tpl.get("tolerations")),
+)
 subjects = [s for o in node_labels if o["kind"] == "ClusterRoleBinding" for s in o["subjects"]]
 check(
     "deploy/kubernetes/node-labels binds only the installer's service account",

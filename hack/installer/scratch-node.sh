@@ -143,14 +143,21 @@ ENV
 systemctl)
 	# the subset of systemctl the installer uses, for the unit containerd.service
 	case "${1:-}" in
-	restart)
+	restart) # [--no-block] UNIT: always waits here
 		s_stop
 		s_start
 		;;
 	show) # show --property MainPID --value UNIT
 		s_pid || echo 0
 		;;
-	is-active) s_pid >/dev/null ;;
+	is-active) # [--quiet] UNIT: prints the state unless --quiet, as systemctl does
+		if s_pid >/dev/null; then
+			[[ "${2:-}" == --quiet ]] || echo active
+		else
+			[[ "${2:-}" == --quiet ]] || echo inactive
+			exit 3
+		fi
+		;;
 	reset-failed) ;; # no start rate limit here
 	*)
 		echo "scratch systemctl: unsupported: $*" >&2

@@ -11,7 +11,8 @@
 #      policies' CEL evaluated on admission requests as the API server builds them, and the
 #      RBAC judged, by hack/installer/policy-check.py (cel-python, pinned, same venv);
 #   2. the installer's CRI reader on responses captured from containerd 2.1.9
-#      (hack/installer/fixtures);
+#      (hack/installer/fixtures); its restart slots (Leases) and Events against the API stub
+#      (hack/installer/rollout-check.sh);
 #   3. integration/tests/installer.rs on a systemd node (hack/node.sh -n installer: systemd as
 #      PID 1, containerd.service), through hack/installer/in-node.sh: fresh install, re-run,
 #      upgrade with a running pod of the previous release, uninstall, both config.toml
@@ -85,7 +86,7 @@ tools() {
 }
 
 manifests() {
-	local out=$P/tmp/installer-manifests k v
+	local out=$P/tmp/installer-manifests k v rel
 	mkdir -p "$out"
 	tools
 	"$KUSTOMIZE" build deploy/kubernetes >"$out/install.yaml"
@@ -98,6 +99,20 @@ manifests() {
 		done
 		log "deploy/kubernetes (install, uninstall, node-labels): $(grep -c '^kind:' "$out/install.yaml") + $(grep -c '^kind:' "$out/node-labels.yaml") objects, valid (strict) for Kubernetes $v"
 	done
+	# the control-plane component, as an overlay of a platform team's uses it (kustomize
+	# accepts only relative paths to the bases)
+	mkdir -p "$out/control-plane-overlay"
+	rel=$(realpath --relative-to="$out/control-plane-overlay" deploy/kubernetes)
+	printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s/control-plane\n' \
+		"$rel" "$rel" >"$out/control-plane-overlay/kustomization.yaml"
+	"$KUSTOMIZE" build "$out/control-plane-overlay" >"$out/control-plane.yaml"
+	"$VALIDATE_VENV/bin/kubernetes-validate" --quiet --strict "$out/control-plane.yaml" ||
+		die "deploy/kubernetes with the control-plane component does not validate"
+	diff <(grep -v -e '^      tolerations:' -e '^      - effect: NoSchedule$' -e '^        key: node-role.kubernetes.io/control-plane$' -e '^        operator: Exists$' -e '^      tolerations: \[\]$' "$out/install.yaml") \
+		<(grep -v -e '^      tolerations:' -e '^      - effect: NoSchedule$' -e '^        key: node-role.kubernetes.io/control-plane$' -e '^        operator: Exists$' "$out/control-plane.yaml") >/dev/null ||
+		die "deploy/kubernetes/control-plane changes more than the DaemonSet's tolerations"
+	grep -x '        key: node-role.kubernetes.io/control-plane' "$out/control-plane.yaml" >/dev/null ||
+		die "deploy/kubernetes/control-plane does not tolerate the control-plane taint"
 	"$VALIDATE_VENV/bin/python" hack/installer/policy-check.py "$out/install.yaml" "$out/node-labels.yaml" ||
 		die "deploy/kubernetes: the admission policies or the RBAC fail their checks"
 	# the overlay changes the DaemonSet's action, nothing else
@@ -108,6 +123,7 @@ manifests() {
 
 cri_reader() {
 	bash hack/installer/fixtures/check.sh
+	bash hack/installer/rollout-check.sh
 }
 
 node_tests() {
@@ -177,7 +193,7 @@ if ((tools_only)); then
 fi
 section "installer: manifests (kustomize build + kubernetes-validate --strict)"
 manifests
-section "installer: CRI reader on captured responses"
+section "installer: CRI reader on captured responses; restart slots and Events on the API stub"
 cri_reader
 if ((!manifests_only)); then
 	section "installer: integration/tests/installer.rs on a $( ((scratch)) && echo scratch containerd || echo systemd node)"

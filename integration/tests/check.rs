@@ -181,15 +181,16 @@ fn a_static_hostnetwork_pod_on_rsandbox_blocks() {
         )
     };
     let bench_config = prefix().join("conf/containerd.toml");
+    let (ctd, runc) = (containerd(), prefix().join("usr/bin/runc"));
     let args = [
         "-containerd",
-        containerd().to_str().unwrap(),
+        ctd.to_str().unwrap(),
         "-containerd-config",
         bench_config.to_str().unwrap(),
         "-runtime",
         "rsandbox",
         "-runc",
-        prefix().join("usr/bin/runc").to_str().unwrap(),
+        runc.to_str().unwrap(),
         "-kubelet-config",
         kubelet_config.to_str().unwrap(),
     ];

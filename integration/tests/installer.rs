@@ -7,7 +7,9 @@
 //! that imports `conf.d/*.toml` and once with a hand-written one that imports nothing; and a
 //! preflight with a blocking verdict that changes nothing. In modules of their own under
 //! `installer/`: the uninstall with the imports entry rewritten or left in place
-//! (`uninstall_config.rs`), the token on no argv (`token.rs`), the lock (`lock.rs`).
+//! (`uninstall_config.rs`), the token on no argv (`token.rs`), the lock (`lock.rs`), the
+//! paced rollout: a pod through the handler before the label, the restart slot, the rollback
+//! (`rollout.rs`).
 //!
 //! The node is throwaway: the test rewrites containerd's config and restarts containerd
 //! (both restored at the end), and moves aside a shim binary found on containerd's PATH before
@@ -31,7 +33,9 @@
 //! - `KUBE_API`, `NODE_NAME` and `RSANDBOX_INSTALLER_KUBE_STATE`: the Kubernetes API stub
 //!   (`hack/installer/kube-stub.py`) and the file where it keeps the Node's labels: when set,
 //!   the labels are checked after each step;
-//! - `SA_DIR`: the service account's directory, with the token the stub requires.
+//! - `SA_DIR`: the service account's directory, with the token the stub requires and the
+//!   namespace of the restart slots (Leases);
+//! - `VERIFY_IMAGE`: the image of the installer's verification pod (the bench's busybox).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -805,7 +809,7 @@ exec chroot "$r" /opt/rsandbox-node/rsandbox-node.sh "$@""#;
         "PATH",
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     );
-    for v in ["NODE_NAME", "KUBE_API"] {
+    for v in ["NODE_NAME", "KUBE_API", "VERIFY_IMAGE"] {
         if let Ok(val) = std::env::var(v) {
             c.env(v, val);
         }
@@ -911,6 +915,8 @@ async fn the_daemonset_container_installs_and_uninstalls() {
 // after the helpers and node_or_skip! (a macro is in scope only below its definition)
 #[path = "installer/lock.rs"]
 mod lock;
+#[path = "installer/rollout.rs"]
+mod rollout;
 #[path = "installer/token.rs"]
 mod token;
 #[path = "installer/uninstall_config.rs"]

@@ -12,6 +12,8 @@ fail() {
 # nothing on the node changed
 refuse() {
 	log "refused: $*"
+	# an Event on the Node when lib/events.sh is loaded (the installer; not a lib's own test)
+	if declare -F node_event >/dev/null; then node_event Warning Refused "$*"; fi
 	exit 3
 }
 

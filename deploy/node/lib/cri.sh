@@ -11,7 +11,8 @@
 #   ListPodSandboxResponse.items = 1 (PodSandbox: id = 1, metadata = 2, state = 3,
 #     runtime_handler = 7; PodSandboxMetadata: name = 1, uid = 2, namespace = 3)
 
-# cri_call METHOD REQUEST_HEX OUT_FILE: one unary call; OUT_FILE gets the response message
+# cri_call METHOD REQUEST_HEX OUT_FILE: one unary call (of runtime.v1.RuntimeService, or of
+# $CRI_SERVICE); OUT_FILE gets the response message
 # (frame header removed). Non-zero when containerd is not there or answers an error.
 cri_call() {
 	local method=$1 req_hex=$2 out=$3 tmp rc=0 status
@@ -23,7 +24,7 @@ cri_call() {
 		--unix-socket "$(hp "$CONTAINERD_SOCKET")" \
 		-H 'content-type: application/grpc' -H 'te: trailers' \
 		--data-binary @"$tmp/req" -D "$tmp/headers" -o "$tmp/body" \
-		"http://localhost/runtime.v1.RuntimeService/$method" 2>"$tmp/err" || rc=$?
+		"http://localhost/runtime.v1.${CRI_SERVICE:-RuntimeService}/$method" 2>"$tmp/err" || rc=$?
 	if ((rc == 0)); then
 		status=$(tr -d '\r' <"$tmp/headers" | sed -n 's/^grpc-status: *//p' | tail -n1)
 		if [[ "$status" != 0 ]]; then
@@ -38,6 +39,9 @@ cri_call() {
 	rm -rf "$tmp"
 	return "$rc"
 }
+
+# cri_call_image METHOD REQUEST_HEX OUT_FILE: cri_call on runtime.v1.ImageService
+cri_call_image() { CRI_SERVICE=ImageService cri_call "$@"; }
 
 # proto_fields MESSAGE_FILE SUBMESSAGE_PATH...: prints one line per scalar field,
 # "<path> <value>": path is the field numbers from the top, dot-separated, with the index

@@ -22,9 +22,11 @@ kube_api() { # the API's base URL, empty when none is configured
 	fi
 }
 
-# kube METHOD PATH [BODY_JSON]: one request; prints the response body, fails on a non-2xx
-kube() {
-	local method=$1 path=$2 body=${3:-} url args=() out code token config=""
+# kube_request METHOD PATH BODY_JSON OUT_FILE: one request; OUT_FILE gets the response body,
+# stdout the HTTP status (000 when there was no answer). The body goes as a JSON merge patch
+# with PATCH, as JSON otherwise (POST, PUT).
+kube_request() {
+	local method=$1 path=$2 body=$3 out=$4 url args=() token config=""
 	url=$(kube_api)
 	# the token is read at each call (the kubelet rotates the projected token), never put on
 	# an argv: /proc/<pid>/cmdline is readable by every local user and every hostPID pod. It
@@ -36,12 +38,27 @@ kube() {
 		config="header = \"Authorization: Bearer $token\""
 	fi
 	[[ -r "$SA_DIR/ca.crt" && "$url" == https:* ]] && args+=(--cacert "$SA_DIR/ca.crt")
-	[[ -n "$body" ]] && args+=(-H 'Content-Type: application/merge-patch+json' --data-binary "$body")
-	out=$(mktemp)
+	if [[ -n "$body" ]]; then
+		if [[ "$method" == PATCH ]]; then
+			args+=(-H 'Content-Type: application/merge-patch+json')
+		else
+			args+=(-H 'Content-Type: application/json')
+		fi
+		args+=(--data-binary "$body")
+	fi
+	local code
 	code=$(curl --config - --silent --show-error --max-time 20 -o "$out" -w '%{http_code}' -X "$method" \
 		-H 'Accept: application/json' "${args[@]}" "$url$path" <<<"$config") || code=000
+	echo "$code"
+}
+
+# kube METHOD PATH [BODY_JSON]: one request; prints the response body, fails on a non-2xx
+kube() {
+	local out code
+	out=$(mktemp)
+	code=$(kube_request "$1" "$2" "${3:-}" "$out")
 	if [[ "$code" != 2?? ]]; then
-		log "Kubernetes API $method $path: HTTP $code $(jq -r '.message? // empty' "$out" 2>/dev/null | head -c 300)"
+		log "Kubernetes API $1 $2: HTTP $code $(jq -r '.message? // empty' "$out" 2>/dev/null | head -c 300)"
 		rm -f "$out"
 		return 1
 	fi
