@@ -58,6 +58,25 @@ fn status(doc: &serde_json::Value, id: &str) -> String {
         .to_string()
 }
 
+/// `check` against the bench: its containerd, config, the rsandbox handler and runc, then
+/// `extra`, with `env` set for it.
+fn check_bench(env: &[(&str, &str)], extra: &[&str]) -> (i32, serde_json::Value) {
+    let (ctd, runc) = (containerd(), prefix().join("usr/bin/runc"));
+    let bench_config = prefix().join("conf/containerd.toml");
+    let mut args = vec![
+        "-containerd",
+        ctd.to_str().unwrap(),
+        "-containerd-config",
+        bench_config.to_str().unwrap(),
+        "-runtime",
+        "rsandbox",
+        "-runc",
+        runc.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    check_with_env(env, &args)
+}
+
 /// A containerd root config of the bench's layout in `dir` with `extra` appended.
 fn config(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
@@ -71,17 +90,7 @@ const HANDLER_V3: &str = "version = 3\n\
 
 #[test]
 fn the_bench_is_fine_with_the_hostnetwork_warning() {
-    let bench_config = prefix().join("conf/containerd.toml");
-    let (code, doc) = check(&[
-        "-containerd",
-        containerd().to_str().unwrap(),
-        "-containerd-config",
-        bench_config.to_str().unwrap(),
-        "-runtime",
-        "rsandbox",
-        "-runc",
-        prefix().join("usr/bin/runc").to_str().unwrap(),
-    ]);
+    let (code, doc) = check_bench(&[], &[]);
     assert_eq!(code, 0, "{doc:#}");
     assert_eq!(doc["schema"], "rsandbox-check/v1");
     assert_eq!(doc["verdict"], "warn", "{doc:#}");
@@ -130,20 +139,7 @@ fn a_kubelet_before_1_35_is_warned_about() {
         dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let bench_config = prefix().join("conf/containerd.toml");
-    let (code, doc) = check_with_env(
-        &[("PATH", &path)],
-        &[
-            "-containerd",
-            containerd().to_str().unwrap(),
-            "-containerd-config",
-            bench_config.to_str().unwrap(),
-            "-runtime",
-            "rsandbox",
-            "-runc",
-            prefix().join("usr/bin/runc").to_str().unwrap(),
-        ],
-    );
+    let (code, doc) = check_bench(&[("PATH", &path)], &[]);
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(code, 0, "{doc:#}");
     assert_eq!(
@@ -180,24 +176,11 @@ fn a_static_hostnetwork_pod_on_rsandbox_blocks() {
              hostNetwork: {host_network}\n  runtimeClassName: rsandbox\n"
         )
     };
-    let bench_config = prefix().join("conf/containerd.toml");
-    let (ctd, runc) = (containerd(), prefix().join("usr/bin/runc"));
-    let args = [
-        "-containerd",
-        ctd.to_str().unwrap(),
-        "-containerd-config",
-        bench_config.to_str().unwrap(),
-        "-runtime",
-        "rsandbox",
-        "-runc",
-        runc.to_str().unwrap(),
-        "-kubelet-config",
-        kubelet_config.to_str().unwrap(),
-    ];
+    let args = ["-kubelet-config", kubelet_config.to_str().unwrap()];
     std::fs::write(manifests.join("etcd.yaml"), pod(true)).unwrap();
-    let (code, doc) = check(&args);
+    let (code, doc) = check_bench(&[], &args);
     std::fs::write(manifests.join("etcd.yaml"), pod(false)).unwrap();
-    let (code_plain, doc_plain) = check(&args);
+    let (code_plain, doc_plain) = check_bench(&[], &args);
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(code, 1, "{doc:#}");
     assert_eq!(status(&doc, "static-pods.admission"), "block", "{doc:#}");
