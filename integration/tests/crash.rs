@@ -483,6 +483,25 @@ struct SharedCrash {
     foreign_cgroups_gone: Vec<PathBuf>,
 }
 
+impl SharedCrash {
+    /// What the crash and `delete` left: whether the container `pid` died (within 10 s), whether
+    /// the foreign process `foreign_pid` lives, and which of `foreign`'s cgroups are gone.
+    fn observe(pid: u32, foreign_pid: u32, foreign: &Foreign) -> SharedCrash {
+        let container_died =
+            poll(Duration::from_secs(10), || (!alive(pid)).then_some(())).is_some();
+        SharedCrash {
+            container_died,
+            foreign_alive: alive(foreign_pid),
+            foreign_cgroups_gone: foreign
+                .dirs
+                .iter()
+                .filter(|d| !d.exists())
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
 /// A cgroup `shared` that exists before the container is created, in every hierarchy (as
 /// `/system.slice` does), and later another process in a child cgroup `foreign` of it: killed
 /// and its cgroups removed on drop (also when the test fails).
@@ -595,17 +614,7 @@ fn crash_in_shared_cgroup(runtime: &str, shared: &str, cid: &str) -> Result<Shar
         "{runtime}: the bundle {} stayed after the shim's death",
         bundle.display()
     );
-    let container_died = poll(Duration::from_secs(10), || (!alive(pid)).then_some(())).is_some();
-    Ok(SharedCrash {
-        container_died,
-        foreign_alive: alive(foreign_pid),
-        foreign_cgroups_gone: foreign
-            .dirs
-            .iter()
-            .filter(|d| !d.exists())
-            .cloned()
-            .collect(),
-    })
+    Ok(SharedCrash::observe(pid, foreign_pid, &foreign))
 }
 
 /// Issue 27 item 1, issue 33 item 2: a task created through the Task API whose `cgroupsPath`
@@ -743,18 +752,7 @@ async fn delete_of_a_crashed_pod_leaves_a_member_s_shared_cgroup_alone() {
             "the bundle {} stayed after the shim's death",
             bundle.display()
         );
-        let container_died =
-            poll(Duration::from_secs(10), || (!alive(pid)).then_some(())).is_some();
-        Ok(SharedCrash {
-            container_died,
-            foreign_alive: alive(foreign_pid),
-            foreign_cgroups_gone: foreign
-                .dirs
-                .iter()
-                .filter(|d| !d.exists())
-                .cloned()
-                .collect(),
-        })
+        Ok(SharedCrash::observe(pid, foreign_pid, &foreign))
     }
     .await;
     // containerd's sandbox object (the shim is gone: errors here are expected and not ours).
