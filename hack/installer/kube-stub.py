@@ -12,6 +12,9 @@ HTTP) for its tests, where there is no API server, as the API server answers the
 - core/v1 Events: POST /api/v1/namespaces/NS/events (201, metadata.generateName honoured;
   422 Invalid for an Event without eventTime about a cluster-scoped object outside "default",
   as ValidateEvent refuses it). Each goes to STATE.events, one JSON a line.
+With --forbid-patch, every PATCH of the Node answers 403 Forbidden, as the API server does
+for the installer's account before (or after) the label grant deploy/kubernetes/node-labels:
+RBAC gives it no `patch` on Nodes. --labels k=v,k2=v2 gives the Node those labels at start.
 Every request goes to STATE.log: "METHOD PATH CONTENT-TYPE BODY [argv: ...] t=UNIX-TIME".
 
 With --token FILE, a request must carry `Authorization: Bearer <FILE's token>` (else 401),
@@ -22,6 +25,7 @@ those whose argv hold curl and this request's path (at least the requester: a sc
 no requester proves nothing).
 
 Usage: kube-stub.py NODE STATE PORT_FILE [--handlers rsandbox,runc] [--token FILE]
+                    [--forbid-patch] [--labels k=v,...]
 Prints nothing; writes the port it listens on to PORT_FILE; runs until killed.
 """
 import json
@@ -37,6 +41,9 @@ handlers = ["rsandbox", "runc"]
 if "--handlers" in sys.argv:
     handlers = [h for h in sys.argv[sys.argv.index("--handlers") + 1].split(",") if h]
 labels = {"kubernetes.io/hostname": node}
+if "--labels" in sys.argv:
+    labels.update(kv.split("=", 1) for kv in sys.argv[sys.argv.index("--labels") + 1].split(",") if kv)
+forbid_patch = "--forbid-patch" in sys.argv
 leases = {}
 revision = [1000]
 token = None
@@ -209,6 +216,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.path != f"/api/v1/nodes/{node}":
             return self.answer(404, {"kind": "Status", "message": f"no {self.path}"})
+        if forbid_patch:
+            # the RBAC authorizer's answer (no rule grants the verb), before any admission
+            return self.status(403, "Forbidden", f'nodes "{node}" is forbidden: User "system:serviceaccount:rsandbox-system:rsandbox-node-installer" cannot patch resource "nodes" in API group "" at the cluster scope')
         if self.headers.get("Content-Type") != "application/merge-patch+json":
             return self.answer(415, {"kind": "Status", "message": "want a JSON merge patch"})
         patch = json.loads(body)

@@ -12,7 +12,8 @@
 #      RBAC judged, by hack/installer/policy-check.py (cel-python, pinned, same venv);
 #   2. the installer's CRI reader on responses captured from containerd 2.1.9
 #      (hack/installer/fixtures); its restart slots (Leases) and Events against the API stub
-#      (hack/installer/rollout-check.sh);
+#      (hack/installer/rollout-check.sh); its Node labels with and without the label grant
+#      (hack/installer/label-check.sh);
 #   3. integration/tests/installer.rs on a systemd node (hack/node.sh -n installer: systemd as
 #      PID 1, containerd.service), through hack/installer/in-node.sh: fresh install, re-run,
 #      upgrade with a running pod of the previous release, uninstall, both config.toml
@@ -124,6 +125,7 @@ manifests() {
 cri_reader() {
 	bash hack/installer/fixtures/check.sh
 	bash hack/installer/rollout-check.sh
+	bash hack/installer/label-check.sh
 }
 
 node_tests() {

@@ -92,9 +92,33 @@ wait_node_handler() {
 	done
 }
 
-# label_node JSON_LABELS: merge-patch the Node's labels (null removes one)
+# label_node JSON_LABELS: merge-patch the Node's labels (null removes one), only when the
+# Node's labels differ from them. The Node is read first: a re-run whose labels are already
+# there, or an uninstall on a Node that carries none of them, sends no PATCH, so neither needs
+# the label grant (deploy/kubernetes/node-labels). The uninstall's case matters most: without
+# the read, an uninstall pod on a node the grant never reached (or after the grant was
+# deleted) failed at "unlabel the Node" with HTTP 403 and restarted for ever, although there
+# was nothing to remove.
 label_node() {
-	kube PATCH "/api/v1/nodes/$NODE_NAME" "{\"metadata\":{\"labels\":$1}}" >/dev/null ||
+	local node out code
+	node=$(kube GET "/api/v1/nodes/$NODE_NAME") || fail "label the Node" "cannot read Node $NODE_NAME"
+	if jq -e --argjson want "$1" \
+		'(.metadata.labels // {}) as $have | $want | to_entries | all(.value == $have[.key])' <<<"$node" >/dev/null; then
+		log "Node $NODE_NAME labels already as wanted: $1"
+		return 0
+	fi
+	out=$(mktemp)
+	code=$(kube_request PATCH "/api/v1/nodes/$NODE_NAME" "{\"metadata\":{\"labels\":$1}}" "$out")
+	if [[ "$code" == 403 ]]; then
+		log "Kubernetes API PATCH /api/v1/nodes/$NODE_NAME: HTTP 403 $(jq -r '.message? // empty' "$out" 2>/dev/null | head -c 300)"
+		rm -f "$out"
+		fail "label the Node" "PATCH of Node $NODE_NAME's labels refused (HTTP 403): the installer may change them only once deploy/kubernetes/node-labels is applied (and until every node is uninstalled)"
+	fi
+	if [[ "$code" != 2?? ]]; then
+		log "Kubernetes API PATCH /api/v1/nodes/$NODE_NAME: HTTP $code $(jq -r '.message? // empty' "$out" 2>/dev/null | head -c 300)"
+		rm -f "$out"
 		fail "label the Node" "PATCH of Node $NODE_NAME's labels failed"
+	fi
+	rm -f "$out"
 	log "Node $NODE_NAME labels: $1"
 }

@@ -7,9 +7,9 @@
 #
 # The requests are built as the kubelet builds them (pkg/kubelet/kuberuntime:
 # generatePodSandboxConfig, generateContainerConfig), minus what belongs to a kubelet's pod
-# (its QoS cgroup parent, which only the kubelet creates: containerd's default is used; DNS
-# from the cluster; mounts of volumes): metadata, hostname, log directory, the io.kubernetes.*
-# labels, the pod network with the container's own PID namespace, the image resolved to its
+# (its QoS cgroup parent, which only the kubelet creates and removes: containerd's default is
+# used; mounts of volumes): metadata, hostname, log directory, DNS (verify_dns_config), the
+# io.kubernetes.* labels, the pod network with the container's own PID namespace, the image resolved to its
 # ID first (the kubelet's EnsureImageExists: ImageStatus, PullImage when absent), a
 # BestEffort container's resources, the default masked and read-only /proc paths.
 # Field numbers: k8s.io/cri-api runtime/v1 api.proto (as vendored by containerd 2.1.9).
@@ -37,12 +37,51 @@ pb_map() { # FIELD KEY VALUE: one entry of a map<string,string>
 # pid CONTAINER (1), ipc POD (0)
 verify_namespaces() { pb_uint 2 1; }
 
+# verify_dns_config: DNSConfig (servers = 1, searches = 2, options = 3) from this process's
+# /etc/resolv.conf, parsed as the kubelet parses a resolv.conf (pkg/kubelet/network/dns/dns.go,
+# parseResolvConf: comments cut, every `nameserver`'s address, the last `search` line's
+# domains without a trailing dot, every `options` word). In the DaemonSet's container that file
+# is the one the kubelet wrote for this pod (dnsPolicy ClusterFirst: the cluster's DNS
+# service, the namespace's search list, ndots:5), so the shim gets a DNSConfig as the kubelet
+# builds it for a pod of that namespace; run on the host, the host's (dnsPolicy Default).
+# Empty when the file is missing: then the field is not sent. VERIFY_RESOLV_CONF: another file
+# (a test's).
+verify_dns_config() {
+	local line servers=() searches=() options=() w
+	local conf=${VERIFY_RESOLV_CONF:-/etc/resolv.conf}
+	[[ -r "$conf" ]] || return 0
+	while IFS= read -r line || [[ -n "$line" ]]; do
+		line=${line%%[#;]*}
+		# shellcheck disable=SC2086 # split on blanks, as strings.Fields does
+		set -- $line
+		(($# >= 1)) || continue
+		case $1 in
+		nameserver) (($# >= 2)) && servers+=("$2") ;;
+		search)
+			searches=()
+			shift
+			for w in "$@"; do [[ "$w" == . ]] || searches+=("${w%.}"); done
+			;;
+		options)
+			shift
+			options+=("$@")
+			;;
+		esac
+	done <"$conf"
+	for w in "${servers[@]}"; do pb_str 1 "$w"; done
+	for w in "${searches[@]}"; do pb_str 2 "$w"; done
+	for w in "${options[@]}"; do pb_str 3 "$w"; done
+}
+
 # verify_sandbox_config UID LOG_DIR: PodSandboxConfig
 verify_sandbox_config() {
 	local uid=$1 logdir=$2
 	pb_bytes 1 "$(pb_str 1 "$VERIFY_NAME")$(pb_str 2 "$uid")$(pb_str 3 "$VERIFY_NAMESPACE")"
 	pb_str 2 "$VERIFY_NAME"
 	pb_str 3 "$logdir"
+	local dns
+	dns=$(verify_dns_config)
+	[[ -z "$dns" ]] || pb_bytes 4 "$dns"
 	pb_map 6 io.kubernetes.pod.name "$VERIFY_NAME"
 	pb_map 6 io.kubernetes.pod.namespace "$VERIFY_NAMESPACE"
 	pb_map 6 io.kubernetes.pod.uid "$uid"
