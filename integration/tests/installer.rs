@@ -810,14 +810,17 @@ fn in_installer_pod(n: &Node, rootfs: &Path, action: &str, extra: &[&str]) -> Ru
     let script = r#"set -e
 r=$1 sa=$2 socket=$3; shift 3
 mount --make-rprivate /
-# mount points, as the runtime makes them in the container's writable layer
-mkdir -p "$r/host" "$r/dev" "$r/proc" "$r/tmp" "$r/run/systemd" "$r/run/secrets/sa"
-: >>"$r/run/systemd/private"
-while [ "$1" != -- ]; do mkdir -p "$r/host$1"; shift; done
-shift
 mount --bind "$r" "$r"
 mount -o remount,bind,ro "$r"
-while [ "$1" != -- ]; do mkdir -p "$1"; mount --bind "$1" "$r/host$1"; shift; done
+# the mount points, as the runtime makes them in the container's writable layer (the image
+# root is read-only here: tmpfs at /host and /run, which hold nothing of the image's)
+mount -t tmpfs tmpfs "$r/host"
+mount -t tmpfs tmpfs "$r/run"
+mkdir -p "$r/run/systemd" "$r/run/secrets/sa"
+: >>"$r/run/systemd/private"
+while [ "$1" != -- ]; do shift; done
+shift
+while [ "$1" != -- ]; do mkdir -p "$1" "$r/host$1"; mount --bind "$1" "$r/host$1"; shift; done
 shift
 mount --bind "$socket" "$r/run/systemd/private"
 # a container's /dev: a tmpfs with the usual nodes, not the node's devices
@@ -923,7 +926,9 @@ async fn the_daemonset_container_installs_and_uninstalls() {
             eprintln!("NOTE: the image's binary has no `check`: installed with --no-check");
             &["--no-check"]
         };
-        for absent in ["usr/bin/systemctl", "bin/systemctl", "usr/bin/nsenter"] {
+        // no systemctl to fall back on (util-linux's nsenter is there, but without
+        // CAP_SYS_ADMIN the pod cannot enter a namespace with it)
+        for absent in ["usr/bin/systemctl", "bin/systemctl"] {
             ensure!(
                 !rootfs.join(absent).exists(),
                 "the installer image has /{absent}: the test would not show that D-Bus did the work"
