@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deploy/node/rsandbox-node.sh - install, upgrade or remove rsandbox on one Kubernetes node
 # (containerd 2.x as the systemd unit containerd.service). Run as root on the node, or from the
-# installer DaemonSet (deploy/kubernetes), which runs it with the host's / at /host.
+# installer DaemonSet (deploy/kubernetes), which runs it unprivileged with the host paths it
+# needs under /host and systemd reached over D-Bus (docs/install.md lists each).
 #
 # Usage: rsandbox-node.sh install|uninstall|status [options]
 #
@@ -28,11 +29,15 @@
 # Options (the environment variable of the same name, upper case, works too):
 #   --binary PATH           the shim binary to install (default: containerd-shim-rsandbox-v1
 #                           next to this script)
-#   --host-root DIR         where the host's / is for this process (default /; the DaemonSet: /host)
-#   --host-exec CMD         prefix that runs a host binary (systemctl, containerd, the staged
-#                           shim's `check`) in the host's namespaces (default: none; the
-#                           DaemonSet: "nsenter --target 1 --all --")
-#   --systemctl CMD         (default: "<host-exec> systemctl")
+#   --host-root DIR         where the host's paths are for this process (default /; the
+#                           DaemonSet: /host, under which it mounts only the paths it needs)
+#   --host-exec CMD         prefix that runs a host binary (containerd, readlink, test, the
+#                           staged shim's `check`) on the host (default: none; the DaemonSet:
+#                           "<shim> unit -socket /run/systemd/private run -host-root /host
+#                           -output-dir /run/rsandbox-node/run --", a transient service of
+#                           systemd's, over D-Bus)
+#   --systemctl CMD         (default: "<host-exec> systemctl"; the DaemonSet: "<shim> unit
+#                           -socket /run/systemd/private", systemd's D-Bus API)
 #   --unit NAME             containerd's unit (containerd.service)
 #   --containerd-config P   (default: containerd's --config argument, else /etc/containerd/config.toml)
 #   --containerd-socket P   CRI endpoint (default: [grpc] address of the loaded config)
@@ -223,7 +228,8 @@ shim_resolution_problem() {
 		if [[ "${d%/}/$SHIM_NAME" == "$SHIM_PATH" ]]; then
 			return 0
 		fi
-		if [[ -e "$(hp "${d%/}/$SHIM_NAME")" ]]; then
+		# asked on the host: the installer's pod mounts only the install directory
+		if host_run test -e "${d%/}/$SHIM_NAME"; then
 			echo "containerd (pid $pid) would run ${d%/}/$SHIM_NAME, found before $SHIM_PATH (its PATH: ${path:-unset}); remove it or pass --install-dir ${d%/}"
 			return 0
 		fi
@@ -636,6 +642,11 @@ lock_installer() {
 	local dir
 	dir=$(hp "$LOCK_DIR")
 	mkdir -m 0700 "$dir" 2>/dev/null || true # there already: judged below
+	# the DaemonSet's hostPath volume (DirectoryOrCreate) makes it root's with mode 0755: no
+	# one else could have written into it, so it is narrowed to 0700 rather than refused
+	if [[ ! -L "$dir" && -d "$dir" && "$(stat -c '%u %a' "$dir")" == "0 755" ]]; then
+		chmod 0700 "$dir"
+	fi
 	[[ ! -L "$dir" && -d "$dir" && "$(stat -c '%u %a' "$dir")" == "0 700" ]] ||
 		fail "lock" "$LOCK_DIR is not a directory of root's with mode 0700 ($(stat -c '%U %a %F' "$dir" 2>&1)): remove it"
 	exec 9>>"$dir/lock"

@@ -7,7 +7,7 @@
 #   /opt/rsandbox-node/containerd-shim-rsandbox-v1
 #                                                --binary (default: dist/'s static binary if
 #                                                there is one, else hack/build.sh's)
-#   bash coreutils curl jq util-linux (nsenter) sed grep mawk diffutils, with the closure of
+#   bash coreutils curl jq util-linux (flock) sed grep mawk diffutils, with the closure of
 #   their dependencies: downloaded with apt-get download, unpacked with dpkg-deb -x (no
 #   maintainer script runs; the two links those would make, /bin/sh and awk, are made here)
 #
@@ -90,12 +90,14 @@ cp -r deploy/node/rsandbox-node.sh deploy/node/lib "$root/opt/rsandbox-node/"
 install -m 0755 "$binary" "$root/opt/rsandbox-node/$SHIM_NAME"
 chmod -R go-w "$root/opt/rsandbox-node"
 
-# the image runs what the installer needs (bash, curl with HTTP/2 for CRI's gRPC, jq, nsenter)
+# the image runs what the installer needs (bash, curl with HTTP/2 for CRI's gRPC, jq, flock;
+# systemd is reached through the shim's own D-Bus client, `unit`: no systemctl, no nsenter)
 chroot "$root" /opt/rsandbox-node/rsandbox-node.sh --help >/dev/null
 chroot "$root" curl --version | grep -w HTTP2 >/dev/null || die "the image's curl has no HTTP/2"
 chroot "$root" jq --version >/dev/null
-chroot "$root" nsenter --version >/dev/null
+chroot "$root" flock --version >/dev/null
 chroot "$root" "/opt/rsandbox-node/$SHIM_NAME" -v >/dev/null
+chroot "$root" "/opt/rsandbox-node/$SHIM_NAME" unit -h >/dev/null
 
 oci_archive "localhost/rsandbox-node-installer:$tag" "$root" "$out" '["/opt/rsandbox-node/rsandbox-node.sh"]' '["--help"]'
 if [[ -n "$keep_root" ]]; then

@@ -8,6 +8,11 @@ Usage: policy-check.py INSTALL.yaml NODE_LABELS.yaml
   NODE_LABELS.yaml  `kustomize build deploy/kubernetes/node-labels`
 Prints one line per check; exit status 1 when any fails.
 
+Also the installer pod's privileges (issue 34 item 6): no privileged container, no host `/`
+(nor any hostPath that holds it), no nsenter, every capability dropped but those added back,
+and every hostPath and added capability named in docs/install.md's table (its section "The
+installer pod's privileges"), which gives the reason for each.
+
 The policies' own CEL (validations, matchConditions, variables, read from the YAML) is
 evaluated by cel-python on admission requests shaped as the API server hands them to a
 ValidatingAdmissionPolicy: `object` as it will be stored (a create's defaults and service
@@ -487,6 +492,55 @@ check(
     "deploy/kubernetes/node-labels holds only the grant (the policy it needs is in deploy/kubernetes)",
     sorted(o["kind"] for o in node_labels) == ["ClusterRole", "ClusterRoleBinding"],
 )
+
+# --- the installer pod's privileges -----------------------------------------------------------
+
+import os.path
+import posixpath
+
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "install.md")
+
+
+def documented_privileges():
+    """(host paths, capabilities) named in the first column of docs/install.md's table under
+    the heading "The installer pod's privileges": `| `/etc/containerd` | ...` rows"""
+    paths, caps, inside = set(), set(), False
+    with open(DOCS) as f:
+        for line in f:
+            if line.startswith("#"):
+                inside = "The installer pod's privileges" in line
+                continue
+            m = inside and re.match(r"^\| `([^`]+)` \|", line)
+            if m:
+                (paths if m.group(1).startswith("/") else caps).add(m.group(1))
+    return paths, caps
+
+
+doc_paths, doc_caps = documented_privileges()
+containers = ds_tpl.get("containers", []) + ds_tpl.get("initContainers", [])
+host_paths = {posixpath.normpath(v["hostPath"]["path"]) for v in ds_tpl.get("volumes", []) if "hostPath" in v}
+for c in containers:
+    sc = c.get("securityContext", {})
+    check(f"container {c['name']}: not privileged", sc.get("privileged") is not True, str(sc))
+    check(f"container {c['name']}: no privilege escalation", sc.get("allowPrivilegeEscalation") is False, str(sc))
+    check(f"container {c['name']}: a read-only root file system", sc.get("readOnlyRootFilesystem") is True, str(sc))
+    caps = sc.get("capabilities", {})
+    check(f"container {c['name']}: drops every capability", caps.get("drop") == ["ALL"], str(caps))
+    added = set(caps.get("add", []))
+    check(
+        f"container {c['name']}: each capability added back is in docs/install.md with its reason",
+        added <= doc_caps,
+        f"added {sorted(added)}, documented {sorted(doc_caps)}",
+    )
+    argv = " ".join(c.get("command", []) + c.get("args", []))
+    check(f"container {c['name']}: no nsenter", "nsenter" not in argv, argv)
+check("no host `/` mounted", "/" not in host_paths, str(sorted(host_paths)))
+check(
+    "every hostPath is in docs/install.md with its reason, and every one listed there is mounted",
+    host_paths == doc_paths,
+    f"mounted {sorted(host_paths)}, documented {sorted(doc_paths)}",
+)
+check("no hostNetwork, no hostIPC", not ds_tpl.get("hostNetwork") and not ds_tpl.get("hostIPC"), "")
 
 # --- the hostNetwork guard ------------------------------------------------------------------
 

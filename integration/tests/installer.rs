@@ -769,23 +769,87 @@ async fn a_blocking_check_changes_nothing() {
     r.unwrap();
 }
 
+/// The DaemonSet's arguments that say how it reaches the host (`--host-root`, `--host-exec`,
+/// `--systemctl`, `--binary`), read from deploy/kubernetes/base/daemonset.yaml: the test runs
+/// what the manifest runs.
+fn daemonset_host_args() -> Vec<String> {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/base/daemonset.yaml");
+    let text = fs::read_to_string(&path).unwrap();
+    let args: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("- "))
+        .filter(|a| {
+            ["--host-root=", "--host-exec=", "--systemctl=", "--binary="]
+                .iter()
+                .any(|p| a.starts_with(p))
+        })
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        args.len(),
+        4,
+        "{}: the host arguments: {args:?}",
+        path.display()
+    );
+    args
+}
+
 /// The DaemonSet's container, as deploy/kubernetes/base/daemonset.yaml makes it: the installer
-/// image's file system as `/`, the node's `/` at `/host`, the node's PID namespace (hostPID: a
-/// fresh /proc shows the node's processes, PID 1 is its systemd) and network, privileged; the
-/// container's command and arguments. Runs `rsandbox-node.sh ACTION` there, with the
-/// environment the pod has (its node name, the API; nothing of this test's).
-fn in_installer_pod(rootfs: &Path, action: &str, extra: &[&str]) -> Run {
+/// image's file system as `/`, read-only, with a tmpfs at /tmp; of the node only the host
+/// paths the DaemonSet mounts, each under `/host` at its own path, and systemd's private
+/// socket; the node's PID namespace (hostPID: a fresh /proc shows the node's processes) and
+/// network; no privilege: every capability dropped but SYS_PTRACE (the bounding set, so that
+/// root's exec keeps no other), no_new_privs. The node's layout is not the manifest's
+/// defaults (containerd's config and CRI socket are the bench's), so the volumes are the
+/// node's directories of the same roles, as an overlay would patch them. Runs
+/// `rsandbox-node.sh ACTION` there with the manifest's host arguments (`--host-exec`,
+/// `--systemctl`: the shim's `unit`, over D-Bus) and the environment the pod has (its node
+/// name, the API; nothing of this test's).
+fn in_installer_pod(n: &Node, rootfs: &Path, action: &str, extra: &[&str]) -> Run {
     let script = r#"set -e
-r=$1; shift
+r=$1 sa=$2 socket=$3; shift 3
 mount --make-rprivate /
-mount --rbind / "$r/host"
-mount --rbind /dev "$r/dev"
+mount --bind "$r" "$r"
+mount -o remount,bind,ro "$r"
+# the mount points, as the runtime makes them in the container's writable layer (the image
+# root is read-only here: tmpfs at /host and /run, which hold nothing of the image's)
+mount -t tmpfs tmpfs "$r/host"
+mount -t tmpfs tmpfs "$r/run"
+mkdir -p "$r/run/systemd" "$r/run/secrets/sa"
+: >>"$r/run/systemd/private"
+while [ "$1" != -- ]; do shift; done
+shift
+while [ "$1" != -- ]; do mkdir -p "$1" "$r/host$1"; mount --bind "$1" "$r/host$1"; shift; done
+shift
+mount --bind "$socket" "$r/run/systemd/private"
+# a container's /dev: a tmpfs with the usual nodes, not the node's devices
+mount -t tmpfs -o nosuid,mode=755 tmpfs "$r/dev"
+for d in null zero full random urandom tty; do : >"$r/dev/$d"; mount --bind "/dev/$d" "$r/dev/$d"; done
 mount -t proc proc "$r/proc"
 mount -t tmpfs tmpfs "$r/tmp"
-exec chroot "$r" /opt/rsandbox-node/rsandbox-node.sh "$@""#;
+[ -z "$sa" ] || mount --bind "$sa" "$r/run/secrets/sa"
+exec chroot "$r" setpriv --bounding-set=-all,+sys_ptrace --inh-caps=-all --no-new-privs -- /opt/rsandbox-node/rsandbox-node.sh "$@""#;
     let _ = Command::new("systemctl")
         .args(["reset-failed", UNIT])
         .status();
+    let dir_of = |p: &Path| p.parent().unwrap().to_str().unwrap().to_string();
+    let socket = PathBuf::from(
+        std::env::var("CONTAINERD_ADDRESS")
+            .unwrap_or_else(|_| "/run/containerd/containerd.sock".into())
+            .trim_start_matches("unix://"),
+    );
+    // the DaemonSet's volumes, in the node's layout: the lock directory, containerd's config
+    // directory, the install directory, the CRI socket's directory, the state directory (the
+    // lock directory first: the others may lie below it, never above)
+    let volumes = [
+        "/run/rsandbox-node".into(),
+        dir_of(&n.config),
+        n.install_dir.to_str().unwrap().to_string(),
+        dir_of(&socket),
+        n.state_dir.to_str().unwrap().to_string(),
+    ];
+    let sa = std::env::var("SA_DIR").unwrap_or_default();
     let mut c = Command::new("unshare");
     c.args([
         "--mount",
@@ -797,12 +861,14 @@ exec chroot "$r" /opt/rsandbox-node/rsandbox-node.sh "$@""#;
         "installer-pod",
     ])
     .arg(rootfs)
-    .args([
-        action,
-        "--host-root=/host",
-        "--host-exec=nsenter --target 1 --all --",
-        "--binary=/opt/rsandbox-node/containerd-shim-rsandbox-v1",
-    ])
+    .arg(&sa)
+    .arg("/run/systemd/private")
+    .args(&volumes)
+    .arg("--")
+    .args(&volumes)
+    .arg("--")
+    .arg(action)
+    .args(daemonset_host_args())
     .args(extra)
     .env_clear()
     .env(
@@ -814,9 +880,9 @@ exec chroot "$r" /opt/rsandbox-node/rsandbox-node.sh "$@""#;
             c.env(v, val);
         }
     }
-    // the pod's projected token: the node's file, seen through /host
-    if let Ok(sa) = std::env::var("SA_DIR") {
-        c.env("SA_DIR", format!("/host{sa}"));
+    // the pod's projected token, mounted as the kubelet mounts it
+    if !sa.is_empty() {
+        c.env("SA_DIR", "/run/secrets/sa");
     }
     let out = run_timeout(c, None, Duration::from_secs(300));
     let run = Run {
@@ -830,9 +896,11 @@ exec chroot "$r" /opt/rsandbox-node/rsandbox-node.sh "$@""#;
     run
 }
 
-/// The installer image in the DaemonSet's shape installs and uninstalls on the node: the image's
-/// own tools (curl, jq, nsenter), the host's systemctl and containerd through nsenter into PID
-/// 1, every node path through /host; `check` of the image's binary run on the node.
+/// The installer image in the DaemonSet's shape installs and uninstalls on the node, not
+/// privileged and without the host's `/`: the image's own tools (curl, jq), containerd restarted
+/// and host binaries (containerd, the image binary's `check`) run through systemd's D-Bus API
+/// (the shim's `unit`; the image has no systemctl, the pod no capability to enter a namespace);
+/// then a pod runs through the handler, and the uninstall takes everything back.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daemonset_container_installs_and_uninstalls() {
     let n = node_or_skip!();
@@ -849,7 +917,7 @@ async fn the_daemonset_container_installs_and_uninstalls() {
         );
     }
     let rootfs = PathBuf::from(rootfs);
-    let r = (|| -> R {
+    let r: R = async {
         let before = prepare(&n, Flavour::NoImports)?;
         let image_bin = rootfs.join("opt/rsandbox-node").join(SHIM);
         let no_check: &[&str] = if has_check(&image_bin) {
@@ -858,8 +926,16 @@ async fn the_daemonset_container_installs_and_uninstalls() {
             eprintln!("NOTE: the image's binary has no `check`: installed with --no-check");
             &["--no-check"]
         };
+        // no systemctl to fall back on (util-linux's nsenter is there, but without
+        // CAP_SYS_ADMIN the pod cannot enter a namespace with it)
+        for absent in ["usr/bin/systemctl", "bin/systemctl"] {
+            ensure!(
+                !rootfs.join(absent).exists(),
+                "the installer image has /{absent}: the test would not show that D-Bus did the work"
+            );
+        }
         let pid0 = n.main_pid()?;
-        let r = in_installer_pod(&rootfs, "install", no_check);
+        let r = in_installer_pod(&n, &rootfs, "install", no_check);
         ensure!(
             r.code == Some(0),
             "install from the installer pod failed:\n{}",
@@ -878,8 +954,15 @@ async fn the_daemonset_container_installs_and_uninstalls() {
             n.dropin().display()
         );
         check_labels(&n, Some(&image_bin), "after the installer pod's install")?;
+        // a pod through the handler, on the containerd the D-Bus restart brought up
+        let logs = n.scratch.join("daemonset-pod");
+        fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
+        let mut pod = SleepingPod::start(&unique_id("inst-pod"), &logs).await?;
+        let ran = exec_ok(&mut pod, "a pod after the installer pod's install").await;
+        pod.remove().await?;
+        ran?;
         let pid1 = n.main_pid()?;
-        let r = in_installer_pod(&rootfs, "install", no_check);
+        let r = in_installer_pod(&n, &rootfs, "install", no_check);
         ensure!(
             r.code == Some(0),
             "the installer pod's re-run failed:\n{}",
@@ -889,7 +972,7 @@ async fn the_daemonset_container_installs_and_uninstalls() {
             n.main_pid()? == pid1,
             "the installer pod's re-run restarted containerd"
         );
-        let r = in_installer_pod(&rootfs, "uninstall", &[]);
+        let r = in_installer_pod(&n, &rootfs, "uninstall", &[]);
         ensure!(
             r.code == Some(0),
             "uninstall from the installer pod failed:\n{}",
@@ -907,7 +990,8 @@ async fn the_daemonset_container_installs_and_uninstalls() {
         n.wait_handlers(|h| !h.iter().any(|x| x == HANDLER))?;
         check_labels(&n, None, "after the installer pod's uninstall")?;
         Ok(())
-    })();
+    }
+    .await;
     restore(&n);
     r.unwrap();
 }

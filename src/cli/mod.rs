@@ -8,6 +8,8 @@
 //!   ([`crate::cli::cleanup`]); prints a protobuf `DeleteResponse`.
 //! - `check`: the node preflight for people and installers ([`check`]); containerd never
 //!   runs it.
+//! - `unit`: systemd over D-Bus for the node installer: a `systemctl` subset and a command
+//!   run on the host as a transient service ([`unit`]); containerd never runs it.
 //! - no action: the daemon, see [`crate::server::daemon`].
 //!
 //! Everything `start` and `delete` print on stdout is their reply: containerd reads it (for
@@ -22,6 +24,7 @@ pub mod cleanup;
 pub mod info;
 pub mod shim_cgroup;
 pub mod start;
+pub mod unit;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -69,8 +72,9 @@ pub fn main() {
             "start" => run_start(&flags),
             "delete" => run_delete(&flags),
             "check" => std::process::exit(check::main(&flags.args)),
+            "unit" => std::process::exit(unit::main(&flags.args)),
             other => Err(Error::invalid(format!(
-                "unknown action {other:?} (want start, delete or check)"
+                "unknown action {other:?} (want start, delete, check or unit)"
             ))),
         }
     };

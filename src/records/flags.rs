@@ -35,10 +35,10 @@ pub struct Flags {
     pub address: String,
     /// `-publish-binary`: containerd's binary (the Go shim library ignores it too).
     pub publish_binary: String,
-    /// The first argument after the flags: `start`, `delete`, `check`, or empty for the
-    /// daemon.
+    /// The first argument after the flags: `start`, `delete`, `check`, `unit`, or empty for
+    /// the daemon.
     pub action: String,
-    /// The arguments after the action (`check`'s own flags); containerd passes none.
+    /// The arguments after the action (`check`'s and `unit`'s own); containerd passes none.
     pub args: Vec<String>,
 }
 
@@ -64,6 +64,7 @@ pub enum FlagError {
 pub const USAGE: &str = "\
 Usage: containerd-shim-rsandbox-v1 [flags] [start|delete]
        containerd-shim-rsandbox-v1 check [-json] [check flags] (a node's preflight: check -h)
+       containerd-shim-rsandbox-v1 unit COMMAND (systemd over D-Bus, for the installer: unit -h)
   -address string         grpc address back to main containerd
   -bundle string          path to the bundle if not workdir
   -debug                  enable debug output in logs

@@ -18,14 +18,16 @@ refuse() {
 }
 
 # hp PATH: where a path of the host's file system is for this process. On the host itself
-# HOST_ROOT is empty; in the DaemonSet's container the host's / is mounted at HOST_ROOT
-# (/host). Paths written into containerd's config and compared with /proc/<pid>/exe are
+# HOST_ROOT is empty; in the DaemonSet's container the host paths it mounts are under
+# HOST_ROOT (/host), each at its own path (docs/install.md lists them). Paths written into containerd's config and compared with /proc/<pid>/exe are
 # always the host's own (without HOST_ROOT).
 hp() { printf '%s%s' "$HOST_ROOT" "$1"; }
 
 # host_run CMD...: runs a host binary on the host's terms (its file system, libraries and
-# configuration): directly on the host, through HOST_EXEC (e.g. `nsenter --target 1
-# --mount --`) from the DaemonSet's container. Used for systemctl and containerd only.
+# configuration): directly on the host, through HOST_EXEC from the DaemonSet's container
+# (`containerd-shim-rsandbox-v1 unit run ... --`: a transient service of systemd's, over
+# D-Bus; its output and exit status passed back). Used for containerd, readlink, test and
+# the staged binary's `check`.
 host_run() {
 	# HOST_EXEC is a command prefix, split on blanks on purpose
 	# shellcheck disable=SC2086

@@ -1,7 +1,9 @@
 # shellcheck shell=bash
 # deploy/node/lib/unit.sh - containerd as a systemd unit: its main PID, a restart and the wait
-# for it. Every call goes through SYSTEMCTL (default: the host's `systemctl`, through
-# HOST_EXEC from the DaemonSet), the one seam a test replaces.
+# for it. Every call goes through SYSTEMCTL (default: the host's `systemctl`; the DaemonSet:
+# `containerd-shim-rsandbox-v1 unit`, the same commands over systemd's D-Bus API), the one
+# seam a test replaces. Only these forms are used (`unit` accepts exactly them): show
+# --property MainPID --value, is-active [--quiet], restart [--no-block], reset-failed.
 
 systemctl_() {
 	# SYSTEMCTL is a command (with its arguments), split on blanks on purpose

@@ -154,11 +154,11 @@ fn is_job_removed(m: &Message) -> bool {
 
 /// A connection to systemd's manager.
 pub struct Manager {
-    conn: Conn,
+    pub(super) conn: Conn,
     /// On the system bus messages must name systemd (the connection then follows its unique
     /// name, see [`Conn::follow_service`]); on the private socket there is nobody else to
     /// name.
-    destination: Option<&'static str>,
+    pub(super) destination: Option<&'static str>,
     /// On the private socket, its path: a re-exec of systemd closes the connection, and a job
     /// of ours is waited for again through a new one ([`Manager::rejoin_job`]).
     private: Option<PathBuf>,
@@ -277,12 +277,12 @@ impl Manager {
         self.conn.service_owner()
     }
 
-    fn message(&self, member: &str, args: &[Value]) -> Message {
+    pub(super) fn message(&self, member: &str, args: &[Value]) -> Message {
         Message::call(self.destination, PATH, MANAGER, member, args)
     }
 
     /// Calls a manager method that answers a job path, and waits for that job's end.
-    fn run_job(
+    pub(super) fn run_job(
         &mut self,
         step: String,
         member: &str,
@@ -309,9 +309,12 @@ impl Manager {
             })?;
         let unit = args.first().and_then(Value::as_str).unwrap_or_default();
         let result = match self.wait_job(&job, deadline) {
-            Err(DbusError::Closed { .. }) if self.private.is_some() => {
-                self.rejoin_job(&job, unit, member == "StartTransientUnit", deadline)
-            }
+            Err(DbusError::Closed { .. }) if self.private.is_some() => self.rejoin_job(
+                &job,
+                unit,
+                matches!(member, "StartTransientUnit" | "RestartUnit"),
+                deadline,
+            ),
             r => r,
         }
         .map_err(|source| SystemdError::Job {

@@ -6,7 +6,8 @@
 //! deadlines, [`manager`] speaks to systemd's manager (start, stop, reset a unit, wait for
 //! its job), [`scope`] is the pod's scope, [`devices`] its device rules, [`names`] the
 //! cgroup names systemd uses, [`address`] the system bus's address
-//! (`DBUS_SYSTEM_BUS_ADDRESS`).
+//! (`DBUS_SYSTEM_BUS_ADDRESS`); [`unit`] one unit's restart and state, and a command run as a
+//! transient service, for the node installer (`containerd-shim-rsandbox-v1 unit`).
 
 pub mod address;
 pub mod conn;
@@ -14,6 +15,7 @@ pub mod devices;
 pub mod manager;
 pub mod names;
 pub mod scope;
+pub mod unit;
 pub mod wire;
 
 #[cfg(test)]

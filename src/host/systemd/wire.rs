@@ -2,8 +2,8 @@
 //!
 //! Only what talking to systemd's manager needs, but complete for it: every basic type and
 //! every container (arrays, structs, dict entries, variants) decodes, so a reply or signal
-//! of any signature can be read or skipped; encoding covers the types we send (`s o b u t as
-//! a(sv) a(sa(sv)) v au`). Messages we write are little-endian; messages we read may be of
+//! of any signature can be read or skipped; encoding covers the types we send (`s o b i u t as
+//! a(sv) a(sa(sv)) a(sasb) v au`). Messages we write are little-endian; messages we read may be of
 //! either byte order (the header's first byte says which). Limits follow the specification:
 //! a message is at most 128 MiB, an array at most 64 MiB, nesting at most 64 deep.
 
