@@ -243,24 +243,24 @@ check_static() {
 		die "$bin -v does not name $version and $commit: $v"
 }
 
-# make_deb DIR BINARY OUT: the package tree under DIR/pkg, then dpkg-deb.
+# make_deb DIR BINARY OUT: the package tree under DIR/pkg, then dpkg-deb. Its files come from
+# DIR/src (the commit's export), not the checkout, which may differ from the commit.
 make_deb() {
-	local dir=$1 bin=$2 deb=$3 root size
-	root=$dir/pkg
+	local dir=$1 bin=$2 deb=$3 root size src
+	root=$dir/pkg src=$dir/src
 	rm -rf "$root"
 	(
 		umask 022
 		mkdir -p "$root/DEBIAN" "$root/usr/bin" "$root/usr/share/rsandbox/conf.d" "$root/usr/share/doc/rsandbox"
 		install -m 0755 "$bin" "$root/usr/bin/$SHIM_NAME"
-		install -m 0644 hack/release/rsandbox.toml "$root/usr/share/rsandbox/conf.d/rsandbox.toml"
-		install -m 0644 hack/release/copyright "$root/usr/share/doc/rsandbox/copyright"
-		git show "$commit:README.md" >"$root/usr/share/doc/rsandbox/README.md"
-		git show "$commit:CHANGELOG.md" >"$root/usr/share/doc/rsandbox/CHANGELOG.md"
+		install -m 0644 "$src/hack/release/rsandbox.toml" "$root/usr/share/rsandbox/conf.d/rsandbox.toml"
+		install -m 0644 "$src/hack/release/copyright" "$root/usr/share/doc/rsandbox/copyright"
+		cp "$src/README.md" "$src/CHANGELOG.md" "$root/usr/share/doc/rsandbox/"
 		chmod 0644 "$root/usr/share/doc/rsandbox/README.md" "$root/usr/share/doc/rsandbox/CHANGELOG.md"
 		size=$(du -sk --apparent-size --exclude=DEBIAN "$root" | cut -f1)
 		sed -e "s/@VERSION@/$version/" -e "s/@INSTALLED_SIZE@/$size/" -e "s/@REVISION@/$commit/" \
 			-e "s/@ARCH@/$arch/" \
-			hack/release/control.in >"$root/DEBIAN/control"
+			"$src/hack/release/control.in" >"$root/DEBIAN/control"
 		(cd "$root" && find usr -type f | LC_ALL=C sort | xargs md5sum >DEBIAN/md5sums)
 		chmod 0644 "$root/DEBIAN/control" "$root/DEBIAN/md5sums"
 		find "$root" -type d -exec chmod 0755 {} +
