@@ -4,8 +4,9 @@
 # `#[cfg(target_arch = "CPU")] mod arch`) against the kernel's own headers, as Debian's
 # linux-libc-dev installs them: HEADER is the table of `#define __NR_<name> <number>` lines
 # (x86_64: asm/unistd_64.h; aarch64: asm-generic/unistd.h, the generic table aarch64 uses),
-# and AUDIT_ARCH_<CPU> comes from linux/audit.h through the C preprocessor. Prints one line a
-# constant; exit 1 on a number that differs or a constant the header does not have.
+# and AUDIT_ARCH_<CPU> comes from linux/audit.h through the C preprocessor. Prints one
+# line when all agree; else one line for each constant that differs or that the header lacks, and
+# exit 1.
 #
 # Why: the pause program makes raw system calls and its seccomp filter allows them by number,
 # one table per architecture (docs/install.md, arm64). A wrong aarch64 number builds and links
@@ -60,9 +61,7 @@ while read -r name value; do
 		}
 	fi
 	n=$((n + 1))
-	if (($((value)) == want)); then
-		printf '%s %s = %s: as the kernel'"'"'s headers\n' "$cpu" "$name" "$value"
-	else
+	if (($((value)) != want)); then
 		printf '%s %s = %s, the kernel'"'"'s headers say %#x (%d)\n' "$cpu" "$name" "$value" "$want" "$want" >&2
 		bad=$((bad + 1))
 	fi
