@@ -45,7 +45,9 @@
 # gcc-aarch64-linux-gnu (the linker, also of the pause program: build.rs passes it on) and
 # libc6-dev-arm64-cross (the static glibc), and qemu-user's qemu-aarch64 to run `-v`; the
 # script names what is missing. hack/test.sh builds this machine's architecture only
-# (docs/install.md, arm64).
+# (docs/install.md, arm64). Before each architecture's build, hack/release/pause-syscalls.sh
+# checks the pause program's system call numbers and AUDIT_ARCH for it against the kernel's
+# headers (linux-libc-dev): a wrong number would build and only fail on that kernel.
 #
 # Static: the gnu target with `-C target-feature=+crt-static` and glibc's static libraries
 # (libc6-dev): the one toolchain (1.95.0) has no musl target, and the shim calls glibc's
@@ -115,12 +117,21 @@ host=$(host_triple)
 
 # arch_set ARCH: one architecture's target, file names and tools, in globals: TARGET, elf
 # (what `file` says), libc_pkg (the Debian package of the static glibc), bin_name, deb_name,
-# sbom_name, linker_env (cargo's linker for a cross build), run (how `-v` runs on this host).
+# sbom_name, linker_env (cargo's linker for a cross build), run (how `-v` runs on this host),
+# unistd_h (the kernel's system call table of ARCH, from linux-libc-dev: the pause program's
+# numbers are checked against it).
 arch_set() {
 	arch=$1
 	case "$arch" in
-	amd64) TARGET=x86_64-unknown-linux-gnu elf=x86-64 ;;
-	arm64) TARGET=aarch64-unknown-linux-gnu elf="ARM aarch64" ;;
+	amd64)
+		TARGET=x86_64-unknown-linux-gnu elf=x86-64
+		unistd_h=/usr/include/x86_64-linux-gnu/asm/unistd_64.h
+		[[ "$host" == x86_64-* ]] || unistd_h=/usr/x86_64-linux-gnu/include/asm/unistd_64.h
+		;;
+	arm64)
+		# aarch64 has no table of its own: it uses the generic one, the same on every host
+		TARGET=aarch64-unknown-linux-gnu elf="ARM aarch64" unistd_h=/usr/include/asm-generic/unistd.h
+		;;
 	*) die "unknown architecture $arch (want amd64, arm64)" ;;
 	esac
 	bin_name=$SHIM_NAME-$version-linux-$arch
@@ -195,6 +206,8 @@ build() {
 build_arch() {
 	local dir=$1 src target out start warnings
 	src=$dir/src target=$dir/target out=$dir/dist
+	# the pause program's raw system calls and seccomp filter, by number: a wrong one builds
+	hack/release/pause-syscalls.sh "$src/pause/pause.rs" "${TARGET%%-*}" "$unistd_h" >&2
 	start=$(date +%s)
 	section "cargo build --release --target $TARGET (+crt-static) in $dir"
 	warnings=$dir/link-warnings-$arch.txt
@@ -243,24 +256,24 @@ check_static() {
 		die "$bin -v does not name $version and $commit: $v"
 }
 
-# make_deb DIR BINARY OUT: the package tree under DIR/pkg, then dpkg-deb.
+# make_deb DIR BINARY OUT: the package tree under DIR/pkg, then dpkg-deb. Its files come from
+# DIR/src (the commit's export), not the checkout, which may differ from the commit.
 make_deb() {
-	local dir=$1 bin=$2 deb=$3 root size
-	root=$dir/pkg
+	local dir=$1 bin=$2 deb=$3 root size src
+	root=$dir/pkg src=$dir/src
 	rm -rf "$root"
 	(
 		umask 022
 		mkdir -p "$root/DEBIAN" "$root/usr/bin" "$root/usr/share/rsandbox/conf.d" "$root/usr/share/doc/rsandbox"
 		install -m 0755 "$bin" "$root/usr/bin/$SHIM_NAME"
-		install -m 0644 hack/release/rsandbox.toml "$root/usr/share/rsandbox/conf.d/rsandbox.toml"
-		install -m 0644 hack/release/copyright "$root/usr/share/doc/rsandbox/copyright"
-		git show "$commit:README.md" >"$root/usr/share/doc/rsandbox/README.md"
-		git show "$commit:CHANGELOG.md" >"$root/usr/share/doc/rsandbox/CHANGELOG.md"
+		install -m 0644 "$src/hack/release/rsandbox.toml" "$root/usr/share/rsandbox/conf.d/rsandbox.toml"
+		install -m 0644 "$src/hack/release/copyright" "$root/usr/share/doc/rsandbox/copyright"
+		cp "$src/README.md" "$src/CHANGELOG.md" "$root/usr/share/doc/rsandbox/"
 		chmod 0644 "$root/usr/share/doc/rsandbox/README.md" "$root/usr/share/doc/rsandbox/CHANGELOG.md"
 		size=$(du -sk --apparent-size --exclude=DEBIAN "$root" | cut -f1)
 		sed -e "s/@VERSION@/$version/" -e "s/@INSTALLED_SIZE@/$size/" -e "s/@REVISION@/$commit/" \
 			-e "s/@ARCH@/$arch/" \
-			hack/release/control.in >"$root/DEBIAN/control"
+			"$src/hack/release/control.in" >"$root/DEBIAN/control"
 		(cd "$root" && find usr -type f | LC_ALL=C sort | xargs md5sum >DEBIAN/md5sums)
 		chmod 0644 "$root/DEBIAN/control" "$root/DEBIAN/md5sums"
 		find "$root" -type d -exec chmod 0755 {} +

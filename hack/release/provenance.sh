@@ -14,7 +14,9 @@
 #                        out of the binary), SOURCE_DATE_EPOCH, RSANDBOX_REVISION
 #   resolvedDependencies the source (gitCommit, gitTree of the commit; whether the checkout's
 #                        tracked files matched it: the release is the commit's tree either way),
-#                        Cargo.lock, rustc (`rustc -vV`, the binary's sha256), cargo, each
+#                        Cargo.lock, rustc (`rustc -vV`, the binary's sha256, the channel the
+#                        source's rust-toolchain.toml pins), cargo, each target's Rust standard
+#                        library (the dirHash of rustlib/TARGET/lib: linked into the binary), each
 #                        target's static glibc (LIBCS: the Debian packages, comma-separated, in
 #                        TARGETS' order: their versions, their libc.a's sha256), dpkg-deb and jq
 #                        (they write the .deb and the SBOM)
@@ -23,6 +25,15 @@
 #                        machine: nothing vouches for it but the release key); builder.version:
 #                        the OS; metadata.invocationId: RSANDBOX_RELEASE_INVOCATION when set
 #                        (e.g. the CI run's address), else none
+#
+# The fields, as the specs name them: the Statement's _type, subject (ResourceDescriptors, each
+# with a digest), predicateType, predicate (in-toto attestation spec/v1: statement.md,
+# resource_descriptor.md, digest_set.md for sha256, gitCommit, gitTree and dirHash); the
+# predicate's buildDefinition {buildType, externalParameters, internalParameters,
+# resolvedDependencies} and runDetails {builder {id, version: a map of strings}, metadata
+# {invocationId}} (slsa.dev/spec/v1.0/provenance). Annotation keys are lowerCamelCase without
+# `.`, `$` or spaces (spec/v1/README.md, "Extension fields"). No metadata when there is nothing
+# to put in it ("unset, null and empty MUST be interpreted equivalently").
 #
 # Deterministic for one commit on one machine: no clock (no startedOn/finishedOn: the
 # commit's time is in internalParameters as SOURCE_DATE_EPOCH), no host name, no path of
@@ -57,7 +68,30 @@ sysroot=$(cd "$src" && rustc --print sysroot)
 rustc_vv=$(cd "$src" && rustc -vV)
 cargo_v=$(cd "$src" && cargo -V)
 sha() { sha256sum "$1" | cut -d' ' -f1; }
+# dirhash DIR: digest_set.md's dirHash (Go's dirhash Hash1 in hex) of the files under DIR
+dirhash() {
+	(cd "$1" && find . -type f | cut -c3- | LC_ALL=C sort | xargs -r sha256sum | sha256sum | cut -d' ' -f1)
+}
+# the channel rust-toolchain.toml pins (rustup builds with it; rustc -vV must agree)
+channel=$(sed -n 's/^channel = "\(.*\)"$/\1/p' "$src/rust-toolchain.toml")
+[[ -n "$channel" ]] || {
+	echo "$0: no channel in $src/rust-toolchain.toml" >&2
+	exit 1
+}
+[[ "$rustc_vv" == *$'\nrelease: '"$channel"$'\n'* ]] || {
+	echo "$0: rustc is not the pinned $channel: $rustc_vv" >&2
+	exit 1
+}
+# each target's standard library: what rustup installed under the sysroot for it
+std_deps=$(
+	IFS=, read -r -a triples <<<"$targets"
+	for t in "${triples[@]}"; do
+		jq -n --arg t "$t" --arg h "$(dirhash "$sysroot/lib/rustlib/$t/lib")" \
+			'{name: "rust-std-\($t)", digest: {dirHash: $h}, annotations: {path: "lib/rustlib/\($t)/lib"}}'
+	done | jq -s .
+)
 deb_version() { dpkg-query -W -f='${Version}' "$1"; }
+deb_arch() { dpkg-query -W -f='${Architecture}' "$1"; }
 # each glibc package: its purl and its libc.a's sha256 (no grep -m1: dpkg would die of
 # SIGPIPE under pipefail)
 libc_deps=$(
@@ -65,7 +99,7 @@ libc_deps=$(
 	for pkg in "${pkgs[@]}"; do
 		libc_a=$(dpkg -L "$pkg" | grep '/libc\.a$')
 		jq -n --arg pkg "$pkg" --arg v "$(deb_version "$pkg")" \
-			--arg a "$(dpkg-query -W -f='${Architecture}' "$pkg")" --arg sha "$(sha "$libc_a")" \
+			--arg a "$(deb_arch "$pkg")" --arg sha "$(sha "$libc_a")" \
 			'{name: $pkg, uri: "pkg:deb/debian/\($pkg)@\($v)?arch=\($a)", digest: {sha256: $sha},
 			  annotations: {linked: "libc.a, statically"}}'
 	done | jq -s 'unique_by(.name)'
@@ -81,7 +115,9 @@ jq -n --sort-keys \
 	--arg rustc_vv "$rustc_vv" --arg rustc_sha "$(sha "$sysroot/bin/rustc")" \
 	--arg cargo_v "$cargo_v" --arg cargo_sha "$(sha "$sysroot/bin/cargo")" \
 	--argjson libc_deps "$libc_deps" \
-	--arg dpkg "$(deb_version dpkg)" --arg jq_v "$(deb_version jq)" --arg os "$os" \
+	--argjson std_deps "$std_deps" --arg channel "$channel" \
+	--arg dpkg "$(deb_version dpkg)" --arg dpkg_a "$(deb_arch dpkg)" \
+	--arg jq_v "$(deb_version jq)" --arg jq_a "$(deb_arch jq)" --arg os "$os" \
 	--arg builder "${RSANDBOX_RELEASE_BUILDER:-urn:rsandbox:builder:local}" \
 	--arg invocation "${RSANDBOX_RELEASE_INVOCATION:-}" '
 {
@@ -101,16 +137,16 @@ jq -n --sort-keys \
         {name: "source", digest: {gitCommit: $commit, gitTree: $tree},
          annotations: {exportedWith: "git archive", checkoutMatchedCommit: $clean}},
         {name: "Cargo.lock", digest: {sha256: $lock_sha}},
-        {name: "rustc", digest: {sha256: $rustc_sha}, annotations: {"rustc -vV": $rustc_vv}},
-        {name: "cargo", digest: {sha256: $cargo_sha}, annotations: {"cargo -V": $cargo_v}},
+        {name: "rustc", digest: {sha256: $rustc_sha},
+         annotations: {rustcVersionVerbose: $rustc_vv, toolchainFile: "rust-toolchain.toml", pinnedChannel: $channel}},
+        {name: "cargo", digest: {sha256: $cargo_sha}, annotations: {cargoVersion: $cargo_v}},
+        $std_deps[],
         $libc_deps[],
-        {name: "dpkg-deb", uri: "pkg:deb/debian/dpkg@\($dpkg)?arch=amd64"},
-        {name: "jq", uri: "pkg:deb/debian/jq@\($jq_v)?arch=amd64"}
+        {name: "dpkg-deb", uri: "pkg:deb/debian/dpkg@\($dpkg)?arch=\($dpkg_a)"},
+        {name: "jq", uri: "pkg:deb/debian/jq@\($jq_v)?arch=\($jq_a)"}
       ]
     },
-    runDetails: {
-      builder: {id: $builder, version: {os: $os}},
-      metadata: (if $invocation == "" then {} else {invocationId: $invocation} end)
-    }
+    runDetails: ({builder: {id: $builder, version: {os: $os}}}
+      + (if $invocation == "" then {} else {metadata: {invocationId: $invocation}} end))
   }
 }'

@@ -14,10 +14,14 @@
 #      changed (SHA256SUMS's signature), the provenance's commit changed (its signature), the
 #      files signed by another key (SHA256SUMS's signature), a provenance of other files signed
 #      by the right key (its subjects), another commit expected (its source revision);
-#   5. the same for the OpenPGP commands (the `release-verify-gpg` block; a throwaway key in a
+#   5. a copy signed without a key (sign.sh with none, as CI's release) says UNSIGNED, has no
+#      signature, and fails the first command;
+#   6. the same for the OpenPGP commands (the `release-verify-gpg` block; a throwaway key in a
 #      scratch GNUPGHOME): the untouched copy passes, a changed SHA256SUMS and a changed
 #      provenance fail; and for the python3 lines (`release-verify-python`): the untouched
-#      copy passes, a signed provenance of other files and another expected commit fail.
+#      copy passes, a signed provenance of other files and another expected commit fail;
+#   7. dist/'s provenance has the shape the specs give (provenance_shape below), and a copy
+#      with a field broken the way a producer could break it fails that check.
 # Exit 1 on any surprise, naming the case and the command.
 set -euo pipefail
 # shellcheck source=hack/lib.sh
@@ -178,6 +182,82 @@ expect "OpenPGP: a changed SHA256SUMS" "$d" "version=$version" "SHA256SUMS.asc" 
 d=$(fresh provenance)
 jq --sort-keys '.predicateType = "x"' "$d/$p" >"$d/$p.new" && mv "$d/$p.new" "$d/$p"
 expect "OpenPGP: a changed provenance" "$d" "version=$version" "intoto.json.asc" "${gpg_cmds[@]}"
+
+d=$(fresh unsigned)
+unsigned_log=$(hack/release/sign.sh "$d" 2>&1) || die "hack/release/sign.sh without a key failed: $unsigned_log"
+if [[ "$unsigned_log" != *UNSIGNED* ]] || compgen -G "$d/*.sig" >/dev/null || compgen -G "$d/*.asc" >/dev/null; then
+	log "FAILED: an unsigned release: sign.sh without a key must say UNSIGNED and leave no signature"
+	failures=$((failures + 1))
+fi
+expect "an unsigned release" "$d" "$ok_settings" "SHA256SUMS.sig" "${ssh_cmds[@]}"
+
+# provenance_shape FILE: prints each rule of the specs that FILE breaks, one a line (nothing:
+# none). The rules (in-toto attestation spec/v1: statement.md, resource_descriptor.md,
+# digest_set.md, README.md's parsing rules; slsa.dev/spec/v1.0/provenance): _type; subject,
+# each with a sha256, names unique; predicateType; buildDefinition.buildType (a URI),
+# externalParameters (an object, no name shared with internalParameters), resolvedDependencies
+# (each a uri, a digest or a content); runDetails.builder.id (a URI), builder.version
+# (strings), metadata (an object if set); digests lowercase hex; annotation keys lowerCamelCase
+# (no `.`, `$` or space).
+provenance_shape() {
+	jq -r '
+		def uri: type == "string" and test("^[a-z][a-z0-9+.-]*:[^ ]+$");
+		def digests: type == "object" and length > 0 and all(.[]; type == "string" and test("^[0-9a-f]+$"));
+		def descriptor: type == "object" and (has("uri") or has("digest") or has("content"))
+			and (if has("uri") then .uri | uri else true end)
+			and (if has("digest") then .digest | digests else true end);
+		def annotation_keys: (.annotations // {}) | type == "object" and all(keys[]; test("^[a-z][A-Za-z0-9]*$"));
+		.predicate.buildDefinition as $b | .predicate.runDetails as $r
+		| {
+			"_type is https://in-toto.io/Statement/v1": (._type == "https://in-toto.io/Statement/v1"),
+			"subject is a non-empty array of descriptors, each with a sha256":
+				(.subject | type == "array" and length > 0
+				and all(.[]; descriptor and (.digest.sha256 // "" | test("^[0-9a-f]{64}$")))),
+			"subject names are unique": ([.subject[]?.name] | length == (unique | length)),
+			"predicateType is https://slsa.dev/provenance/v1": (.predicateType == "https://slsa.dev/provenance/v1"),
+			"buildDefinition.buildType is a URI": ($b.buildType | uri),
+			"buildDefinition.externalParameters is an object": ($b.externalParameters | type == "object"),
+			"buildDefinition.internalParameters is an object if set": (($b.internalParameters // {}) | type == "object"),
+			"no parameter name is both external and internal":
+				([$b.externalParameters // {}, $b.internalParameters // {} | keys?] | .[0] - .[1] == .[0]),
+			"resolvedDependencies are descriptors": (($b.resolvedDependencies // []) | type == "array" and all(.[]; descriptor)),
+			"annotation names are lowerCamelCase": ([.subject[]?, $b.resolvedDependencies[]?] | all(annotation_keys)),
+			"runDetails.builder.id is a URI": ($r.builder.id | uri),
+			"runDetails.builder.version maps names to strings":
+				(($r.builder.version // {}) | type == "object" and all(.[]; type == "string")),
+			"runDetails.metadata is an object if set": (($r.metadata // {}) | type == "object")
+		}
+		| to_entries[] | select(.value | not) | .key
+	' "$1"
+}
+broken_rules=$(provenance_shape "$prov")
+if [[ -z "$broken_rules" ]]; then
+	log "ok: $prov has the in-toto Statement v1 / SLSA provenance v1 shape"
+	# each a way a producer could get a field wrong, and the rule that must catch it
+	broken=(
+		'del(.subject[0].digest)|subject is'
+		'.subject[1].name = .subject[0].name|subject names'
+		'.predicate.buildDefinition.buildType = "release-sh"|buildType'
+		'del(.predicate.buildDefinition.externalParameters)|externalParameters is'
+		'.predicate.runDetails.builder.version.os = 1|builder.version'
+		'.predicate.buildDefinition.resolvedDependencies[0].annotations["git archive"] = true|annotation names'
+		'.predicate.buildDefinition.resolvedDependencies += [{name: "nothing"}]|resolvedDependencies are'
+	)
+	for case in "${broken[@]}"; do
+		edit=${case%|*} rule=${case##*|}
+		jq "$edit" "$prov" >"$scratch/shape.json"
+		got=$(provenance_shape "$scratch/shape.json")
+		if [[ "$got" == *"$rule"* ]]; then
+			log "ok: the provenance's shape check catches $edit: $got"
+		else
+			log "FAILED: the provenance's shape check, on $edit: wanted the rule '$rule', got '${got:-none}'"
+			failures=$((failures + 1))
+		fi
+	done
+else
+	log "FAILED: $prov breaks the specs' rules: ${broken_rules//$'\n'/; }"
+	failures=$((failures + 1))
+fi
 
 ((failures == 0)) || die "$failures verification case(s) went wrong (above)"
 log "the documented verification passes on the release and catches each tampering"

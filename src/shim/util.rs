@@ -278,12 +278,18 @@ mod tests {
             exited_within(pidfd.as_fd(), Duration::from_secs(60))
         });
         let tid = rx.recv().unwrap();
+        // The system calls glibc's poll() makes: aarch64's generic table has no poll, so there
+        // it is ppoll; x86_64 has both.
+        #[cfg(target_arch = "x86_64")]
+        let polls = [libc::SYS_poll, libc::SYS_ppoll];
+        #[cfg(not(target_arch = "x86_64"))]
+        let polls = [libc::SYS_ppoll];
         // Signal the waiter once it sits in poll (its current syscall, from /proc).
         let in_poll = || {
             fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
                 .ok()
                 .and_then(|s| s.split_whitespace().next()?.parse::<libc::c_long>().ok())
-                .is_some_and(|nr| nr == libc::SYS_poll || nr == libc::SYS_ppoll)
+                .is_some_and(|nr| polls.contains(&nr))
         };
         while !in_poll() {
             std::thread::yield_now();
