@@ -8,8 +8,11 @@
 #
 #   install    preflight (`containerd-shim-rsandbox-v1 check` of the new binary, on the host),
 #              the binary (a new file renamed over the old: running shims keep theirs),
-#              the runtime as a drop-in in containerd's conf.d (plus one `imports` entry in
-#              config.toml where containerd would not read it otherwise), containerd
+#              the runtime as a drop-in where the node's containerd reads it (the node
+#              shape, --distro: containerd's conf.d, plus one `imports` entry in config.toml
+#              where containerd would not read it otherwise; on k3s, rke2, EKS and microk8s
+#              a directory the rendered config imports, never the rendered file; k0s'
+#              containerd.d), containerd
 #              restarted only when a config file changed (or the handler is missing), in a
 #              restart slot (--restart-slots) and rolled back when it does not come back
 #              healthy (--max-rollbacks), the wait for CRI to report the rsandbox handler, a
@@ -348,7 +351,7 @@ node_labels() { # the labels the installer sets (JSON object)
 }
 
 do_install() {
-	local staged version changed=0 dump problem why text prev import_added=0 target fresh=1 binary_changed=0 restarted=0 n
+	local staged version changed=0 dump problem why text prev import_added=0 target fresh=1 binary_changed=0 restarted=0 n runtime_args
 	[[ -f "$BINARY" && -x "$BINARY" ]] || fail "find the binary" "$BINARY is not an executable file"
 	locate_containerd
 	log "node shape $DISTRO; containerd: unit $CONTAINERD_UNIT, config $CONFIG, CRI $CONTAINERD_SOCKET; drop-in $DROPIN; shim $SHIM_PATH"
@@ -430,8 +433,11 @@ do_install() {
 		fail "check the config" "the loaded config does not define runtimes.$HANDLER as runtime_type $RSANDBOX_RUNTIME_TYPE with sandboxer shim (another file overrides it?) (undone)"
 	fi
 	rm -f "$dump" "$dump.err"
-	# check again, now on the config containerd is about to load
-	if ! why=$(preflight "$staged" --runtime "$HANDLER"); then
+	# check again, now on the config containerd is about to load (on k0s the handler is in it
+	# only once k0s has merged containerd.d at the restart: checked without it)
+	runtime_args=(--runtime "$HANDLER")
+	[[ "$DISTRO" == k0s ]] && runtime_args=()
+	if ! why=$(preflight "$staged" "${runtime_args[@]}"); then
 		undo_config "$prev" "$import_added"
 		rm -f "$staged"
 		refuse "$why (the config changes were undone)"
