@@ -18,7 +18,9 @@ tmpd=$(mktemp -d)
 pids=()
 cleanup() {
 	local p
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	# each a session of its own (setsid): its `sleep infinity` goes with it (a sleep left
+	# behind would keep every file descriptor this script inherited open, the bench lock too)
+	for p in "${pids[@]}"; do kill -- "-$p" 2>/dev/null || true; done
 	rm -rf "$tmpd"
 }
 trap cleanup EXIT
@@ -181,7 +183,7 @@ expect "--distro bogus: usage, exit 2" "$rc" 2
 tree crio
 cp /bin/true "$tmpd/shim"
 HOST_ROOT=$tmpd/root SYSTEMCTL=$tmpd/systemctl BINARY=$tmpd/shim KUBE_API="" KUBERNETES_SERVICE_HOST="" READY_FILE=$tmpd/ready \
-	bash "$repo/deploy/node/rsandbox-node.sh" run install >"$tmpd/run.out" 2>&1 &
+	setsid bash "$repo/deploy/node/rsandbox-node.sh" run install >"$tmpd/run.out" 2>&1 &
 pids+=($!)
 # it says so once the refusal is done (no time bound: a hang fails the outer CI's timeout)
 until grep 'staying, not Ready' "$tmpd/run.out" >/dev/null; do
@@ -192,7 +194,11 @@ expect "run install on CRI-O: still running (no crash loop)" "$(kill -0 "${pids[
 expect "... not Ready" "$([[ -e "$tmpd/ready" ]] && echo ready || echo not-ready)" not-ready
 expect "... exit status 3 logged" "$(grep -c 'exit status 3: staying, not Ready' "$tmpd/run.out")" 1
 expect "... nothing restarted" "$(restarts)" 0
-kill "${pids[-1]}" 2>/dev/null || true
+kill -- "-${pids[-1]}" 2>/dev/null || true
+# the pod's whole session goes with it: its `sleep infinity` too (left behind, it would keep
+# this script's inherited descriptors open: under `flock`, the bench lock)
+while kill -0 -- "-${pids[-1]}" 2>/dev/null; do sleep 0.2; done
+expect "... its session gone once terminated (no sleep left behind)" "$(pgrep -s "${pids[-1]}" || echo none)" none
 
 ((fails == 0)) || exit 1
 echo "node shapes: all answers right"
