@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # deploy/node/rsandbox-node.sh - install, upgrade or remove rsandbox on one Kubernetes node
-# (containerd 2.x as the systemd unit containerd.service). Run as root on the node, or from the
-# installer DaemonSet (deploy/kubernetes), which runs it unprivileged with the host paths it
-# needs under /host and systemd reached over D-Bus (docs/install.md lists each).
+# (containerd 2.x under systemd: containerd.service, or as k3s, rke2, k0s, EKS nodeadm, GKE COS
+# and microk8s run it; lib/distro.sh). Run as root on the node, or from the installer
+# DaemonSet (deploy/kubernetes), which runs it unprivileged with the host paths it needs under
+# /host and systemd reached over D-Bus (docs/install.md lists each).
 #
 # Usage: rsandbox-node.sh install|uninstall|status [options]
 #
 #   install    preflight (`containerd-shim-rsandbox-v1 check` of the new binary, on the host),
 #              the binary (a new file renamed over the old: running shims keep theirs),
-#              the runtime as a drop-in in containerd's conf.d (plus one `imports` entry in
-#              config.toml where containerd would not read it otherwise), containerd
+#              the runtime as a drop-in where the node's containerd reads it (the node
+#              shape, --distro: containerd's conf.d, plus one `imports` entry in config.toml
+#              where containerd would not read it otherwise; on k3s, rke2, EKS and microk8s
+#              a directory the rendered config imports, never the rendered file; k0s'
+#              containerd.d), containerd
 #              restarted only when a config file changed (or the handler is missing), in a
 #              restart slot (--restart-slots) and rolled back when it does not come back
 #              healthy (--max-rollbacks), the wait for CRI to report the rsandbox handler, a
@@ -38,10 +42,18 @@
 #                           systemd's, over D-Bus)
 #   --systemctl CMD         (default: "<host-exec> systemctl"; the DaemonSet: "<shim> unit
 #                           -socket /run/systemd/private", systemd's D-Bus API)
-#   --unit NAME             containerd's unit (containerd.service)
-#   --containerd-config P   (default: containerd's --config argument, else /etc/containerd/config.toml)
-#   --containerd-socket P   CRI endpoint (default: [grpc] address of the loaded config)
-#   --install-dir DIR       where the shim goes, on containerd's PATH (/usr/local/bin)
+#   --distro NAME           the node shape: auto (default: detected from the units, containerd's
+#                           command line and config, the Node's containerRuntimeVersion),
+#                           containerd, eks, cos, k3s, rke2, k0s or microk8s (refused when the
+#                           node is another); a CRI-O or unknown node is refused (exit 3)
+#   --unit NAME             the unit that runs containerd, restarted (the shape's:
+#                           containerd.service, k3s.service, rke2-agent.service, ...)
+#   --containerd-config P   (default: containerd's --config argument, else the shape's, else
+#                           /etc/containerd/config.toml)
+#   --containerd-socket P   CRI endpoint (default: containerd's --address, else the shape's,
+#                           else the [grpc] address of the loaded config)
+#   --install-dir DIR       where the shim goes, on containerd's PATH (/usr/local/bin; on COS
+#                           /home/kubernetes/bin)
 #   --state-dir DIR         what the installer remembers for the uninstall (/var/lib/rsandbox-node)
 #   --handler NAME          the CRI runtime handler and RuntimeClass handler (rsandbox)
 #   --node-name NAME        the Node to label (default: $NODE_NAME; the DaemonSet sets it from
@@ -87,6 +99,8 @@ SELF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$SELF_DIR/lib/config.sh"
 # shellcheck source=deploy/node/lib/imports.sh
 . "$SELF_DIR/lib/imports.sh"
+# shellcheck source=deploy/node/lib/distro.sh
+. "$SELF_DIR/lib/distro.sh"
 # shellcheck source=deploy/node/lib/cri.sh
 . "$SELF_DIR/lib/cri.sh"
 # shellcheck source=deploy/node/lib/binary.sh
@@ -114,6 +128,10 @@ BINARY=${BINARY:-$SELF_DIR/$SHIM_NAME}
 HOST_ROOT=${HOST_ROOT:-}
 HOST_EXEC=${HOST_EXEC:-}
 SYSTEMCTL=${SYSTEMCTL:-}
+# set by the environment or an option: kept whatever the node shape's default (lib/distro.sh)
+UNIT_SET=${CONTAINERD_UNIT:+1}
+INSTALL_DIR_SET=${INSTALL_DIR:+1}
+DISTRO=${DISTRO:-auto}
 CONTAINERD_UNIT=${CONTAINERD_UNIT:-containerd.service}
 CONTAINERD_CONFIG=${CONTAINERD_CONFIG:-}
 CONTAINERD_SOCKET=${CONTAINERD_SOCKET:-}
@@ -161,10 +179,11 @@ while [[ $# -gt 0 ]]; do
 	--host-root) HOST_ROOT=${2%/} ;;
 	--host-exec) HOST_EXEC=$2 ;;
 	--systemctl) SYSTEMCTL=$2 ;;
-	--unit) CONTAINERD_UNIT=$2 ;;
+	--unit) CONTAINERD_UNIT=$2 UNIT_SET=1 ;;
+	--distro) DISTRO=$2 ;;
 	--containerd-config) CONTAINERD_CONFIG=$2 ;;
 	--containerd-socket) CONTAINERD_SOCKET=$2 ;;
-	--install-dir) INSTALL_DIR=$2 ;;
+	--install-dir) INSTALL_DIR=$2 INSTALL_DIR_SET=1 ;;
 	--state-dir) STATE_DIR=$2 ;;
 	--handler) HANDLER=$2 ;;
 	--node-name) NODE_NAME=$2 ;;
@@ -189,16 +208,31 @@ SHIM_PATH=${INSTALL_DIR%/}/$SHIM_NAME
 	usage >&2
 	exit 2
 }
+[[ " auto $DISTROS " == *" $DISTRO "* ]] || {
+	log "--distro $DISTRO: one of auto $DISTROS"
+	exit 2
+}
 [[ "$HANDLER" =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || {
 	log "--handler $HANDLER: not a DNS label (a RuntimeClass handler must be one)"
 	exit 2
 }
 
-# where containerd's config and the drop-in are, and which socket serves CRI
+# which node shape this is (lib/distro.sh: refused when not one the installer knows), where
+# its containerd's config and the drop-in are, which socket serves CRI, where the shim goes
 locate_containerd() {
+	local why
+	resolve_distro
+	SHIM_PATH=${INSTALL_DIR%/}/$SHIM_NAME
 	CONFIG=$(containerd_config_path)
 	[[ "$CONFIG" == /* ]] || fail "locate containerd's config" "not an absolute path: $CONFIG"
-	DROPIN=$(dirname "$CONFIG")/conf.d/$HANDLER.toml
+	# IMPORT_EDIT: distro_dropin's, read here (a command substitution's assignment is lost)
+	why=$(distro_dropin "$DISTRO") || refuse "$why"
+	DROPIN=$why
+	IMPORT_EDIT=0
+	[[ "$DISTRO" == containerd || "$DISTRO" == cos ]] && IMPORT_EDIT=1
+	# the socket: the option, containerd's --address, the shape's, the loaded config's
+	[[ -n "$CONTAINERD_SOCKET" ]] || CONTAINERD_SOCKET=$(containerd_arg address a)
+	[[ -n "$CONTAINERD_SOCKET" ]] || CONTAINERD_SOCKET=${DISTRO_SOCKET:-}
 	if [[ -z "$CONTAINERD_SOCKET" ]]; then
 		local dump
 		dump=$(mktemp)
@@ -323,10 +357,10 @@ node_labels() { # the labels the installer sets (JSON object)
 }
 
 do_install() {
-	local staged version changed=0 dump problem why text prev import_added=0 target fresh=1 binary_changed=0 restarted=0 n
+	local staged version changed=0 dump problem why text prev import_added=0 target fresh=1 binary_changed=0 restarted=0 n runtime_args
 	[[ -f "$BINARY" && -x "$BINARY" ]] || fail "find the binary" "$BINARY is not an executable file"
 	locate_containerd
-	log "containerd: unit $CONTAINERD_UNIT, config $CONFIG, CRI $CONTAINERD_SOCKET; drop-in $DROPIN; shim $SHIM_PATH"
+	log "node shape $DISTRO; containerd: unit $CONTAINERD_UNIT, config $CONFIG, CRI $CONTAINERD_SOCKET; drop-in $DROPIN; shim $SHIM_PATH"
 
 	# 1. what the node is: nothing is changed before these pass
 	version=$(root_config_version)
@@ -339,6 +373,10 @@ do_install() {
 	fi
 	problem=$(shim_resolution_problem)
 	[[ -z "$problem" ]] || refuse "$problem"
+	# a read-only install directory (COS' /usr/local) is refused before anything is written
+	if [[ -d "$(hp "$INSTALL_DIR")" && ! -w "$(hp "$INSTALL_DIR")" ]]; then
+		refuse "$INSTALL_DIR is not writable (a read-only file system?): pass --install-dir with a writable directory on containerd's PATH"
+	fi
 	# Installed or Upgraded (the Event): whether containerd served the handler before this run
 	# (a release whose first install was rolled back is still a new install)
 	handler_reported && fresh=0
@@ -378,7 +416,16 @@ do_install() {
 		undo_config "$prev" 0
 		fail "check the config" "containerd cannot load its config with $DROPIN (undone)"
 	}
-	if ! dump_reads_dropin "$dump"; then
+	if [[ "$DISTRO" == k0s ]]; then
+		# k0s merges containerd.d/ into the config it generates when it (re)starts
+		# containerd: the restart below and the CRI's handler list show whether it was read
+		log "k0s reads $DROPIN when it restarts containerd: checked through CRI after the restart"
+	elif ! dump_reads_dropin "$dump"; then
+		# only a config.toml nobody rewrites gets an imports entry (lib/distro.sh)
+		if ((!IMPORT_EDIT)); then
+			undo_config "$prev" 0
+			fail "check the config" "containerd does not read $DROPIN although $CONFIG imports its directory (undone)"
+		fi
 		add_import
 		changed=1
 		import_added=1
@@ -387,13 +434,16 @@ do_install() {
 			fail "check the config" "containerd still does not read $DROPIN after the imports entry in $CONFIG (undone)"
 		fi
 	fi
-	if ! dump_defines_handler "$dump"; then
+	if [[ "$DISTRO" != k0s ]] && ! dump_defines_handler "$dump"; then
 		undo_config "$prev" "$import_added"
 		fail "check the config" "the loaded config does not define runtimes.$HANDLER as runtime_type $RSANDBOX_RUNTIME_TYPE with sandboxer shim (another file overrides it?) (undone)"
 	fi
 	rm -f "$dump" "$dump.err"
-	# check again, now on the config containerd is about to load
-	if ! why=$(preflight "$staged" --runtime "$HANDLER"); then
+	# check again, now on the config containerd is about to load (on k0s the handler is in it
+	# only once k0s has merged containerd.d at the restart: checked without it)
+	runtime_args=(--runtime "$HANDLER")
+	[[ "$DISTRO" == k0s ]] && runtime_args=()
+	if ! why=$(preflight "$staged" "${runtime_args[@]}"); then
 		undo_config "$prev" "$import_added"
 		rm -f "$staged"
 		refuse "$why (the config changes were undone)"
@@ -411,7 +461,7 @@ do_install() {
 		}
 		log "binary installed: $SHIM_PATH (running shims keep the binary they started with; new pods get this one)"
 	fi
-	printf 'shim=%s\ndropin=%s\nconfig=%s\n' "$SHIM_PATH" "$DROPIN" "$CONFIG" >"$(hp "$STATE_DIR")/installed"
+	record_installed
 
 	# 4. containerd: restarted only when its config files changed, or when it does not serve
 	# the handler although they did not (a run that stopped between the write and the restart)
@@ -492,15 +542,28 @@ undo_config() {
 	fi
 }
 
+# record_installed: what the uninstall works on (the node shape, its unit and socket too: a
+# k3s node's uninstall restarts k3s.service and asks /run/k3s/containerd/containerd.sock)
+record_installed() {
+	printf 'shim=%s\ndropin=%s\nconfig=%s\ndistro=%s\nunit=%s\nsocket=%s\n' "$SHIM_PATH" "$DROPIN" \
+		"$CONFIG" "$DISTRO" "$CONTAINERD_UNIT" "$CONTAINERD_SOCKET" >"$(hp "$STATE_DIR")/installed"
+}
+
 # load_installed: what the install recorded (the uninstall works on those paths, whatever
-# options it is given)
+# options it is given; a record from before lib/distro.sh has no distro, unit or socket)
 load_installed() {
-	local f
+	local f v
 	f=$(hp "$STATE_DIR")/installed
 	[[ -f "$f" ]] || return 1
 	SHIM_PATH=$(sed -n 's/^shim=//p' "$f")
 	DROPIN=$(sed -n 's/^dropin=//p' "$f")
 	CONFIG=$(sed -n 's/^config=//p' "$f")
+	v=$(sed -n 's/^distro=//p' "$f")
+	DISTRO=${v:-$DISTRO}
+	v=$(sed -n 's/^unit=//p' "$f")
+	CONTAINERD_UNIT=${v:-$CONTAINERD_UNIT}
+	v=$(sed -n 's/^socket=//p' "$f")
+	CONTAINERD_SOCKET=${v:-$CONTAINERD_SOCKET}
 }
 
 # keep_inert_dropin PROBLEMS: the walk found what would stop containerd from starting without
@@ -531,8 +594,13 @@ keep_inert_dropin() {
 }
 
 do_uninstall() {
-	local changed=0 need end problems
+	local changed=0 need end problems found
 	if ! load_installed; then
+		# a node the installer does not know (CRI-O, ...) has nothing of it to remove
+		if ! found=$(detect_distro); then
+			log "nothing to uninstall: $found"
+			return 0
+		fi
 		locate_containerd
 		log "no install recorded in $STATE_DIR: removing what is at the default places"
 	fi
@@ -601,7 +669,7 @@ do_uninstall() {
 	if [[ -n "$need" ]]; then
 		log "binary $SHIM_PATH kept: $need. Run the uninstall again once they are gone (drain the node)."
 		mkdir -p "$(hp "$STATE_DIR")"
-		printf 'shim=%s\ndropin=%s\nconfig=%s\n' "$SHIM_PATH" "$DROPIN" "$CONFIG" >"$(hp "$STATE_DIR")/installed"
+		record_installed
 		return 0
 	fi
 	if [[ -e "$(hp "$SHIM_PATH")" ]]; then

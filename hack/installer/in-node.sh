@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# hack/installer/in-node.sh TEST-EXE NEW-SHIM OLD-SHIM - runs the installer's integration tests
+# hack/installer/in-node.sh TEST-EXE NEW-SHIM OLD-SHIM [FILTER...] - runs the installer's integration tests
 # (integration/tests/installer.rs, built as TEST-EXE) where the installer runs: inside the
 # systemd node (hack/installer/test.sh runs this through `hack/node.sh exec`), or beside a
 # scratch containerd (its variables exported by the caller). Starts the Kubernetes API stub
 # (hack/installer/kube-stub.py on 127.0.0.1 of this network namespace) so that the labels
 # are exercised too, with a ServiceAccount token in SA_DIR (the stub fails the run when it
 # sees the token on a process's argv); finds containerd's config file (the unit's --config,
-# else /etc/containerd/config.toml) unless RSANDBOX_INSTALLER_CONFIG says it.
+# else /etc/containerd/config.toml) unless RSANDBOX_INSTALLER_CONFIG says it. FILTER goes to
+# the test binary (e.g. `distro::`: the node shapes only).
 set -euo pipefail
 exe=$1
 export RSANDBOX_INSTALLER_NEW=$2 RSANDBOX_INSTALLER_OLD=$3
+shift 3
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SYSTEMCTL=${SYSTEMCTL:-systemctl}
 
@@ -54,7 +56,7 @@ rc=0
 # that would skip here fail
 # shellcheck source=hack/lib/tally.sh
 . "$here/../lib/tally.sh"
-run_tallied "installer.rs" "$exe" --test-threads=1 --nocapture || rc=$?
+run_tallied "installer.rs" "$exe" "$@" --test-threads=1 --nocapture || rc=$?
 echo "in-node: requests the API stub saw:" >&2
 cat "$RSANDBOX_INSTALLER_KUBE_STATE.log" >&2 2>/dev/null || true
 # whatever test made the request: the token was never on an argv while it was served

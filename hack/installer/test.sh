@@ -13,7 +13,9 @@
 #   2. the installer's CRI reader on responses captured from containerd 2.1.9
 #      (hack/installer/fixtures); its restart slots (Leases) and Events against the API stub
 #      (hack/installer/rollout-check.sh); its Node labels with and without the label grant
-#      (hack/installer/label-check.sh);
+#      (hack/installer/label-check.sh); the node shapes it recognises (k3s, rke2, k0s, EKS
+#      nodeadm, GKE COS, microk8s; CRI-O and unknown nodes refused) on fixture trees
+#      (hack/installer/distro-check.sh, hack/installer/fixtures/distro);
 #   3. integration/tests/installer.rs on a systemd node (hack/node.sh -n installer: systemd as
 #      PID 1, containerd.service), through hack/installer/in-node.sh: fresh install, re-run,
 #      upgrade with a running pod of the previous release, uninstall, both config.toml
@@ -126,6 +128,7 @@ cri_reader() {
 	bash hack/installer/fixtures/check.sh
 	bash hack/installer/rollout-check.sh
 	bash hack/installer/label-check.sh
+	bash hack/installer/distro-check.sh
 }
 
 node_tests() {
@@ -195,7 +198,7 @@ if ((tools_only)); then
 fi
 section "installer: manifests (kustomize build + kubernetes-validate --strict)"
 manifests
-section "installer: CRI reader on captured responses; restart slots and Events on the API stub"
+section "installer: CRI reader on captured responses; restart slots and Events on the API stub; node shapes"
 cri_reader
 if ((!manifests_only)); then
 	section "installer: integration/tests/installer.rs on a $( ((scratch)) && echo scratch containerd || echo systemd node)"

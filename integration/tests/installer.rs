@@ -9,7 +9,7 @@
 //! `installer/`: the uninstall with the imports entry rewritten or left in place
 //! (`uninstall_config.rs`), the token on no argv (`token.rs`), the lock (`lock.rs`), the
 //! paced rollout: a pod through the handler before the label, the restart slot, the rollback
-//! (`rollout.rs`).
+//! (`rollout.rs`); the node shapes: k3s, EKS nodeadm, COS, a CRI-O refusal (`distro.rs`).
 //!
 //! The node is throwaway: the test rewrites containerd's config and restarts containerd
 //! (both restored at the end), and moves aside a shim binary found on containerd's PATH before
@@ -997,6 +997,8 @@ async fn the_daemonset_container_installs_and_uninstalls() {
 }
 
 // after the helpers and node_or_skip! (a macro is in scope only below its definition)
+#[path = "installer/distro.rs"]
+mod distro;
 #[path = "installer/lock.rs"]
 mod lock;
 #[path = "installer/rollout.rs"]

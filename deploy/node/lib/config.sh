@@ -16,8 +16,9 @@
 # already loaded, so this changes nothing, but the merged `imports` list of `config dump` then
 # holds the drop-in's path exactly when containerd loaded it, whatever glob or entry led there.
 #
-# A drop-in may not be of a newer config version than config.toml (containerd 2.3 refuses
-# that; 2.1/2.2 would skip migrating config.toml's old plugin names), so it is written in
+# A drop-in may not be of a newer config version than config.toml (containerd 2.3.0 to 2.3.4
+# refuse to start, a refusal reverted after 2.3.4; 2.1/2.2 skip migrating config.toml's old
+# plugin names: src/cli/check/containerd/config_version.rs), so it is written in
 # config.toml's version: 3 (containerd 2.x) or 2 (a containerd 1.7-era file, migrated by
 # containerd at load; the runtime then sits under the old CRI plugin name).
 # No `options` table for the runtime: it breaks StartContainer on containerd 2.1.9.
@@ -25,33 +26,39 @@
 RSANDBOX_RUNTIME_TYPE=io.containerd.rsandbox.v1
 MARK="# rsandbox-node:"
 
-# containerd_config_path: the config file containerd.service's containerd reads: its
-# --config/-c argument (relative to its working directory), else containerd's default
+# containerd_arg LONG SHORT: the value of the running containerd's option --LONG/-SHORT
+# (relative to its working directory when it is a relative path), empty when not given
+containerd_arg() {
+	local long=$1 short=$2 pid args=() i a cwd
+	pid=$(containerd_main_pid)
+	[[ -n "$pid" && -r /proc/$pid/cmdline ]] || return 0
+	mapfile -d '' args <"/proc/$pid/cmdline"
+	for ((i = 1; i < ${#args[@]}; i++)); do
+		a=${args[i]}
+		case "$a" in
+		"--$long="* | "-$short="*) a=${a#*=} ;;
+		"--$long" | "-$short") a=${args[i + 1]:-} ;;
+		*) continue ;;
+		esac
+		if [[ -n "$a" && "$a" != /* ]]; then
+			cwd=$(readlink "/proc/$pid/cwd") || cwd=/
+			a=${cwd%/}/$a
+		fi
+		echo "$a"
+		return 0
+	done
+}
+
+# containerd_config_path: the config file the unit's containerd reads: its --config/-c
+# argument, else the node shape's (lib/distro.sh), else containerd's default
 containerd_config_path() {
-	local pid args=() i a cwd
+	local a
 	[[ -n "${CONTAINERD_CONFIG:-}" ]] && {
 		echo "$CONTAINERD_CONFIG"
 		return
 	}
-	pid=$(containerd_main_pid)
-	if [[ -n "$pid" && -r /proc/$pid/cmdline ]]; then
-		mapfile -d '' args <"/proc/$pid/cmdline"
-		for ((i = 1; i < ${#args[@]}; i++)); do
-			a=${args[i]}
-			case "$a" in
-			--config=* | -c=*) a=${a#*=} ;;
-			--config | -c) a=${args[i + 1]:-} ;;
-			*) continue ;;
-			esac
-			if [[ "$a" != /* ]]; then
-				cwd=$(readlink "/proc/$pid/cwd") || cwd=/
-				a=${cwd%/}/$a
-			fi
-			echo "$a"
-			return
-		done
-	fi
-	echo /etc/containerd/config.toml
+	a=$(containerd_arg config c)
+	echo "${a:-${DISTRO_CONFIG:-/etc/containerd/config.toml}}"
 }
 
 # containerd_binary: the running containerd's executable (host path), else `containerd`

@@ -11,11 +11,33 @@ systemctl_() {
 	$SYSTEMCTL "$@"
 }
 
-# containerd_main_pid: the unit's MainPID, empty when it does not run
+# containerd_main_pid: containerd's PID, empty when it does not run: the unit's MainPID when
+# that is containerd (containerd.service, microk8s' snap unit), else the containerd process in
+# the unit's cgroup (k3s, rke2 and k0s run containerd as a child of their own process)
 containerd_main_pid() {
-	local pid
+	local pid cg p exe d
 	pid=$(systemctl_ show --property MainPID --value "$CONTAINERD_UNIT" 2>/dev/null) || pid=
-	[[ "$pid" =~ ^[1-9][0-9]*$ ]] && echo "$pid"
+	[[ "$pid" =~ ^[1-9][0-9]*$ ]] || return 0
+	exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || exe=
+	if [[ "$(basename "${exe% (deleted)}")" == containerd ]]; then
+		echo "$pid"
+		return 0
+	fi
+	cg=$(systemctl_ show --property ControlGroup --value "$CONTAINERD_UNIT" 2>/dev/null) || cg=
+	# the unit's cgroup: cgroup v2, else v1 hybrid's unified or name=systemd hierarchy
+	for d in "/sys/fs/cgroup$cg" "/sys/fs/cgroup/unified$cg" "/sys/fs/cgroup/systemd$cg"; do
+		[[ -n "$cg" && -d "$d" ]] || continue
+		while read -r p; do
+			exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
+			[[ "$(basename "${exe% (deleted)}")" == containerd ]] && {
+				echo "$p"
+				return 0
+			}
+		done < <(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
+		break
+	done
+	# a unit whose containerd could not be found: its MainPID (as before distro.sh)
+	echo "$pid"
 	return 0
 }
 

@@ -8,7 +8,8 @@
 //! It reports and judges ([`report::Finding`], stable ids): the shim config, runc, the kernel
 //! facilities the shim uses, cgroups and their driver, systemd where the driver needs it,
 //! SELinux, and containerd: its version, its config files and effective config, and the
-//! hazards of rsandbox on it ([`containerd`]); then what a containerd restart does to running
+//! hazards of rsandbox on it ([`containerd`]), and the node's shape: which distribution runs
+//! containerd, and whether the drop-in is where it reads ([`distro`]); then what a containerd restart does to running
 //! rsandbox pods, by the node's kubelet's version ([`kubelet`], [`restart`]); and static pods on the
 //! rsandbox class, which no admission policy sees ([`static_pods`]). Exit status 0 without a
 //! blocking finding, 1 with one, 2 on a usage error; `-json` prints the `rsandbox-check/v1` document.
@@ -18,6 +19,7 @@
 
 pub mod cgroup;
 pub mod containerd;
+pub mod distro;
 pub mod kernel;
 pub mod kubelet;
 pub mod node;
@@ -176,6 +178,11 @@ pub fn run(node: &dyn Node, o: &Options) -> Report {
 
     report.add(containerd::judge(&ctd, &ctd_inputs));
     report.fact("containerd", containerd::facts_json(&ctd, &ctd_inputs));
+
+    // where this distribution's containerd reads, and whether the drop-in is there
+    let shape = distro::gather(node, &ctd_inputs.config, &ctd_inputs.drop_in);
+    report.add([distro::judge(&shape)]);
+    report.fact("node_shape", distro::facts_json(&shape));
 
     // The runc the rsandbox handler names (containerd >= 2.3.1 passes BinaryName), else
     // `runc` as the shim looks it up.

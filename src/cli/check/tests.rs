@@ -88,6 +88,7 @@ fn the_bench_passes_with_its_warnings() {
         "containerd.default-runtime",
         "containerd.host-network",
         "containerd.shim-binary",
+        "node-shape",
         "runc.version",
         "runc.features",
         "kernel.openat2",
