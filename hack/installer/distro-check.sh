@@ -45,15 +45,8 @@ esac
 EOF
 chmod 755 "$tmpd/systemctl"
 
-fails=0
-expect() { # what got want
-	if [[ "$2" == "$3" ]]; then
-		echo "ok: $1"
-	else
-		printf 'FAILED: %s\n  got:  %q\n  want: %q\n' "$1" "$2" "$3" >&2
-		fails=$((fails + 1))
-	fi
-}
+# shellcheck source=hack/installer/check-lib.sh
+. "$here/check-lib.sh"
 
 # tree FIXTURE: a copy of the fixture (the checks must not change the repository's files),
 # with the empty directories git does not keep

@@ -17,33 +17,12 @@ lib=$here/../../deploy/node/lib
 . "$lib/kube.sh"
 
 d=$(mktemp -d)
-stub=
-trap 'kill $stub 2>/dev/null || true; rm -rf "$d"' EXIT
-# start_stub NAME ARGS...: a stub of its own for Node NAME; sets KUBE_API, its state is $d/NAME
-start_stub() {
-	local name=$1
-	shift
-	python3 "$here/kube-stub.py" "$name" "$d/$name" "$d/$name.port" "$@" &
-	stub="$stub $!"
-	for _ in $(seq 1 100); do
-		[[ -s "$d/$name.port" ]] && break
-		sleep 0.1
-	done
-	KUBE_API=http://127.0.0.1:$(<"$d/$name.port")
-	export KUBE_API
-}
+trap 'kill $stubs 2>/dev/null || true; rm -rf "$d"' EXIT
 SA_DIR=$d/sa
 mkdir -p "$SA_DIR"
 
-fails=0
-expect() { # what got want
-	if [[ "$2" == "$3" ]]; then
-		echo "ok: $1"
-	else
-		printf 'FAILED: %s\n  got:  %q\n  want: %q\n' "$1" "$2" "$3" >&2
-		fails=$((fails + 1))
-	fi
-}
+# shellcheck source=hack/installer/check-lib.sh
+. "$here/check-lib.sh"
 patches() { grep -c '^PATCH ' "$d/$1.log" || true; }
 installed='{"rsandbox.io/installed":"true","rsandbox.io/shim-version":"0.2.0","rsandbox.io/containerd-hostnetwork-crash":"true"}'
 removed='{"rsandbox.io/installed":null,"rsandbox.io/shim-version":null,"rsandbox.io/containerd-hostnetwork-crash":null}'
@@ -51,7 +30,7 @@ run() { (label_node "$1") 2>"$d/err" && echo 0 || echo $?; }
 
 # with the grant
 NODE_NAME=granted
-start_stub granted
+start_stub "$d" granted
 expect "install labels the Node" "$(run "$installed")" 0
 expect "the Node's labels" "$(jq -c '[to_entries[] | select(.key | startswith("rsandbox.io/"))] | from_entries' "$d/granted")" \
 	'{"rsandbox.io/installed":"true","rsandbox.io/shim-version":"0.2.0","rsandbox.io/containerd-hostnetwork-crash":"true"}'
@@ -63,19 +42,19 @@ expect "no rsandbox.io label left" "$(jq -c '[keys[] | select(startswith("rsandb
 
 # without the grant, a Node that carries none of the labels: the uninstall has nothing to do
 NODE_NAME=ungranted
-start_stub ungranted --forbid-patch
+start_stub "$d" ungranted --forbid-patch
 expect "uninstall on an unlabelled Node without the grant succeeds" "$(run "$removed")" 0
 expect "and sends no PATCH" "$(patches ungranted)" 0
 
 # without the grant, a Node already labelled as the install wants (a re-run)
 NODE_NAME=relabel
-start_stub relabel --forbid-patch --labels "rsandbox.io/installed=true,rsandbox.io/shim-version=0.2.0,rsandbox.io/containerd-hostnetwork-crash=true"
+start_stub "$d" relabel --forbid-patch --labels "rsandbox.io/installed=true,rsandbox.io/shim-version=0.2.0,rsandbox.io/containerd-hostnetwork-crash=true"
 expect "a re-run without the grant, labels already there, succeeds" "$(run "$installed")" 0
 expect "and sends no PATCH" "$(patches relabel)" 0
 
 # without the grant, a Node still labelled: the uninstall fails and says why
 NODE_NAME=stuck
-start_stub stuck --forbid-patch --labels "rsandbox.io/installed=true"
+start_stub "$d" stuck --forbid-patch --labels "rsandbox.io/installed=true"
 expect "uninstall on a labelled Node without the grant fails" "$(run "$removed")" 1
 said() { if grep -F "$1" "$d/err" >/dev/null; then echo yes; else echo no; fi; }
 expect "naming the 403" "$(said 'refused (HTTP 403)')" yes

@@ -18,31 +18,17 @@ lib=$here/../../deploy/node/lib
 . "$lib/rollout.sh"
 
 d=$(mktemp -d)
-python3 "$here/kube-stub.py" node-a "$d/state" "$d/port" &
-stub=$!
-trap 'kill "$stub" 2>/dev/null || true; rm -rf "$d"' EXIT
-for _ in $(seq 1 100); do
-	[[ -s "$d/port" ]] && break
-	sleep 0.1
-done
-KUBE_API=http://127.0.0.1:$(<"$d/port")
-export KUBE_API
+# shellcheck source=hack/installer/check-lib.sh
+. "$here/check-lib.sh"
+trap 'kill $stubs 2>/dev/null || true; rm -rf "$d"' EXIT
+start_stub "$d" node-a
 SA_DIR=$d/sa
 mkdir -p "$SA_DIR"
 echo rsandbox-system >"$SA_DIR/namespace"
 RESTART_SLOTS=2 LEASE_SECONDS=600 HOST_ROOT="" STATE_DIR=$d/statedir BINARY=$d/bin
 echo binary >"$BINARY"
 
-fails=0
-expect() { # what got want
-	if [[ "$2" == "$3" ]]; then
-		echo "ok: $1"
-	else
-		printf 'FAILED: %s\n  got:  %q\n  want: %q\n' "$1" "$2" "$3" >&2
-		fails=$((fails + 1))
-	fi
-}
-holder() { jq -r --arg k "rsandbox-system/$LEASE_PREFIX$1" '.[$k].spec.holderIdentity // "none"' "$d/state.leases"; }
+holder() { jq -r --arg k "rsandbox-system/$LEASE_PREFIX$1" '.[$k].spec.holderIdentity // "none"' "$d/node-a.leases"; }
 path=/apis/coordination.k8s.io/v1/namespaces/rsandbox-system/leases
 
 # node-a and node-b take the two slots (in subshells: each its own SLOT_HELD and EXIT trap)
@@ -69,7 +55,7 @@ expect "a test's update with the current resourceVersion" "$(kube_request PUT "$
 (NODE_NAME="node-d" && acquire_restart_slot && trap - EXIT) 2>"$d/d.err"
 expect "node-d took over node-b's expired slot 1" "$(holder 1)" node-d
 expect "node-d says whose it took" "$(said 'taken over from node-b' "$d/d.err")" yes
-expect "leaseTransitions counts the takeover" "$(jq -r --arg k "rsandbox-system/${LEASE_PREFIX}1" '.[$k].spec.leaseTransitions' "$d/state.leases")" 1
+expect "leaseTransitions counts the takeover" "$(jq -r --arg k "rsandbox-system/${LEASE_PREFIX}1" '.[$k].spec.leaseTransitions' "$d/node-a.leases")" 1
 
 # a stale resourceVersion: 409, nothing changed
 expect "an update with a stale resourceVersion: 409" "$(kube_request PUT "$path/${LEASE_PREFIX}1" "$(<"$d/old.json")" "$out")" 409
@@ -95,13 +81,13 @@ expect "forgotten" "$(rollbacks_of "$t")" 0
 
 # an Event on the Node, in "default", as the kubelet makes them
 NODE_NAME="node-a" node_event Warning RolledBack "containerd did not come back" 2>/dev/null
-expect "one Event" "$(wc -l <"$d/state.events")" 1
+expect "one Event" "$(wc -l <"$d/node-a.events")" 1
 expect "the Event's namespace, object, reason" \
-	"$(jq -r '[.metadata.namespace, .involvedObject.kind, .involvedObject.name, .involvedObject.uid, .type, .reason] | join(" ")' "$d/state.events")" \
+	"$(jq -r '[.metadata.namespace, .involvedObject.kind, .involvedObject.name, .involvedObject.uid, .type, .reason] | join(" ")' "$d/node-a.events")" \
 	"default Node node-a node-a Warning RolledBack"
 # the stub refuses one outside "default", as the API server does
 expect "an Event about a Node in rsandbox-system: 422" \
-	"$(kube_request POST /api/v1/namespaces/rsandbox-system/events "$(head -n1 "$d/state.events" | jq -c '.metadata = {generateName: "x.", namespace: "rsandbox-system"}')" "$out")" 422
+	"$(kube_request POST /api/v1/namespaces/rsandbox-system/events "$(head -n1 "$d/node-a.events" | jq -c '.metadata = {generateName: "x.", namespace: "rsandbox-system"}')" "$out")" 422
 
 ((fails == 0)) || exit 1
 echo "restart slots and Events: all answers right"

@@ -211,136 +211,117 @@ mod tests {
         (f.shape, judge(&f).status)
     }
 
-    const K3S_ETC: &str = "/var/lib/rancher/k3s/agent/etc/containerd";
+    const K3S_CONFIG: &str = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml";
+    const K3S_V3_DIR: &str =
+        "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/rsandbox.toml";
+    const CTRD_CONFIG: &str = "/etc/containerd/config.toml";
+    const CONF_D: &str = "/etc/containerd/conf.d/rsandbox.toml";
+    const NODEADM_UNIT: &str = "/usr/lib/systemd/system/nodeadm-config.service";
+    const MICROK8S_CONFIG: &str = "/var/snap/microk8s/current/args/containerd.toml";
+
+    /// One node: its files (path, content), the config containerd loads, where the drop-in
+    /// would go, and the verdict.
+    type Case = (
+        &'static [(&'static str, &'static str)],
+        &'static str,
+        &'static str,
+        (Shape, Status),
+    );
 
     #[test]
     fn each_shape_is_told_apart_and_its_drop_in_judged() {
-        let mut n = FakeNode::default();
-        n.file(&format!("{K3S_ETC}/config.toml"), K3S);
-        assert_eq!(
-            judged(
-                &n,
-                &format!("{K3S_ETC}/config.toml"),
-                &format!("{K3S_ETC}/config-v3.toml.d/rsandbox.toml")
+        let cases: &[Case] = &[
+            // k3s: the versioned drop-in directory its template imports
+            (
+                &[(K3S_CONFIG, K3S)],
+                K3S_CONFIG,
+                K3S_V3_DIR,
+                (Shape::K3s, Status::Ok),
             ),
-            (Shape::K3s, Status::Ok)
-        );
-        // conf.d beside the rendered file: nothing imports it
-        assert_eq!(
-            judged(
-                &n,
-                &format!("{K3S_ETC}/config.toml"),
-                &format!("{K3S_ETC}/conf.d/rsandbox.toml")
+            // conf.d beside the rendered file: nothing imports it
+            (
+                &[(K3S_CONFIG, K3S)],
+                K3S_CONFIG,
+                "/var/lib/rancher/k3s/agent/etc/containerd/conf.d/rsandbox.toml",
+                (Shape::K3s, Status::Block),
             ),
-            (Shape::K3s, Status::Block)
-        );
-        let mut n = FakeNode::default();
-        n.file(&format!("{K3S_ETC}/config.toml"), K3S_OLD);
-        assert_eq!(
-            judged(
-                &n,
-                &format!("{K3S_ETC}/config.toml"),
-                &format!("{K3S_ETC}/config-v3.toml.d/rsandbox.toml")
+            (
+                &[(K3S_CONFIG, K3S_OLD)],
+                K3S_CONFIG,
+                K3S_V3_DIR,
+                (Shape::K3s, Status::Block),
             ),
-            (Shape::K3s, Status::Block)
-        );
-
-        let mut n = FakeNode::default();
-        n.file("/etc/containerd/config.toml", EKS)
-            .file("/usr/lib/systemd/system/nodeadm-config.service", "");
-        assert_eq!(
-            judged(
-                &n,
-                "/etc/containerd/config.toml",
-                "/etc/containerd/config.d/rsandbox.toml"
+            (
+                &[(CTRD_CONFIG, EKS), (NODEADM_UNIT, "")],
+                CTRD_CONFIG,
+                "/etc/containerd/config.d/rsandbox.toml",
+                (Shape::Eks, Status::Ok),
             ),
-            (Shape::Eks, Status::Ok)
-        );
-        // an imports entry in config.toml (the containerd shape's way) is lost at boot here
-        assert_eq!(
-            judged(
-                &n,
-                "/etc/containerd/config.toml",
-                "/etc/containerd/conf.d/rsandbox.toml"
+            // an imports entry in config.toml (the containerd shape's way) is lost at boot here
+            (
+                &[(CTRD_CONFIG, EKS), (NODEADM_UNIT, "")],
+                CTRD_CONFIG,
+                CONF_D,
+                (Shape::Eks, Status::Block),
             ),
-            (Shape::Eks, Status::Block)
-        );
-        let mut n = FakeNode::default();
-        n.file("/etc/containerd/config.toml", EKS_OLD)
-            .file("/usr/lib/systemd/system/nodeadm-config.service", "");
-        assert_eq!(
-            judged(
-                &n,
-                "/etc/containerd/config.toml",
-                "/etc/containerd/config.d/rsandbox.toml"
+            (
+                &[(CTRD_CONFIG, EKS_OLD), (NODEADM_UNIT, "")],
+                CTRD_CONFIG,
+                "/etc/containerd/config.d/rsandbox.toml",
+                (Shape::Eks, Status::Block),
             ),
-            (Shape::Eks, Status::Block)
-        );
-
-        let mut n = FakeNode::default();
-        n.file("/etc/k0s/containerd.toml", K0S);
-        assert_eq!(
-            judged(
-                &n,
+            (
+                &[("/etc/k0s/containerd.toml", K0S)],
                 "/etc/k0s/containerd.toml",
-                "/etc/k0s/containerd.d/rsandbox.toml"
+                "/etc/k0s/containerd.d/rsandbox.toml",
+                (Shape::K0s, Status::Ok),
             ),
-            (Shape::K0s, Status::Ok)
-        );
-        assert_eq!(
-            judged(
-                &n,
+            (
+                &[("/etc/k0s/containerd.toml", K0S)],
                 "/etc/k0s/containerd.toml",
-                "/etc/k0s/conf.d/rsandbox.toml"
+                "/etc/k0s/conf.d/rsandbox.toml",
+                (Shape::K0s, Status::Block),
             ),
-            (Shape::K0s, Status::Block)
-        );
-
-        let mut n = FakeNode::default();
-        let m = "/var/snap/microk8s/current/args/containerd.toml";
-        n.file(m, MICROK8S);
-        assert_eq!(
-            judged(
-                &n,
-                m,
-                "/var/snap/microk8s/current/args/containerd.d/rsandbox.toml"
+            (
+                &[(MICROK8S_CONFIG, MICROK8S)],
+                MICROK8S_CONFIG,
+                "/var/snap/microk8s/current/args/containerd.d/rsandbox.toml",
+                (Shape::Microk8s, Status::Block),
             ),
-            (Shape::Microk8s, Status::Block)
-        );
-
-        let mut n = FakeNode::default();
-        n.file("/etc/os-release", COS_RELEASE)
-            .file("/etc/containerd/config.toml", "version = 2\n");
-        assert_eq!(
-            judged(
-                &n,
-                "/etc/containerd/config.toml",
-                "/etc/containerd/conf.d/rsandbox.toml"
+            (
+                &[
+                    ("/etc/os-release", COS_RELEASE),
+                    (CTRD_CONFIG, "version = 2\n"),
+                ],
+                CTRD_CONFIG,
+                CONF_D,
+                (Shape::Cos, Status::Info),
             ),
-            (Shape::Cos, Status::Info)
-        );
-
-        let mut n = FakeNode::default();
-        n.file("/etc/crio", "");
-        assert_eq!(
-            judged(
-                &n,
-                "/etc/containerd/config.toml",
-                "/etc/containerd/conf.d/rsandbox.toml"
+            (
+                &[("/etc/crio", "")],
+                CTRD_CONFIG,
+                CONF_D,
+                (Shape::Crio, Status::Block),
             ),
-            (Shape::Crio, Status::Block)
-        );
-
-        let mut n = FakeNode::default();
-        n.file("/etc/containerd/config.toml", "version = 3\n");
-        assert_eq!(
-            judged(
-                &n,
-                "/etc/containerd/config.toml",
-                "/etc/containerd/conf.d/rsandbox.toml"
+            (
+                &[(CTRD_CONFIG, "version = 3\n")],
+                CTRD_CONFIG,
+                CONF_D,
+                (Shape::Containerd, Status::Ok),
             ),
-            (Shape::Containerd, Status::Ok)
-        );
+        ];
+        for (files, config, drop_in, want) in cases {
+            let mut n = FakeNode::default();
+            for (path, content) in *files {
+                n.file(path, content);
+            }
+            assert_eq!(
+                judged(&n, config, drop_in),
+                *want,
+                "files {:?}, config {config}, drop-in {drop_in}",
+                files.iter().map(|f| f.0).collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]
