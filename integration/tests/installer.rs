@@ -121,8 +121,17 @@ impl Node {
 
     fn installer(&self, args: &[&str]) -> Run {
         self.reset_start_limit();
+        self.run_script(args, &[])
+    }
+
+    /// rsandbox-node.sh ARGS without the environment variables `unset` names; its log
+    /// (stderr, then stdout) printed and returned.
+    fn run_script(&self, args: &[&str], unset: &[&str]) -> Run {
         let mut c = Command::new("bash");
         c.arg(&self.script).args(args);
+        for v in unset {
+            c.env_remove(v);
+        }
         let out = run_timeout(c, None, Duration::from_secs(300));
         let run = Run {
             code: out.code,

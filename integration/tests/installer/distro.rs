@@ -56,25 +56,15 @@ fn helper(n: &Node, action: &str, shape: &str, ctrd: &Path, path: &str) -> R {
 /// The installer without the API stub (it asks the bench's socket) and without an install
 /// directory from the environment (the node shape picks it).
 fn run_installer(n: &Node, args: &[&str]) -> Run {
-    let mut c = Command::new("bash");
-    c.arg(&n.script)
-        .args(args)
-        .env_remove("KUBE_API")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("INSTALL_DIR")
-        .env_remove("CONTAINERD_SOCKET");
-    let out = run_timeout(c, None, Duration::from_secs(300));
-    let run = Run {
-        code: out.code,
-        log: format!("{}{}", out.stderr, out.stdout),
-    };
-    eprintln!(
-        "--- rsandbox-node.sh {} (exit {:?})\n{}",
-        args.join(" "),
-        run.code,
-        run.log
-    );
-    run
+    n.run_script(
+        args,
+        &[
+            "KUBE_API",
+            "KUBERNETES_SERVICE_HOST",
+            "INSTALL_DIR",
+            "CONTAINERD_SOCKET",
+        ],
+    )
 }
 
 /// The handlers `rsandbox-node.sh status` reads from the shape's CRI socket.
