@@ -289,8 +289,9 @@ pub fn execute(
     Ok(out)
 }
 
-/// `run`: the transient service's output files are made here (empty, mode 0600, in a
-/// directory of root's with mode 0700) before systemd opens them, read back and removed.
+/// `run`: the transient service's output files go into a directory of root's, made here with
+/// mode 0700 (systemd creates the files themselves when it starts the command); they are read
+/// back and removed.
 fn run_on_host(
     manager: &mut Manager,
     host_root: &Path,
