@@ -225,11 +225,8 @@ locate_containerd() {
 	SHIM_PATH=${INSTALL_DIR%/}/$SHIM_NAME
 	CONFIG=$(containerd_config_path)
 	[[ "$CONFIG" == /* ]] || fail "locate containerd's config" "not an absolute path: $CONFIG"
-	# IMPORT_EDIT: distro_dropin's, read here (a command substitution's assignment is lost)
 	why=$(distro_dropin "$DISTRO") || refuse "$why"
 	DROPIN=$why
-	IMPORT_EDIT=0
-	[[ "$DISTRO" == containerd || "$DISTRO" == cos ]] && IMPORT_EDIT=1
 	# the socket: the option, containerd's --address, the shape's, the loaded config's
 	[[ -n "$CONTAINERD_SOCKET" ]] || CONTAINERD_SOCKET=$(containerd_arg address a)
 	[[ -n "$CONTAINERD_SOCKET" ]] || CONTAINERD_SOCKET=${DISTRO_SOCKET:-}
@@ -416,13 +413,13 @@ do_install() {
 		undo_config "$prev" 0
 		fail "check the config" "containerd cannot load its config with $DROPIN (undone)"
 	}
-	if [[ "$DISTRO" == k0s ]]; then
+	if ((DISTRO_MERGES_AT_START)); then
 		# k0s merges containerd.d/ into the config it generates when it (re)starts
 		# containerd: the restart below and the CRI's handler list show whether it was read
 		log "k0s reads $DROPIN when it restarts containerd: checked through CRI after the restart"
 	elif ! dump_reads_dropin "$dump"; then
 		# only a config.toml nobody rewrites gets an imports entry (lib/distro.sh)
-		if ((!IMPORT_EDIT)); then
+		if ((!DISTRO_EDITS_CONFIG)); then
 			undo_config "$prev" 0
 			fail "check the config" "containerd does not read $DROPIN although $CONFIG imports its directory (undone)"
 		fi
@@ -434,7 +431,7 @@ do_install() {
 			fail "check the config" "containerd still does not read $DROPIN after the imports entry in $CONFIG (undone)"
 		fi
 	fi
-	if [[ "$DISTRO" != k0s ]] && ! dump_defines_handler "$dump"; then
+	if ((!DISTRO_MERGES_AT_START)) && ! dump_defines_handler "$dump"; then
 		undo_config "$prev" "$import_added"
 		fail "check the config" "the loaded config does not define runtimes.$HANDLER as runtime_type $RSANDBOX_RUNTIME_TYPE with sandboxer shim (another file overrides it?) (undone)"
 	fi
@@ -442,7 +439,7 @@ do_install() {
 	# check again, now on the config containerd is about to load (on k0s the handler is in it
 	# only once k0s has merged containerd.d at the restart: checked without it)
 	runtime_args=(--runtime "$HANDLER")
-	[[ "$DISTRO" == k0s ]] && runtime_args=()
+	((DISTRO_MERGES_AT_START)) && runtime_args=()
 	if ! why=$(preflight "$staged" "${runtime_args[@]}"); then
 		undo_config "$prev" "$import_added"
 		rm -f "$staged"

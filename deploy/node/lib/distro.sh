@@ -115,11 +115,20 @@ detect_distro() {
 
 # distro_defaults NAME UNIT: the shape's unit and install directory where the options did not
 # set them (UNIT_SET, INSTALL_DIR_SET), and DISTRO_CONFIG, DISTRO_SOCKET: the config and CRI
-# socket used when neither the options nor containerd's command line name them
+# socket used when neither the options nor containerd's command line name them. Also what the
+# installer must know of the shape:
+#   DISTRO_EDITS_CONFIG=1: config.toml is nobody's rendering (containerd, COS until its next
+#     boot): the installer may add its imports entry there;
+#   DISTRO_MERGES_AT_START=1: the shape merges its drop-in directory into the config it
+#     generates when it starts containerd (k0s): the dump before the restart cannot show the
+#     drop-in or the handler, CRI after the restart does.
 # shellcheck disable=SC2034 # DISTRO_*, INSTALL_DIR: read by rsandbox-node.sh and lib/config.sh
 distro_defaults() {
 	local name=$1 unit=$2 base
 	[[ -n "${UNIT_SET:-}" ]] || CONTAINERD_UNIT=$unit
+	DISTRO_EDITS_CONFIG=0 DISTRO_MERGES_AT_START=0
+	[[ "$name" == containerd || "$name" == cos ]] && DISTRO_EDITS_CONFIG=1
+	[[ "$name" == k0s ]] && DISTRO_MERGES_AT_START=1
 	case "$name" in
 	k3s | rke2)
 		base=/var/lib/rancher/$name/agent/etc/containerd
