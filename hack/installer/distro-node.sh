@@ -122,7 +122,10 @@ up:k3s | up:rke2 | up:k0s | up:microk8s)
 		[Unit]
 		Description=$shape stand-in (hack/installer/distro-node.sh): containerd as its child, its config rendered at every start
 		[Service]
-		Type=simple
+		# as k3s.service: systemctl start returns once containerd (the child, hence
+		# NotifyAccess=all) says READY, with the config rendered and the socket served
+		Type=notify
+		NotifyAccess=all
 		Environment=PATH=$CTRD_PATH
 		Environment=CTRD=$CTRD
 		ExecStart=/bin/bash $self main $shape
@@ -220,8 +223,15 @@ down:eks | down:cos)
 	systemctl stop "$render_unit" || true
 	rm -rf "${U:?}/$render_unit" "${U:?}/containerd.service.d" /etc/containerd
 	if [[ "$shape" == cos ]]; then
-		umount /etc/os-release || true
-		umount /usr || true
+		# lazily: a process started since (dbus, a shim, bash) still runs from the read-only
+		# bind, and a plain umount would fail busy and leave /usr read-only for what follows
+		umount -l /etc/os-release || true
+		umount -l /usr || true
+		if ! touch /usr/local/bin/.distro-node-rw 2>/dev/null; then
+			echo "distro-node.sh: /usr is still read-only after the cos shape" >&2
+			exit 1
+		fi
+		rm -f /usr/local/bin/.distro-node-rw
 		rm -rf /home/kubernetes
 	fi
 	systemctl daemon-reload
