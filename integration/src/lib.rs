@@ -275,7 +275,12 @@ impl Proc {
 /// containerd on the machine may run shims of its own), and pause processes whose parent is
 /// one of those.
 pub fn shim_procs() -> Vec<Proc> {
-    let addr = format!(" -address {} ", address().display());
+    shim_procs_at(&address())
+}
+
+/// [`shim_procs`] of the containerd serving `socket` (a node shape's own, e.g. k3s').
+pub fn shim_procs_at(socket: &Path) -> Vec<Proc> {
+    let addr = format!(" -address {} ", socket.display());
     let all = all_shim_procs();
     let shims: BTreeSet<i32> = all
         .iter()
@@ -448,7 +453,12 @@ fn ip_leases() -> BTreeSet<String> {
 
 /// Shim daemons (not their pause processes) started with `-id <id>`.
 pub fn shim_daemons_for(id: &str) -> Vec<Proc> {
-    let procs = shim_procs();
+    shim_daemons_at(&address(), id)
+}
+
+/// [`shim_daemons_for`] of the containerd serving `socket`.
+pub fn shim_daemons_at(socket: &Path, id: &str) -> Vec<Proc> {
+    let procs = shim_procs_at(socket);
     let pids: BTreeSet<i32> = procs.iter().map(|p| p.pid).collect();
     procs
         .into_iter()
@@ -607,10 +617,17 @@ pub type Images = cri::image_service_client::ImageServiceClient<tonic::transport
 
 /// CRI clients on the bench's containerd socket.
 pub async fn cri_clients() -> (Runtime, Images) {
-    let ch = containerd_client::connect(address())
+    cri_clients_at(&address())
         .await
-        .unwrap_or_else(|e| panic!("connect {}: {e}", address().display()));
-    (Runtime::new(ch.clone()), Images::new(ch))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// CRI clients of the containerd serving `socket` (a node shape's own, e.g. k3s').
+pub async fn cri_clients_at(socket: &Path) -> Result<(Runtime, Images), String> {
+    let ch = containerd_client::connect(socket)
+        .await
+        .map_err(|e| format!("connect {}: {e}", socket.display()))?;
+    Ok((Runtime::new(ch.clone()), Images::new(ch)))
 }
 
 /// Directory for CRI logs etc. of one test, emptied.

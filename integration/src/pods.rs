@@ -1,11 +1,11 @@
 //! A CRI pod with the `rsandbox` handler and one long-running busybox container, for tests
 //! that need a live pod shim to lean on (exec probes, direct ttrpc calls).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cri::*;
-use crate::{BUSYBOX, HANDLER, Runtime, cri_clients, shim_daemons_for};
+use crate::{BUSYBOX, HANDLER, Runtime, address, cri_clients, cri_clients_at, shim_daemons_at};
 
 /// The namespace options the kubelet sends for an ordinary pod (pod network and IPC); the
 /// kubelet repeats them in each container's config.
@@ -68,6 +68,8 @@ pub fn container_config(name: &str, cmd: &[&str]) -> ContainerConfig {
 /// failure) takes it down.
 pub struct SleepingPod {
     pub rt: Runtime,
+    /// The CRI socket of the containerd that runs it.
+    socket: PathBuf,
     pub id: String,
     pub container: String,
     /// RemovePodSandbox answered: nothing left to clean up.
@@ -77,7 +79,16 @@ pub struct SleepingPod {
 impl SleepingPod {
     /// Runs a pod named `name` with one container sleeping for an hour.
     pub async fn start(name: &str, log_dir: &Path) -> Result<SleepingPod, String> {
-        let (mut rt, _) = cri_clients().await;
+        Self::start_at(&address(), name, log_dir).await
+    }
+
+    /// [`SleepingPod::start`] through the containerd serving `socket`.
+    pub async fn start_at(
+        socket: &Path,
+        name: &str,
+        log_dir: &Path,
+    ) -> Result<SleepingPod, String> {
+        let (mut rt, _) = cri_clients_at(socket).await?;
         let cfg = pod_config(name, log_dir);
         let id = rt
             .run_pod_sandbox(RunPodSandboxRequest {
@@ -90,6 +101,7 @@ impl SleepingPod {
             .pod_sandbox_id;
         let mut pod = SleepingPod {
             rt,
+            socket: socket.to_path_buf(),
             id,
             container: String::new(),
             removed: false,
@@ -123,7 +135,7 @@ impl SleepingPod {
 
     /// The pod's shim daemon (not its pause process).
     pub fn shim_pid(&self) -> Option<i32> {
-        match shim_daemons_for(&self.id).as_slice() {
+        match shim_daemons_at(&self.socket, &self.id).as_slice() {
             [one] => Some(one.pid),
             _ => None,
         }

@@ -328,11 +328,11 @@ fn stub_labels() -> Option<serde_json::Map<String, serde_json::Value>> {
     serde_json::from_str(&text).ok()
 }
 
-/// major.minor of the node's containerd (its `--version`)
-fn containerd_version(n: &Node) -> R<(u32, u32)> {
+/// major.minor of the containerd binary `exe` (its `--version`)
+fn containerd_version(exe: &Path) -> R<(u32, u32)> {
     let out = run_timeout(
         {
-            let mut c = Command::new(containerd_exe(n)?);
+            let mut c = Command::new(exe);
             c.arg("--version");
             c
         },
@@ -396,6 +396,12 @@ fn version_label(bin: &Path) -> String {
 
 /// With the API stub: the installer's labels are there (for the binary `installed`) or all gone.
 fn check_labels(n: &Node, installed: Option<&Path>, when: &str) -> R {
+    check_labels_for(|| containerd_exe(n), installed, when)
+}
+
+/// [`check_labels`] for a containerd that is not containerd.service's main process (a node
+/// shape whose unit runs it as a child): `ctrd` gives its binary.
+fn check_labels_for(ctrd: impl Fn() -> R<PathBuf>, installed: Option<&Path>, when: &str) -> R {
     let Some(labels) = stub_labels() else {
         return Ok(());
     };
@@ -420,7 +426,7 @@ fn check_labels(n: &Node, installed: Option<&Path>, when: &str) -> R {
         let crash = labels
             .get("rsandbox.io/containerd-hostnetwork-crash")
             .and_then(|v| v.as_str());
-        let (major, minor) = containerd_version(n)?;
+        let (major, minor) = containerd_version(&ctrd()?)?;
         let want = (major, minor) < (2, 3);
         ensure!(
             (crash == Some("true")) == want && (crash.is_none() || crash == Some("true")),

@@ -12,28 +12,18 @@
 //! bootstrapper wrote it, the handler gone). A CRI-O-shaped node gets one refusal, exit 3, and
 //! nothing restarted or written.
 //!
-//! Kept from these cases: the node's labels (no API here: the stub answers for the bench's
-//! containerd only) and the upgrade with a running pod (installer.rs covers it on
-//! containerd.service).
+//! Then, on the same shape, the upgrade with running pods: the previous release installed and
+//! a pod on it, the new binary installed over it (nothing restarted; the old pod's shim keeps
+//! its unlinked file and answers an exec), a pod of the new binary, the uninstall with both
+//! running (the shape's unit restarts; on k3s, rke2, k0s and microk8s containerd is its child,
+//! and both shims outlive it; the binary stays), the second uninstall (the binary goes). The
+//! Node's labels (the API stub of hack/installer/in-node.sh) are checked after each install and
+//! uninstall; on COS the rewrite that drops the handler leaves `rsandbox.io/installed=true`
+//! until the installer runs again (docs/install.md).
 
 use super::*;
 
 const HELPER: &str = "hack/installer/distro-node.sh";
-
-/// These cases were written without a run on a node yet (see docs/install.md's support matrix):
-/// until they have passed there, hack/test.sh's installer stage skips them (each skip is an
-/// `rsandbox-skip:` line, gate `installer-shapes`, counted in the stage's tally); `RSANDBOX_INSTALLER_SHAPES=1` in the test binary's environment (in the node)
-/// runs them.
-macro_rules! shapes_or_skip {
-    () => {
-        if std::env::var_os("RSANDBOX_INSTALLER_SHAPES").is_none() {
-            skip!(
-                "installer-shapes",
-                "the node-shape cases run only with RSANDBOX_INSTALLER_SHAPES=1 (not yet run on a node)"
-            );
-        }
-    };
-}
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -53,18 +43,11 @@ fn helper(n: &Node, action: &str, shape: &str, ctrd: &Path, path: &str) -> R {
     Ok(())
 }
 
-/// The installer without the API stub (it asks the bench's socket) and without an install
-/// directory from the environment (the node shape picks it).
+/// The installer without an install directory or a CRI socket from the environment (the node
+/// shape picks them), with the API stub of hack/installer/in-node.sh (the Node's labels).
 fn run_installer(n: &Node, args: &[&str]) -> Run {
-    n.run_script(
-        args,
-        &[
-            "KUBE_API",
-            "KUBERNETES_SERVICE_HOST",
-            "INSTALL_DIR",
-            "CONTAINERD_SOCKET",
-        ],
-    )
+    n.reset_start_limit();
+    n.run_script(args, &["INSTALL_DIR", "CONTAINERD_SOCKET"])
 }
 
 /// The handlers `rsandbox-node.sh status` reads from the shape's CRI socket.
@@ -110,17 +93,27 @@ struct Shape {
     dropin: &'static str,
     /// Where the shim must go.
     shim: &'static str,
+    /// The CRI socket the shape's containerd serves (None: the node's, which the config the
+    /// bootstrapper writes keeps).
+    socket: Option<&'static str>,
     /// The installer adds an imports entry to `rendered` (COS: GKE's config imports no
     /// directory), which the bootstrapper's next rewrite drops: after a reboot the handler is
     /// gone until the installer (the DaemonSet's pod) runs again.
     edits_rendered: bool,
 }
 
-fn shape_lifecycle(n: &Node, s: &Shape) -> R {
+async fn shape_lifecycle(n: &Node, s: &Shape) -> R {
     prepare(n, Flavour::NoImports)?;
     let (ctrd, path) = containerd_of(n)?;
     helper(n, "up", s.name, &ctrd, &path)?;
-    let r = (|| -> R {
+    let labels = |installed: Option<&Path>, when: &str| {
+        check_labels_for(
+            || Ok(ctrd.clone()),
+            installed,
+            &format!("{}: {when}", s.name),
+        )
+    };
+    let r = async {
         let rendered = fs::read(s.rendered).map_err(|e| format!("{}: {e}", s.rendered))?;
         let new_bin = n.new_bin.to_string_lossy().into_owned();
 
@@ -154,6 +147,7 @@ fn shape_lifecycle(n: &Node, s: &Shape) -> R {
             s.edits_rendered
         );
         wait_status_handler(n, true, "after the install")?;
+        labels(Some(&n.new_bin), "after the install")?;
 
         let r = run_installer(n, &["install", "--binary", &new_bin]);
         ensure!(r.code == Some(0), "{}: re-run failed:\n{}", s.name, r.log);
@@ -174,6 +168,8 @@ fn shape_lifecycle(n: &Node, s: &Shape) -> R {
             s.rendered
         );
         wait_status_handler(n, !s.edits_rendered, "after the reboot")?;
+        // nothing told the API: the labels stay (on COS, stale until the installer runs again)
+        labels(Some(&n.new_bin), "after the reboot")?;
         let r = run_installer(n, &["install", "--binary", &new_bin]);
         ensure!(
             r.code == Some(0) && (s.edits_rendered || r.log.contains("containerd not restarted")),
@@ -182,6 +178,7 @@ fn shape_lifecycle(n: &Node, s: &Shape) -> R {
             r.log
         );
         wait_status_handler(n, true, "after the install after the reboot")?;
+        labels(Some(&n.new_bin), "after the install after the reboot")?;
 
         let r = run_installer(n, &["uninstall", "--wait-for-pods=0"]);
         ensure!(
@@ -202,16 +199,132 @@ fn shape_lifecycle(n: &Node, s: &Shape) -> R {
             s.name,
             s.rendered
         );
-        wait_status_handler(n, false, "after the uninstall")
-    })();
+        wait_status_handler(n, false, "after the uninstall")?;
+        labels(None, "after the uninstall")?;
+
+        upgrade_with_pods(n, s, &labels).await
+    }
+    .await;
     let down = helper(n, "down", s.name, &ctrd, &path);
     restore(n);
     r.and(down)
 }
 
-#[test]
-fn k3s_renders_and_the_handler_survives() {
-    shapes_or_skip!();
+/// The upgrade with running pods, on the shape: the previous release installed and a pod on
+/// it; the new binary installed over it (only the binary changes: nothing restarted, the old
+/// pod's shim keeps its unlinked file and still answers); a pod of the new binary; the
+/// uninstall with both running, which restarts the shape's unit (on k3s, rke2, k0s and
+/// microk8s containerd is that unit's child) while both shims live on and the binary stays;
+/// the pods removed; the second uninstall takes the binary.
+async fn upgrade_with_pods(n: &Node, s: &Shape, labels: &impl Fn(Option<&Path>, &str) -> R) -> R {
+    let socket = s.socket.map_or_else(address, PathBuf::from);
+    let socket = socket.as_path();
+    let old_bin = n.old_bin.to_string_lossy().into_owned();
+    let new_bin = n.new_bin.to_string_lossy().into_owned();
+    let r = run_installer(n, &["install", "--no-check", "--binary", &old_bin]);
+    ensure!(
+        r.code == Some(0),
+        "{}: install of the previous release failed:\n{}",
+        s.name,
+        r.log
+    );
+    wait_status_handler(n, true, "after the install of the previous release")?;
+    labels(
+        Some(&n.old_bin),
+        "after the install of the previous release",
+    )?;
+
+    let logs = n.scratch.join(format!("distro-{}", s.name));
+    fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
+    let mut old_pod =
+        SleepingPod::start_at(socket, &unique_id(&format!("distro-old-{}", s.name)), &logs).await?;
+    let mut new_pod: Option<SleepingPod> = None;
+    let r = async {
+        let old_shim = old_pod.shim_pid().ok_or("no shim daemon for the old pod")?;
+        ensure!(
+            exe_of(old_shim) == s.shim,
+            "{}: the old pod's shim runs {}, not {}",
+            s.name,
+            exe_of(old_shim),
+            s.shim
+        );
+
+        let r = run_installer(n, &["install", "--binary", &new_bin]);
+        ensure!(
+            r.code == Some(0) && r.log.contains("containerd not restarted"),
+            "{}: the upgrade failed or restarted containerd:\n{}",
+            s.name,
+            r.log
+        );
+        labels(Some(&n.new_bin), "after the upgrade")?;
+        ensure!(
+            exe_of(old_shim) == format!("{} (deleted)", s.shim),
+            "{}: after the upgrade the old pod's shim runs {:?}",
+            s.name,
+            exe_of(old_shim)
+        );
+        exec_ok(&mut old_pod, "the old pod after the upgrade").await?;
+
+        let pod = new_pod.insert(
+            SleepingPod::start_at(socket, &unique_id(&format!("distro-new-{}", s.name)), &logs)
+                .await?,
+        );
+        let new_shim = pod.shim_pid().ok_or("no shim daemon for the new pod")?;
+        ensure!(
+            exe_of(new_shim) == s.shim,
+            "{}: the new pod's shim runs {}",
+            s.name,
+            exe_of(new_shim)
+        );
+
+        let r = run_installer(n, &["uninstall", "--wait-for-pods=0"]);
+        ensure!(
+            r.code == Some(0),
+            "{}: uninstall with pods failed:\n{}",
+            s.name,
+            r.log
+        );
+        wait_status_handler(n, false, "after the uninstall with pods")?;
+        labels(None, "after the uninstall with pods")?;
+        ensure!(
+            Path::new(s.shim).exists(),
+            "{}: the binary was removed while pods still run",
+            s.name
+        );
+        ensure!(
+            old_pod.shim_pid() == Some(old_shim) && pod.shim_pid() == Some(new_shim),
+            "{}: a pod's shim did not outlive the restart of containerd's unit",
+            s.name
+        );
+        Ok(())
+    }
+    .await;
+    let removed_new = match new_pod.as_mut() {
+        Some(p) => p.remove_or_kill().await,
+        None => Ok(()),
+    };
+    let removed_old = old_pod.remove_or_kill().await;
+    r?;
+    removed_new.map_err(|e| format!("{}: remove the new pod: {e}", s.name))?;
+    removed_old.map_err(|e| format!("{}: remove the old pod: {e}", s.name))?;
+
+    let r = run_installer(n, &["uninstall"]);
+    ensure!(
+        r.code == Some(0),
+        "{}: the second uninstall failed:\n{}",
+        s.name,
+        r.log
+    );
+    ensure!(
+        !Path::new(s.shim).exists(),
+        "{}: the second uninstall (no pods) left the binary",
+        s.name
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn k3s_renders_and_the_handler_survives() {
     let n = node_or_skip!();
     shape_lifecycle(
         &n,
@@ -220,15 +333,16 @@ fn k3s_renders_and_the_handler_survives() {
             rendered: "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
             dropin: "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/rsandbox.toml",
             shim: "/usr/local/bin/containerd-shim-rsandbox-v1",
+            socket: Some("/run/k3s/containerd/containerd.sock"),
             edits_rendered: false,
         },
     )
+    .await
     .unwrap();
 }
 
-#[test]
-fn eks_nodeadm_rewrites_and_the_handler_survives() {
-    shapes_or_skip!();
+#[tokio::test(flavor = "multi_thread")]
+async fn eks_nodeadm_rewrites_and_the_handler_survives() {
     let n = node_or_skip!();
     shape_lifecycle(
         &n,
@@ -237,15 +351,16 @@ fn eks_nodeadm_rewrites_and_the_handler_survives() {
             rendered: "/etc/containerd/config.toml",
             dropin: "/etc/containerd/config.d/rsandbox.toml",
             shim: "/usr/local/bin/containerd-shim-rsandbox-v1",
+            socket: None,
             edits_rendered: false,
         },
     )
+    .await
     .unwrap();
 }
 
-#[test]
-fn cos_read_only_usr_and_the_shim_in_home_kubernetes_bin() {
-    shapes_or_skip!();
+#[tokio::test(flavor = "multi_thread")]
+async fn cos_read_only_usr_and_the_shim_in_home_kubernetes_bin() {
     let n = node_or_skip!();
     shape_lifecycle(
         &n,
@@ -254,15 +369,16 @@ fn cos_read_only_usr_and_the_shim_in_home_kubernetes_bin() {
             rendered: "/etc/containerd/config.toml",
             dropin: "/etc/containerd/conf.d/rsandbox.toml",
             shim: "/home/kubernetes/bin/containerd-shim-rsandbox-v1",
+            socket: None,
             edits_rendered: true,
         },
     )
+    .await
     .unwrap();
 }
 
 #[test]
 fn crio_is_refused_once_and_nothing_restarts() {
-    shapes_or_skip!();
     let n = node_or_skip!();
     let (ctrd, path) = containerd_of(&n).unwrap();
     helper(&n, "up", "crio", &ctrd, &path).unwrap();
@@ -307,9 +423,8 @@ fn crio_is_refused_once_and_nothing_restarts() {
     r.and(down).unwrap();
 }
 
-#[test]
-fn rke2_renders_and_the_handler_survives() {
-    shapes_or_skip!();
+#[tokio::test(flavor = "multi_thread")]
+async fn rke2_renders_and_the_handler_survives() {
     let n = node_or_skip!();
     shape_lifecycle(
         &n,
@@ -318,15 +433,16 @@ fn rke2_renders_and_the_handler_survives() {
             rendered: "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
             dropin: "/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.d/rsandbox.toml",
             shim: "/usr/local/bin/containerd-shim-rsandbox-v1",
+            socket: Some("/run/k3s/containerd/containerd.sock"),
             edits_rendered: false,
         },
     )
+    .await
     .unwrap();
 }
 
-#[test]
-fn k0s_containerd_d_and_the_handler_survives() {
-    shapes_or_skip!();
+#[tokio::test(flavor = "multi_thread")]
+async fn k0s_containerd_d_and_the_handler_survives() {
     let n = node_or_skip!();
     shape_lifecycle(
         &n,
@@ -336,15 +452,16 @@ fn k0s_containerd_d_and_the_handler_survives() {
             rendered: "/run/k0s/containerd-cri.toml",
             dropin: "/etc/k0s/containerd.d/rsandbox.toml",
             shim: "/usr/local/bin/containerd-shim-rsandbox-v1",
+            socket: Some("/run/k0s/containerd.sock"),
             edits_rendered: false,
         },
     )
+    .await
     .unwrap();
 }
 
-#[test]
-fn microk8s_renders_its_template_and_the_handler_survives() {
-    shapes_or_skip!();
+#[tokio::test(flavor = "multi_thread")]
+async fn microk8s_renders_its_template_and_the_handler_survives() {
     let n = node_or_skip!();
     shape_lifecycle(
         &n,
@@ -353,8 +470,10 @@ fn microk8s_renders_its_template_and_the_handler_survives() {
             rendered: "/var/snap/microk8s/current/args/containerd.toml",
             dropin: "/var/snap/microk8s/current/args/containerd.d/rsandbox.toml",
             shim: "/usr/local/bin/containerd-shim-rsandbox-v1",
+            socket: Some("/var/snap/microk8s/common/run/containerd.sock"),
             edits_rendered: false,
         },
     )
+    .await
     .unwrap();
 }
