@@ -3,10 +3,15 @@
 //! label and its program's, [`Selinux::pause_labels`]; the pause module applies them).
 //!
 //! One job: compute a label, write it (`security.selinux` through `lsetxattr`, never following a
-//! link), or give it as a mount option. Only where the kernel has SELinux enabled (a selinuxfs
-//! mounted with a readable `enforce`) and the policy names a container file context (its
-//! `lxc_contexts`, as go-selinux reads it); otherwise every call is a no-op, as containerd's
-//! `label.InitLabels` gives no labels then.
+//! link), or give it as a mount option. Only where the kernel has SELinux enabled (a writable
+//! selinuxfs mounted and a policy loaded, as go-selinux's `GetEnabled` decides) and the policy
+//! names a container file context (its `lxc_contexts`, as go-selinux reads it); otherwise every
+//! call is a no-op, as containerd's `label.InitLabels` gives no labels then.
+//!
+//! Enabled never depends on reading selinuxfs itself: an engine domain may not search it
+//! (refpolicy's `dockerd_t` is denied it, silently), and a shim that took that for "SELinux is
+//! off" would run the pause in the engine's own domain with the pod files unlabelled, while
+//! containerd (go-selinux: `statfs` and the process's own label) labels the containers.
 //!
 //! containerd's runc path relabels these files per container with the container's mount label
 //! (`label.Relabel(path, mountLabel, false)`), which works there because every container of a
@@ -157,8 +162,8 @@ impl Selinux {
         Selinux::default()
     }
 
-    /// Detects the node's SELinux: a selinuxfs with a readable `enforce`, and the configured
-    /// policy's `lxc_contexts` under `/etc/selinux`.
+    /// Detects the node's SELinux: a writable selinuxfs, a loaded policy
+    /// ([`policy_loaded`]), and the configured policy's `lxc_contexts` under `/etc/selinux`.
     ///
     /// Every shim daemon detects it when it starts, so it goes the way go-selinux's
     /// `findSELinuxfs` does: one `statfs` of the usual mount point; the mount table (hundreds
@@ -168,7 +173,10 @@ impl Selinux {
     pub fn detect() -> Selinux {
         let etc = Path::new("/etc/selinux");
         if is_selinuxfs(Path::new(SELINUXFS)) {
-            return Self::detect_at(Path::new(SELINUXFS), etc, &|p| std::fs::read_to_string(p));
+            if is_read_only(Path::new(SELINUXFS)) {
+                return Selinux::disabled();
+            }
+            return Self::detect_at(etc, &|p| std::fs::read_to_string(p));
         }
         let known = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
         if !kernel_has_selinuxfs(&known) {
@@ -190,20 +198,16 @@ impl Selinux {
         etc_selinux: &Path,
         read: &dyn Fn(&Path) -> io::Result<String>,
     ) -> Selinux {
-        match selinuxfs(mountinfo) {
-            Some(fs) => Self::detect_at(&fs, etc_selinux, read),
+        match writable_selinuxfs(mountinfo) {
+            Some(_) => Self::detect_at(etc_selinux, read),
             None => Selinux::disabled(),
         }
     }
 
-    /// SELinux with its selinuxfs at `fs`: enabled if `enforce` reads, with the policy's
-    /// contexts from `etc_selinux`.
-    fn detect_at(
-        fs: &Path,
-        etc_selinux: &Path,
-        read: &dyn Fn(&Path) -> io::Result<String>,
-    ) -> Selinux {
-        if read(&fs.join("enforce")).is_err() {
+    /// SELinux with a writable selinuxfs mounted: enabled if a policy is loaded
+    /// ([`policy_loaded`]), with the policy's contexts from `etc_selinux`.
+    fn detect_at(etc_selinux: &Path, read: &dyn Fn(&Path) -> io::Result<String>) -> Selinux {
+        if !policy_loaded(read(Path::new(OWN_LABEL))) {
             return Selinux::disabled();
         }
         let lxc = lxc_contexts(etc_selinux, read).unwrap_or_default();
@@ -316,6 +320,27 @@ impl Selinux {
 /// Where selinuxfs is mounted on every distribution that has it.
 const SELINUXFS: &str = "/sys/fs/selinux";
 
+/// The process's own SELinux label.
+const OWN_LABEL: &str = "/proc/self/attr/current";
+
+/// Whether a policy is loaded, from the process's own label (`/proc/self/attr/current`, read):
+/// before a policy loads every process is `kernel` (go-selinux's and libselinux's test). A
+/// label that cannot be read counts as loaded: an unreadable file must never turn labelling off
+/// where selinuxfs is mounted.
+fn policy_loaded(own_label: io::Result<String>) -> bool {
+    match own_label {
+        Ok(l) => l.trim_end_matches(['\0', '\n']).trim() != "kernel",
+        Err(_) => true,
+    }
+}
+
+/// Whether the filesystem at `dir` is mounted read-only (a container's selinuxfs is: go-selinux
+/// then takes SELinux as disabled).
+fn is_read_only(dir: &Path) -> bool {
+    nix::sys::statvfs::statvfs(dir)
+        .is_ok_and(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+}
+
 /// Whether `dir` is a mounted selinuxfs (its `statfs` type).
 fn is_selinuxfs(dir: &Path) -> bool {
     nix::sys::statfs::statfs(dir)
@@ -329,12 +354,15 @@ fn kernel_has_selinuxfs(filesystems: &str) -> bool {
         .any(|l| l.split_whitespace().last() == Some("selinuxfs"))
 }
 
-/// The mount point of selinuxfs in `mountinfo`.
-pub fn selinuxfs(mountinfo: &str) -> Option<PathBuf> {
+/// The mount point of a writable selinuxfs in `mountinfo` (a read-only one, as containers get,
+/// means SELinux is off for whoever sees it, as go-selinux's `verifySELinuxfsMount` decides).
+pub fn writable_selinuxfs(mountinfo: &str) -> Option<PathBuf> {
     mountinfo.lines().find_map(|l| {
         let (pre, post) = l.split_once(" - ")?;
-        (post.split_whitespace().next()? == "selinuxfs")
-            .then(|| pre.split_whitespace().nth(4).map(PathBuf::from))?
+        let mut fields = pre.split_whitespace();
+        let point = fields.nth(4)?;
+        let read_only = fields.next()?.split(',').any(|o| o == "ro");
+        (post.split_whitespace().next()? == "selinuxfs" && !read_only).then(|| PathBuf::from(point))
     })
 }
 
@@ -590,29 +618,48 @@ mod tests {
     }
 
     #[test]
-    fn detection_needs_selinuxfs_a_readable_enforce_and_a_file_context() {
+    fn detection_needs_a_writable_selinuxfs_a_loaded_policy_and_a_file_context() {
         let d = tempfile::tempdir().unwrap();
         policy(d.path());
+        // The process's own label as the fake kernel gives it; every other file from disk.
+        let as_labelled = |own: Option<&'static str>| {
+            move |p: &Path| -> io::Result<String> {
+                if p == Path::new(OWN_LABEL) {
+                    own.map(String::from)
+                        .ok_or_else(|| io::Error::from(io::ErrorKind::PermissionDenied))
+                } else {
+                    std::fs::read_to_string(p)
+                }
+            }
+        };
+        let engine = as_labelled(Some("system_u:system_r:dockerd_t:s0\0"));
         // No selinuxfs mounted: disabled, whatever /etc/selinux says.
-        let s = Selinux::detect_in("40 1 8:1 / / rw - ext4 /dev/vda rw\n", d.path());
+        let s = Selinux::detect_with("40 1 8:1 / / rw - ext4 /dev/vda rw\n", d.path(), &engine);
         assert!(!s.enabled());
-        // selinuxfs named at a place whose enforce cannot be read: disabled.
-        let fs = d.path().join("selinuxfs");
-        std::fs::create_dir(&fs).unwrap();
-        let mi = SELINUXFS.replace("/sys/fs/selinux", fs.to_str().unwrap());
-        assert!(!Selinux::detect_in(&mi, d.path()).enabled());
-        std::fs::write(fs.join("enforce"), "1").unwrap();
-        let s = Selinux::detect_in(&mi, d.path());
+        // selinuxfs mounted, a policy loaded: enabled, though nothing under selinuxfs can be
+        // read (an engine domain may not search it; `enforce` is never needed).
+        let s = Selinux::detect_with(SELINUXFS, d.path(), &engine);
         assert_eq!(
             s.pod_file_label(None).unwrap().to_string(),
             "system_u:object_r:container_file_t:s0"
         );
+        assert!(s.labels_pause());
+        // Our own label unreadable: still enabled (never off because a read failed).
+        assert!(Selinux::detect_with(SELINUXFS, d.path(), &as_labelled(None)).enabled());
+        // No policy loaded yet (every process is `kernel`): disabled.
+        assert!(
+            !Selinux::detect_with(SELINUXFS, d.path(), &as_labelled(Some("kernel\0"))).enabled()
+        );
+        // A read-only selinuxfs (what a container sees): disabled, as go-selinux decides.
+        let ro = "30 25 0:28 / /sys/fs/selinux ro,relatime - selinuxfs selinuxfs rw\n";
+        assert_eq!(writable_selinuxfs(ro), None);
+        assert!(!Selinux::detect_with(ro, d.path(), &engine).enabled());
         // Enabled, but the policy names no container contexts: nothing to label with.
         std::fs::remove_file(d.path().join("targeted/contexts/lxc_contexts")).unwrap();
-        assert!(!Selinux::detect_in(&mi, d.path()).enabled());
+        assert!(!Selinux::detect_with(SELINUXFS, d.path(), &engine).enabled());
         // A policy name that would leave /etc/selinux is not followed.
         std::fs::write(d.path().join("config"), "SELINUXTYPE=../x\n").unwrap();
-        assert!(!Selinux::detect_in(&mi, d.path()).enabled());
+        assert!(!Selinux::detect_with(SELINUXFS, d.path(), &engine).enabled());
     }
 
     #[test]

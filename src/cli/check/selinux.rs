@@ -11,7 +11,8 @@ use super::report::{Finding, Status};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
-    /// `None`: no selinuxfs (disabled); else whether `enforce` is 1.
+    /// `None`: no writable selinuxfs (disabled); else whether `enforce` is 1 (an `enforce`
+    /// that cannot be read counts as enforcing: the shim labels all the same).
     pub enforcing: Option<bool>,
     /// The policy names container contexts: the shim labels pod files and the pause.
     pub container_contexts: bool,
@@ -21,8 +22,10 @@ pub fn gather(node: &dyn Node) -> Facts {
     let mountinfo = node
         .read(Path::new("/proc/self/mountinfo"))
         .unwrap_or_default();
-    let enforcing = crate::host::selinux::selinuxfs(&mountinfo)
-        .and_then(|fs| node.read(&fs.join("enforce")).ok().map(|e| e.trim() == "1"));
+    let enforcing = crate::host::selinux::writable_selinuxfs(&mountinfo).map(|fs| {
+        node.read(&fs.join("enforce"))
+            .map_or(true, |e| e.trim() == "1")
+    });
     let detected =
         crate::host::selinux::Selinux::detect_with(&mountinfo, Path::new("/etc/selinux"), &|p| {
             node.read(p)

@@ -242,12 +242,12 @@ fn root_fstype(mountinfo: &str) -> Option<&str> {
 }
 
 /// The number of fds this process can ever have had open: the hard `RLIMIT_NOFILE`, capped by
-/// `fs.nr_open` (the kernel's ceiling; it is also what an infinite limit means).
+/// `fs.nr_open` (the kernel's ceiling; it is also what an infinite limit means). The sysctl is
+/// read only for a limit above the kernel's default ceiling (2^20): below it the limit is the
+/// bound already, and an SELinux engine domain may be denied `sysctl_fs_t` (an audit denial per
+/// pod for nothing).
 fn fd_limit() -> u32 {
-    let nr_open: u64 = std::fs::read_to_string("/proc/sys/fs/nr_open")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(1 << 20);
+    const DEFAULT_NR_OPEN: u64 = 1 << 20;
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -258,6 +258,13 @@ fn fd_limit() -> u32 {
     } else {
         u64::MAX
     };
+    if hard <= DEFAULT_NR_OPEN {
+        return hard as u32;
+    }
+    let nr_open: u64 = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(DEFAULT_NR_OPEN);
     u32::try_from(hard.min(nr_open)).unwrap_or(u32::MAX)
 }
 
