@@ -16,6 +16,7 @@ pub mod netns;
 pub mod network;
 pub mod placement;
 pub mod reclaim;
+pub mod relabel;
 pub mod runtime;
 pub mod selinux;
 pub mod systemd;

@@ -112,9 +112,13 @@ pub fn mount_option(label: &Label) -> String {
     format!("context=\"{label}\"")
 }
 
-/// Writes a file's label; the real one is `lsetxattr`, tests record.
+/// Writes and reads a file's label; the real one is `lsetxattr`/`lgetxattr`, tests record.
 pub trait Xattrs: Send + Sync {
     fn set_label(&self, path: &Path, label: &str) -> io::Result<()>;
+    /// The label of `path` itself (a link's own); ENOTSUP where the store keeps none.
+    fn label_of(&self, _path: &Path) -> io::Result<String> {
+        Err(io::Error::from_raw_os_error(libc::ENOTSUP))
+    }
 }
 
 /// `lsetxattr(path, "security.selinux", label)`: a symlink is labelled itself, never followed.
@@ -142,6 +146,32 @@ impl Xattrs for RealXattrs {
         } else {
             Err(io::Error::last_os_error())
         }
+    }
+
+    fn label_of(&self, path: &Path) -> io::Result<String> {
+        use std::os::unix::ffi::OsStrExt;
+        let p = std::ffi::CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let name = std::ffi::CString::new(XATTR).expect("no NUL in the name");
+        // A label is at most a page in practice; the kernel says ERANGE if not.
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: both strings are NUL-terminated and outlive the call; the buffer is ours
+        // with its length.
+        let n = unsafe {
+            libc::lgetxattr(
+                p.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        Ok(String::from_utf8_lossy(&buf)
+            .trim_end_matches('\0')
+            .to_string())
     }
 }
 
@@ -786,6 +816,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let missing = d.path().join("missing");
         let e = RealXattrs.set_label(&missing, "u:r:t:s0").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        let e = RealXattrs.label_of(&missing).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 

@@ -6,6 +6,8 @@
 //!   pod-level decisions: where its network comes from, what member containers join, what CNI
 //!   is told about it;
 //! * [`files`]: the pod's `/etc/hosts`, `/etc/resolv.conf`, `/etc/hostname` and `/dev/shm`;
+//! * [`mcs_level`]: one SELinux MCS level for all the pod's containers (containerd cannot give
+//!   them the pause's);
 //! * [`pause`]: the process that holds the pod's namespaces, in an empty root of its own;
 //! * [`pause_image`]: the pause program it runs (embedded, from a sealed memfd);
 //! * [`cgroup`]: the pod cgroup;
@@ -19,6 +21,7 @@
 
 pub mod cgroup;
 pub mod files;
+pub mod mcs_level;
 pub mod pause;
 pub mod pause_image;
 pub mod sandbox;

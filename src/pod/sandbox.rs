@@ -53,6 +53,9 @@ pub trait PodHost: Send + Sync {
     /// Labels the pod files in `dir` with the shared form of a container's SELinux mount
     /// label (its spec's `linux.mountLabel`); a no-op where SELinux is off.
     fn label_pod_files(&self, dir: &Path, mount_label: &str) -> Result<()>;
+    /// Relabels each of `volumes` that carries exactly `from` (a container's volume containerd
+    /// relabelled for it) with `to`, its whole tree ([`crate::host::relabel::move_tree`]).
+    fn move_volume_labels(&self, volumes: &[PathBuf], from: &str, to: &str) -> Result<()>;
     fn unmount_shm(&self, path: &Path) -> Result<()>;
     /// Checks that `path` is a network namespace, without blocking (a client's `netns_path`).
     fn check_netns(&self, path: &Path) -> Result<()>;

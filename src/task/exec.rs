@@ -37,7 +37,15 @@ impl TaskManager {
         validate::id("exec id", exec_id)?;
         stdio.validate()?;
         let c = self.container(id)?;
-        let spec = oci::exec_process_spec(&spec_json, stdio.terminal)?;
+        let mut spec = oci::exec_process_spec(&spec_json, stdio.terminal)?;
+        if let Some(pod) = self.pod().filter(|p| p.has_sandbox()) {
+            let mut process: serde_json::Value = serde_json::from_slice(&spec)
+                .map_err(|e| Error::invalid(format!("process spec is not JSON: {e}")))?;
+            if pod.prepare_exec(id, &mut process)? {
+                spec = serde_json::to_vec(&process)
+                    .map_err(|e| Error::internal(format!("encode process spec: {e}")))?;
+            }
+        }
         {
             let ist = c.init.state();
             if ist.has_ended()

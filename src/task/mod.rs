@@ -84,6 +84,11 @@ pub trait PodHooks: Send + Sync {
     /// Edits a container's OCI spec before `runc create` (pod files, /dev/shm). Returns whether
     /// the spec changed.
     fn prepare_spec(&self, container_id: &str, spec: &mut serde_json::Value) -> Result<bool>;
+    /// Edits an exec's process spec before `runc exec` (the pod's SELinux level). Returns
+    /// whether it changed.
+    fn prepare_exec(&self, _container_id: &str, _process: &mut serde_json::Value) -> Result<bool> {
+        Ok(false)
+    }
     /// The pid Connect/Pids report for `id` if it names the sandbox.
     fn sandbox_pid(&self, id: &str) -> Option<u32>;
     /// Whether a sandbox lives in this shim (then Shutdown never exits the shim).

@@ -41,6 +41,14 @@ fn shares_pod_ipc(s: &Sandbox, spec: &serde_json::Value) -> bool {
     }
 }
 
+/// The level a pod's containers are moved to ([`crate::pod::mcs_level`]), if any.
+fn pod_level(s: &Sandbox) -> Option<&str> {
+    crate::pod::mcs_level::pod_level(
+        s.record.mcs.as_ref().map(|r| r.level.as_str()),
+        s.spec.selinux.as_ref(),
+    )
+}
+
 /// The files the pod gives each container, and its /dev/shm to those in its IPC namespace.
 fn pod_mounts(s: &Sandbox, shares_ipc: bool) -> Vec<PodMount> {
     let file = |destination: &'static str, name: &str| PodMount {
@@ -76,6 +84,15 @@ impl PodHooks for SandboxManager {
         };
         let joined = join_pod_namespaces(&s, spec);
         let shares_ipc = shares_pod_ipc(&s, spec);
+        let moved = match pod_level(&s) {
+            Some(level) => crate::pod::mcs_level::move_container(spec, level),
+            None => None,
+        };
+        if let Some(m) = &moved {
+            self.host
+                .move_volume_labels(&m.volumes, &m.old_mount_label, &m.new_mount_label)
+                .context("move the container's volumes to the pod's SELinux level")?;
+        }
         // containerd gives each container a mount label; the pod files it mounts get its
         // shared form (no categories: other containers of the pod may have other ones).
         if let Some(mount_label) = spec
@@ -88,7 +105,14 @@ impl PodHooks for SandboxManager {
                 .context("label the pod files for the container")?;
         }
         let mounted = oci::add_pod_mounts(spec, &pod_mounts(&s, shares_ipc))?;
-        Ok(joined || mounted)
+        Ok(joined || mounted || moved.is_some())
+    }
+
+    fn prepare_exec(&self, _container_id: &str, process: &mut serde_json::Value) -> Result<bool> {
+        let Some(s) = self.lock().clone() else {
+            return Ok(false);
+        };
+        Ok(pod_level(&s).is_some_and(|l| crate::pod::mcs_level::move_process(process, l)))
     }
 
     fn sandbox_pid(&self, id: &str) -> Option<u32> {

@@ -60,6 +60,21 @@ impl PodHost for LinuxPodHost {
             None => Ok(()),
         }
     }
+    fn move_volume_labels(&self, volumes: &[PathBuf], from: &str, to: &str) -> Result<()> {
+        for v in volumes {
+            let moved =
+                crate::host::relabel::move_tree(&crate::host::selinux::RealXattrs, v, from, to)
+                    .with_context(|| format!("relabel {}", v.display()))?;
+            if moved.files > 0 {
+                log::info!(
+                    "{}: {} files moved from {from} to {to}",
+                    v.display(),
+                    moved.files
+                );
+            }
+        }
+        Ok(())
+    }
     fn remove_files(&self, dir: &Path) -> Result<()> {
         crate::pod::files::PodFiles::remove(dir)?;
         let _ = std::fs::remove_dir(dir);

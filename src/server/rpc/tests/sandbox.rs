@@ -1,6 +1,6 @@
 //! Sandbox service tests through the ttrpc trait, with a fake pod host and a fake runtime.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -114,6 +114,12 @@ impl PodHost for FakePodHost {
             "label_pod_files {} {mount_label}",
             dir.file_name().unwrap().to_string_lossy()
         ));
+        Ok(())
+    }
+    fn move_volume_labels(&self, volumes: &[PathBuf], from: &str, to: &str) -> Result<()> {
+        for v in volumes {
+            self.log(format!("move_volume_labels {} {from} {to}", v.display()));
+        }
         Ok(())
     }
     fn mount_shm(&self, path: &Path, _spec: &PodSpec) -> Result<()> {

@@ -314,3 +314,75 @@ fn a_shim_in_a_user_namespace_starts_pods_without_ping_group_range() {
     let info = f.status("pod1").unwrap().info["rsandbox"].clone();
     assert!(!info.contains("ping_group_range"), "{info}");
 }
+
+/// Issue 37: containerd gives each container of a shim-sandboxer pod categories of its own
+/// (StartSandbox can hand it no pod label) and relabels the container's volumes with them; the
+/// pod moves the container, its volumes and its execs to the pause's level, as the runc path's
+/// containers all share it. A pod that names its level is left as containerd made it.
+#[test]
+fn a_container_its_volumes_and_its_execs_move_to_the_pod_s_mcs_level() {
+    let (_d, reg) = mcs_registry();
+    let f = fixture_with_mcs(&reg);
+    f.create("pod1", pod_config("web-0", true)).unwrap();
+    f.start("pod1").unwrap();
+    let level = f.record("pod1").mcs.unwrap().level;
+    let volume = "/var/lib/kubelet/pods/uid-1/volumes/kubernetes.io~empty-dir/data";
+    // As containerd 2.1.9's CRI writes it (WithSelinuxLabels at categories it drew; the
+    // volume as WithMounts adds it).
+    let cri_spec = || {
+        serde_json::json!({
+            "root": {"path": "rootfs"},
+            "process": {"args": ["sh"], "selinuxLabel": "system_u:system_r:container_t:s0:c4,c811"},
+            "mounts": [{"destination": "/data", "type": "bind", "source": volume,
+                        "options": ["rbind", "rprivate", "rw"]}],
+            "linux": {"mountLabel": "system_u:object_r:container_file_t:s0:c4,c811"}
+        })
+    };
+    let mut spec = cri_spec();
+    assert!(f.sm.prepare_spec("c1", &mut spec).unwrap());
+    assert_eq!(
+        spec["process"]["selinuxLabel"],
+        format!("system_u:system_r:container_t:{level}")
+    );
+    let mount_label = format!("system_u:object_r:container_file_t:{level}");
+    assert_eq!(spec["linux"]["mountLabel"], mount_label.as_str());
+    assert_eq!(
+        f.host.calls_to("move_volume_labels"),
+        [format!(
+            "move_volume_labels {volume} system_u:object_r:container_file_t:s0:c4,c811 {mount_label}"
+        )]
+    );
+    // The pod files get the shared form of the (moved) mount label.
+    assert_eq!(
+        f.host.calls_to("label_pod_files"),
+        [format!("label_pod_files etc {mount_label}")]
+    );
+    let mut exec = serde_json::json!({"args": ["ls"], "selinuxLabel": "system_u:system_r:container_t:s0:c4,c811"});
+    assert!(f.sm.prepare_exec("c1", &mut exec).unwrap());
+    assert_eq!(
+        exec["selinuxLabel"],
+        format!("system_u:system_r:container_t:{level}")
+    );
+
+    // A pod that names its level: its containers keep what containerd gave them.
+    let g = fixture_with_mcs(&reg);
+    let mut cfg = pod_sandbox_config("web-1", true);
+    cfg.linux
+        .mut_or_insert_default()
+        .security_context
+        .mut_or_insert_default()
+        .selinux_options
+        .mut_or_insert_default()
+        .level = "s0:c1,c2".into();
+    g.create("pod2", any_config(&cfg)).unwrap();
+    g.start("pod2").unwrap();
+    let mut spec = cri_spec();
+    g.sm.prepare_spec("c2", &mut spec).unwrap();
+    assert_eq!(spec, {
+        let mut s = cri_spec();
+        s["mounts"] = spec["mounts"].clone();
+        s
+    });
+    assert!(g.host.calls_to("move_volume_labels").is_empty());
+    assert!(!g.sm.prepare_exec("c2", &mut exec.clone()).unwrap());
+}
