@@ -50,6 +50,13 @@ fn run_installer(n: &Node, args: &[&str]) -> Run {
     n.run_script(args, &["INSTALL_DIR", "CONTAINERD_SOCKET"])
 }
 
+/// [`run_installer`] that must exit 0; the error names the shape and `what` failed.
+fn installer_ok(n: &Node, s: &Shape, args: &[&str], what: &str) -> R<Run> {
+    let r = run_installer(n, args);
+    ensure!(r.code == Some(0), "{}: {what} failed:\n{}", s.name, r.log);
+    Ok(r)
+}
+
 /// The handlers `rsandbox-node.sh status` reads from the shape's CRI socket.
 fn status_handlers(n: &Node) -> R<Vec<String>> {
     let r = run_installer(n, &["status"]);
@@ -117,8 +124,7 @@ async fn shape_lifecycle(n: &Node, s: &Shape) -> R {
         let rendered = fs::read(s.rendered).map_err(|e| format!("{}: {e}", s.rendered))?;
         let new_bin = n.new_bin.to_string_lossy().into_owned();
 
-        let r = run_installer(n, &["install", "--binary", &new_bin]);
-        ensure!(r.code == Some(0), "{}: install failed:\n{}", s.name, r.log);
+        let r = installer_ok(n, s, &["install", "--binary", &new_bin], "install")?;
         ensure!(
             r.log.contains(&format!("node shape {}", s.name)),
             "{}: not detected as such:\n{}",
@@ -149,8 +155,7 @@ async fn shape_lifecycle(n: &Node, s: &Shape) -> R {
         wait_status_handler(n, true, "after the install")?;
         labels(Some(&n.new_bin), "after the install")?;
 
-        let r = run_installer(n, &["install", "--binary", &new_bin]);
-        ensure!(r.code == Some(0), "{}: re-run failed:\n{}", s.name, r.log);
+        let r = installer_ok(n, s, &["install", "--binary", &new_bin], "re-run")?;
         ensure!(
             r.log.contains("containerd not restarted"),
             "{}: the re-run restarted containerd:\n{}",
@@ -180,13 +185,7 @@ async fn shape_lifecycle(n: &Node, s: &Shape) -> R {
         wait_status_handler(n, true, "after the install after the reboot")?;
         labels(Some(&n.new_bin), "after the install after the reboot")?;
 
-        let r = run_installer(n, &["uninstall", "--wait-for-pods=0"]);
-        ensure!(
-            r.code == Some(0),
-            "{}: uninstall failed:\n{}",
-            s.name,
-            r.log
-        );
+        installer_ok(n, s, &["uninstall", "--wait-for-pods=0"], "uninstall")?;
         ensure!(
             !Path::new(s.dropin).exists(),
             "{}: the drop-in is left",
@@ -221,13 +220,12 @@ async fn upgrade_with_pods(n: &Node, s: &Shape, labels: &impl Fn(Option<&Path>, 
     let socket = socket.as_path();
     let old_bin = n.old_bin.to_string_lossy().into_owned();
     let new_bin = n.new_bin.to_string_lossy().into_owned();
-    let r = run_installer(n, &["install", "--no-check", "--binary", &old_bin]);
-    ensure!(
-        r.code == Some(0),
-        "{}: install of the previous release failed:\n{}",
-        s.name,
-        r.log
-    );
+    installer_ok(
+        n,
+        s,
+        &["install", "--no-check", "--binary", &old_bin],
+        "install of the previous release",
+    )?;
     wait_status_handler(n, true, "after the install of the previous release")?;
     labels(
         Some(&n.old_bin),
@@ -277,13 +275,12 @@ async fn upgrade_with_pods(n: &Node, s: &Shape, labels: &impl Fn(Option<&Path>, 
             exe_of(new_shim)
         );
 
-        let r = run_installer(n, &["uninstall", "--wait-for-pods=0"]);
-        ensure!(
-            r.code == Some(0),
-            "{}: uninstall with pods failed:\n{}",
-            s.name,
-            r.log
-        );
+        installer_ok(
+            n,
+            s,
+            &["uninstall", "--wait-for-pods=0"],
+            "uninstall with pods",
+        )?;
         wait_status_handler(n, false, "after the uninstall with pods")?;
         labels(None, "after the uninstall with pods")?;
         ensure!(
@@ -308,13 +305,7 @@ async fn upgrade_with_pods(n: &Node, s: &Shape, labels: &impl Fn(Option<&Path>, 
     removed_new.map_err(|e| format!("{}: remove the new pod: {e}", s.name))?;
     removed_old.map_err(|e| format!("{}: remove the old pod: {e}", s.name))?;
 
-    let r = run_installer(n, &["uninstall"]);
-    ensure!(
-        r.code == Some(0),
-        "{}: the second uninstall failed:\n{}",
-        s.name,
-        r.log
-    );
+    installer_ok(n, s, &["uninstall"], "the second uninstall")?;
     ensure!(
         !Path::new(s.shim).exists(),
         "{}: the second uninstall (no pods) left the binary",
