@@ -20,6 +20,7 @@ pub const USAGE: &str = "\
 Usage: containerd-shim-rsandbox-v1 unit [-socket PATH] [-timeout SECONDS] COMMAND
 systemd over D-Bus, as root (the system bus, else systemd's private socket /run/systemd/private):
   show --property MainPID --value UNIT   the service's main PID (0: none)
+  show --property LoadState --value UNIT the unit's LoadState (loaded, not-found, masked ...)
   is-active [--quiet] UNIT               prints the unit's ActiveState; exit 0 active, 3 not
   restart [--no-block] UNIT              RestartUnit; waits for its job unless --no-block
   reset-failed UNIT                      ResetFailedUnit
@@ -49,6 +50,7 @@ pub struct Invocation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     MainPid(String),
+    LoadState(String),
     IsActive {
         unit: String,
         quiet: bool,
@@ -142,11 +144,17 @@ impl Invocation {
                         unit = Some(one_unit(unit, a)?);
                     }
                 }
-                // the one form the installer uses; anything else is refused, not guessed
-                if property.as_deref() != Some("MainPID") || !value {
-                    return Err(usage("show: only `show --property MainPID --value UNIT`"));
+                // the forms the installer uses; anything else is refused, not guessed
+                let unit = || unit.clone().ok_or_else(|| usage("show: no unit"));
+                match (property.as_deref(), value) {
+                    (Some("MainPID"), true) => Command::MainPid(unit()?),
+                    (Some("LoadState"), true) => Command::LoadState(unit()?),
+                    _ => {
+                        return Err(usage(
+                            "show: only `show --property MainPID|LoadState --value UNIT`",
+                        ));
+                    }
                 }
-                Command::MainPid(unit.ok_or_else(|| usage("show: no unit"))?)
             }
             "is-active" => {
                 let (mut quiet, mut unit) = (false, None);
@@ -265,6 +273,9 @@ pub fn execute(
         Command::Help => out.stdout = USAGE.into(),
         Command::MainPid(unit) => {
             out.stdout = format!("{}\n", manager.main_pid(unit, deadline)?).into()
+        }
+        Command::LoadState(unit) => {
+            out.stdout = format!("{}\n", manager.load_state(unit, deadline)?).into()
         }
         Command::IsActive { unit, quiet } => {
             let state = manager.active_state(unit, deadline)?;

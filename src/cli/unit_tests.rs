@@ -68,6 +68,10 @@ fn the_systemctl_forms_the_installer_uses_parse() {
         Ok(Command::MainPid("x.service".into()))
     );
     assert_eq!(
+        inv("show --property LoadState --value nodeadm-config.service"),
+        Ok(Command::LoadState("nodeadm-config.service".into()))
+    );
+    assert_eq!(
         inv("is-active --quiet c.service"),
         Ok(Command::IsActive {
             unit: "c.service".into(),
@@ -105,6 +109,8 @@ fn the_systemctl_forms_the_installer_uses_parse() {
         "stop c.service",
         "show --property ActiveState --value c",
         "show --property MainPID c",
+        "show --property LoadState c",
+        "show --property LoadState --value",
         "restart",
         "restart a b",
         "restart --now c",
@@ -388,4 +394,54 @@ fn run_passes_the_commands_output_and_exit_status_through() {
         assert_eq!(calls[5].body().unwrap()[0].as_str(), Some(name));
         assert_eq!(calls[6].body().unwrap()[0].as_str(), Some(name));
     }
+}
+
+/// `show --property LoadState --value`, as deploy/node/lib/distro.sh's unit_known asks it of
+/// nodeadm's units: the unit is loaded first (LoadUnit), as systemctl does, so a oneshot that
+/// ran at boot and was unloaded is still found `loaded`; a unit with no file is `not-found`.
+#[test]
+fn load_state_loads_the_unit_first() {
+    let fake = FakeSystemd::serve(
+        1,
+        Box::new(|call| match call.member.as_deref() {
+            Some("LoadUnit") => vec![reply(
+                call,
+                &[Value::ObjectPath(format!(
+                    "/org/freedesktop/systemd1/unit/{}",
+                    arg(call, 0).replace(['-', '.'], "_")
+                ))],
+            )],
+            Some("Get") => vec![reply(
+                call,
+                &[Value::Variant(Box::new(Value::Str(
+                    if call.path.as_deref().unwrap_or_default().contains("nodeadm") {
+                        "loaded"
+                    } else {
+                        "not-found"
+                    }
+                    .into(),
+                )))],
+            )],
+            _ => vec![error(
+                call,
+                "org.freedesktop.systemd1.NoSuchUnit",
+                "GetUnit is not how a load state is read",
+            )],
+        }),
+    );
+    let mut m = manager(&fake);
+    let state = |m: &mut Manager, u: &str| {
+        execute(m, &Command::LoadState(u.into()), soon())
+            .unwrap()
+            .stdout
+    };
+    assert_eq!(state(&mut m, "nodeadm-config.service"), b"loaded\n");
+    assert_eq!(state(&mut m, "crio.service"), b"not-found\n");
+    drop(m);
+    let calls = summary(&fake.finish());
+    assert_eq!(
+        calls.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+        ["LoadUnit", "Get", "LoadUnit", "Get"]
+    );
+    assert_eq!(calls[1].2, ["org.freedesktop.systemd1.Unit", "LoadState"]);
 }

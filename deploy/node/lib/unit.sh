@@ -3,7 +3,7 @@
 # for it. Every call goes through SYSTEMCTL (default: the host's `systemctl`; the DaemonSet:
 # `containerd-shim-rsandbox-v1 unit`, the same commands over systemd's D-Bus API), the one
 # seam a test replaces. Only these forms are used (`unit` accepts exactly them): show
-# --property MainPID --value, is-active [--quiet], restart [--no-block], reset-failed.
+# --property MainPID|LoadState --value, is-active [--quiet], restart [--no-block], reset-failed.
 
 systemctl_() {
 	# SYSTEMCTL is a command (with its arguments), split on blanks on purpose
@@ -11,30 +11,44 @@ systemctl_() {
 	$SYSTEMCTL "$@"
 }
 
+# descendants_of PID: the PIDs of PID's descendants, nearest first, from the parent PID in each
+# /proc/N/stat. Not the unit's cgroup: the DaemonSet's pod sees the node's processes (hostPID)
+# but neither the unit's ControlGroup (`unit` does not give it) nor the node's cgroup tree.
+descendants_of() {
+	local s line pid ppid p queue=("$1")
+	local -A children=()
+	for s in /proc/[0-9]*/stat; do
+		read -r line <"$s" 2>/dev/null || continue
+		pid=${line%% *}
+		# the fields after the command name (which may hold blanks and parentheses): state ppid ...
+		line=${line##*) }
+		ppid=${line#* }
+		ppid=${ppid%% *}
+		children[$ppid]+=" $pid"
+	done
+	while [[ ${#queue[@]} -gt 0 ]]; do
+		p=${queue[0]}
+		queue=("${queue[@]:1}")
+		for pid in ${children[$p]:-}; do
+			echo "$pid"
+			queue+=("$pid")
+		done
+	done
+}
+
 # containerd_main_pid: containerd's PID, empty when it does not run: the unit's MainPID when
-# that is containerd (containerd.service, microk8s' snap unit), else the containerd process in
-# the unit's cgroup (k3s, rke2 and k0s run containerd as a child of their own process)
+# that is containerd (containerd.service, microk8s' snap unit), else the nearest containerd
+# process below it (k3s, rke2 and k0s run containerd as a child of their own process)
 containerd_main_pid() {
-	local pid cg p exe d
+	local pid p exe
 	pid=$(systemctl_ show --property MainPID --value "$CONTAINERD_UNIT" 2>/dev/null) || pid=
 	[[ "$pid" =~ ^[1-9][0-9]*$ ]] || return 0
-	exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || exe=
-	if [[ "$(basename "${exe% (deleted)}")" == containerd ]]; then
-		echo "$pid"
-		return 0
-	fi
-	cg=$(systemctl_ show --property ControlGroup --value "$CONTAINERD_UNIT" 2>/dev/null) || cg=
-	# the unit's cgroup: cgroup v2, else v1 hybrid's unified or name=systemd hierarchy
-	for d in "/sys/fs/cgroup$cg" "/sys/fs/cgroup/unified$cg" "/sys/fs/cgroup/systemd$cg"; do
-		[[ -n "$cg" && -d "$d" ]] || continue
-		while read -r p; do
-			exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
-			[[ "$(basename "${exe% (deleted)}")" == containerd ]] && {
-				echo "$p"
-				return 0
-			}
-		done < <(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
-		break
+	for p in "$pid" $(descendants_of "$pid"); do
+		exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
+		[[ "$(basename "${exe% (deleted)}")" == containerd ]] && {
+			echo "$p"
+			return 0
+		}
 	done
 	# a unit whose containerd could not be found: its MainPID (as before distro.sh)
 	echo "$pid"

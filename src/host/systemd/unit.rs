@@ -1,7 +1,8 @@
 //! One unit of the node's, for the node installer (`containerd-shim-rsandbox-v1 unit`): its
 //! restart, its state and main PID, and a command run once as a transient service, all through
 //! systemd's manager API (org.freedesktop.systemd1(5): `RestartUnit(in s name, in s mode, out
-//! o job)`, `GetUnit(in s name, out o unit)`, `ResetFailedUnit(in s name)`,
+//! o job)`, `GetUnit(in s name, out o unit)`, `LoadUnit(in s name, out o unit)`,
+//! `ResetFailedUnit(in s name)`,
 //! `StartTransientUnit(in s name, in s mode, in a(sv) properties, in a(sa(sv)) aux, out o
 //! job)`; the unit's `ActiveState` (`org.freedesktop.systemd1.Unit`) and a service's
 //! `MainPID`, `ExecMainCode`, `ExecMainStatus` (`org.freedesktop.systemd1.Service`) read with
@@ -103,10 +104,23 @@ impl Manager {
         let Some(path) = self.unit_path(name, deadline)? else {
             return Ok(None);
         };
+        self.property_at(name, &path, interface, property, deadline)
+    }
+
+    /// `Properties.Get(interface, property)` of the unit `name` at object path `path`; `None`
+    /// when it was unloaded meanwhile.
+    fn property_at(
+        &mut self,
+        name: &str,
+        path: &str,
+        interface: &str,
+        property: &str,
+        deadline: Instant,
+    ) -> SResult<Option<Value>> {
         let step = format!("Get {interface}.{property} of {name}");
         let get = Message::call(
             self.destination,
-            &path,
+            path,
             "org.freedesktop.DBus.Properties",
             "Get",
             &[Value::Str(interface.into()), Value::Str(property.into())],
@@ -133,6 +147,34 @@ impl Manager {
             None => Ok("inactive".into()),
             Some(Value::Str(s)) => Ok(s),
             Some(other) => Err(wrong_type(name, "ActiveState", "s", &other)),
+        }
+    }
+
+    /// The unit's `LoadState` (`loaded`, `not-found`, `masked`, `bad-setting`, `error`), as
+    /// `systemctl show --property LoadState --value` prints it: the unit is loaded first
+    /// (`LoadUnit`), as systemctl does, because a unit nothing holds (a oneshot that ran at
+    /// boot, nodeadm-config.service) is not loaded and `GetUnit` would not find it.
+    pub fn load_state(&mut self, name: &str, deadline: Instant) -> SResult<String> {
+        let step = format!("LoadUnit {name}");
+        let reply = self
+            .conn
+            .call(
+                self.message("LoadUnit", &[Value::Str(name.into())]),
+                deadline,
+                "call",
+            )
+            .map_err(|source| SystemdError::Call {
+                step: step.clone(),
+                source,
+            })?;
+        let path = match reply.body().ok().as_deref() {
+            Some([Value::ObjectPath(p)]) => p.clone(),
+            _ => return Err(not_shaped(step, &reply, "o")),
+        };
+        match self.property_at(name, &path, UNIT_IFACE, "LoadState", deadline)? {
+            None => Ok("not-found".into()),
+            Some(Value::Str(s)) => Ok(s),
+            Some(other) => Err(wrong_type(name, "LoadState", "s", &other)),
         }
     }
 
