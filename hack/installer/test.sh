@@ -116,6 +116,26 @@ manifests() {
 		die "deploy/kubernetes/control-plane changes more than the DaemonSet's tolerations"
 	grep -x '        key: node-role.kubernetes.io/control-plane' "$out/control-plane.yaml" >/dev/null ||
 		die "deploy/kubernetes/control-plane does not tolerate the control-plane taint"
+	# the node-shape components (deploy/kubernetes/shapes/*), each over deploy/kubernetes as a
+	# platform team's overlay uses it: valid, changing only the DaemonSet's host paths and
+	# --distro; their installer pods go to the node test (RSANDBOX_INSTALLER_SHAPE_MANIFESTS),
+	# under the target directory, which the node sees
+	local d shape_args=() shape_out=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/installer/shape-manifests name
+	rm -rf "$shape_out"
+	mkdir -p "$shape_out"
+	for d in deploy/kubernetes/shapes/*/; do
+		name=$(basename "$d")
+		mkdir -p "$out/shape-$name"
+		printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s/shapes/%s\n' \
+			"$rel" "$rel" "$name" >"$out/shape-$name/kustomization.yaml"
+		"$KUSTOMIZE" build "$out/shape-$name" >"$out/shape-$name.yaml" ||
+			die "deploy/kubernetes/shapes/$name does not build over deploy/kubernetes"
+		"$VALIDATE_VENV/bin/kubernetes-validate" --quiet --strict "$out/shape-$name.yaml" ||
+			die "deploy/kubernetes with the $name component does not validate"
+		shape_args+=("$name=$out/shape-$name.yaml")
+	done
+	"$VALIDATE_VENV/bin/python" hack/installer/shape-manifest-check.py "$out/install.yaml" "$shape_out" "${shape_args[@]}" ||
+		die "deploy/kubernetes/shapes: a component changes more than its node's paths"
 	"$VALIDATE_VENV/bin/python" hack/installer/policy-check.py "$out/install.yaml" "$out/node-labels.yaml" ||
 		die "deploy/kubernetes: the admission policies or the RBAC fail their checks"
 	# the overlay changes the DaemonSet's action, nothing else
@@ -177,6 +197,8 @@ node_tests() {
 		# the DaemonSet's container: the installer image's file system, unpacked where the
 		# node sees it (the target directory)
 		export RSANDBOX_INSTALLER_IMAGE_ROOT=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/installer/image-root
+		# the node shapes' installer pods, as manifests() built them from deploy/kubernetes/shapes
+		export RSANDBOX_INSTALLER_SHAPE_MANIFESTS=${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/installer/shape-manifests
 		hack/installer/image.sh --binary "$new" --tag test --rootfs "$RSANDBOX_INSTALLER_IMAGE_ROOT" \
 			"${CARGO_TARGET_DIR:-$RSANDBOX_REPO/target}/installer/rsandbox-node-installer-test.oci.tar"
 		hack/node.sh -n installer boot

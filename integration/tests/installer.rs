@@ -810,18 +810,45 @@ fn daemonset_host_args() -> Vec<String> {
     args
 }
 
-/// The DaemonSet's container, as deploy/kubernetes/base/daemonset.yaml makes it: the installer
-/// image's file system as `/`, read-only, with a tmpfs at /tmp; of the node only the host
-/// paths the DaemonSet mounts, each under `/host` at its own path, and systemd's private
-/// socket; the node's PID namespace (hostPID: a fresh /proc shows the node's processes) and
-/// network; no privilege: every capability dropped but SYS_PTRACE (the bounding set, so that
-/// root's exec keeps no other), no_new_privs. The node's layout is not the manifest's
-/// defaults (containerd's config and CRI socket are the bench's), so the volumes are the
-/// node's directories of the same roles, as an overlay would patch them. Runs
-/// `rsandbox-node.sh ACTION` there with the manifest's host arguments (`--host-exec`,
-/// `--systemctl`: the shim's `unit`, over D-Bus) and the environment the pod has (its node
-/// name, the API; nothing of this test's).
+/// The DaemonSet's container, as deploy/kubernetes/base/daemonset.yaml makes it:
+/// [`in_installer_pod_with`] with the manifest's host arguments and its volumes in the node's
+/// layout. The node's layout is not the manifest's defaults (containerd's config and CRI socket
+/// are the bench's), so the volumes are the node's directories of the same roles, as an overlay
+/// would patch them.
 fn in_installer_pod(n: &Node, rootfs: &Path, action: &str, extra: &[&str]) -> Run {
+    let dir_of = |p: &Path| p.parent().unwrap().to_str().unwrap().to_string();
+    let socket = PathBuf::from(
+        std::env::var("CONTAINERD_ADDRESS")
+            .unwrap_or_else(|_| "/run/containerd/containerd.sock".into())
+            .trim_start_matches("unix://"),
+    );
+    // the DaemonSet's volumes, in the node's layout: the lock directory, containerd's config
+    // directory, the install directory, the CRI socket's directory, the state directory
+    let volumes = vec![
+        "/run/rsandbox-node".into(),
+        dir_of(&n.config),
+        n.install_dir.to_str().unwrap().to_string(),
+        dir_of(&socket),
+        n.state_dir.to_str().unwrap().to_string(),
+    ];
+    in_installer_pod_with(rootfs, &volumes, &daemonset_host_args(), action, extra)
+}
+
+/// The DaemonSet's container: the installer image's file system as `/`, read-only, with a
+/// tmpfs at /tmp; a container's /dev (the usual nodes and runc's /dev/fd, stdin, stdout, stderr
+/// links); of the node only `volumes` (host paths: directories, made as DirectoryOrCreate makes
+/// them, or files), each under `/host` at its own path, and systemd's private socket; the
+/// node's PID namespace (hostPID: a fresh /proc shows the node's processes) and network; no
+/// privilege: every capability dropped but SYS_PTRACE (the bounding set, so that root's exec
+/// keeps no other), no_new_privs. Runs `rsandbox-node.sh ACTION HOST-ARGS EXTRA` there with the
+/// environment the pod has (its node name, the API; nothing of this test's).
+fn in_installer_pod_with(
+    rootfs: &Path,
+    volumes: &[String],
+    host_args: &[String],
+    action: &str,
+    extra: &[&str],
+) -> Run {
     let script = r#"set -e
 r=$1 sa=$2 socket=$3; shift 3
 mount --make-rprivate /
@@ -833,14 +860,25 @@ mount -t tmpfs tmpfs "$r/host"
 mount -t tmpfs tmpfs "$r/run"
 mkdir -p "$r/run/systemd" "$r/run/secrets/sa"
 : >>"$r/run/systemd/private"
-while [ "$1" != -- ]; do shift; done
-shift
-while [ "$1" != -- ]; do mkdir -p "$1" "$r/host$1"; mount --bind "$1" "$r/host$1"; shift; done
+while [ "$1" != -- ]; do
+	if [ -e "$1" ] && [ ! -d "$1" ]; then
+		mkdir -p "$(dirname "$r/host$1")"
+		: >"$r/host$1"
+	else
+		mkdir -p "$1" "$r/host$1"
+	fi
+	mount --bind "$1" "$r/host$1"
+	shift
+done
 shift
 mount --bind "$socket" "$r/run/systemd/private"
-# a container's /dev: a tmpfs with the usual nodes, not the node's devices
+# a container's /dev: a tmpfs with the usual nodes and runc's links, not the node's devices
 mount -t tmpfs -o nosuid,mode=755 tmpfs "$r/dev"
 for d in null zero full random urandom tty; do : >"$r/dev/$d"; mount --bind "/dev/$d" "$r/dev/$d"; done
+ln -s /proc/self/fd "$r/dev/fd"
+ln -s /proc/self/fd/0 "$r/dev/stdin"
+ln -s /proc/self/fd/1 "$r/dev/stdout"
+ln -s /proc/self/fd/2 "$r/dev/stderr"
 mount -t proc proc "$r/proc"
 mount -t tmpfs tmpfs "$r/tmp"
 [ -z "$sa" ] || mount --bind "$sa" "$r/run/secrets/sa"
@@ -848,22 +886,9 @@ exec chroot "$r" setpriv --bounding-set=-all,+sys_ptrace --inh-caps=-all --no-ne
     let _ = Command::new("systemctl")
         .args(["reset-failed", UNIT])
         .status();
-    let dir_of = |p: &Path| p.parent().unwrap().to_str().unwrap().to_string();
-    let socket = PathBuf::from(
-        std::env::var("CONTAINERD_ADDRESS")
-            .unwrap_or_else(|_| "/run/containerd/containerd.sock".into())
-            .trim_start_matches("unix://"),
-    );
-    // the DaemonSet's volumes, in the node's layout: the lock directory, containerd's config
-    // directory, the install directory, the CRI socket's directory, the state directory (the
-    // lock directory first: the others may lie below it, never above)
-    let volumes = [
-        "/run/rsandbox-node".into(),
-        dir_of(&n.config),
-        n.install_dir.to_str().unwrap().to_string(),
-        dir_of(&socket),
-        n.state_dir.to_str().unwrap().to_string(),
-    ];
+    // a parent before what lies below it (a later mount would hide an earlier one)
+    let mut volumes = volumes.to_vec();
+    volumes.sort_by_key(|v| Path::new(v).components().count());
     let sa = std::env::var("SA_DIR").unwrap_or_default();
     let mut c = Command::new("unshare");
     c.args([
@@ -880,10 +905,8 @@ exec chroot "$r" setpriv --bounding-set=-all,+sys_ptrace --inh-caps=-all --no-ne
     .arg("/run/systemd/private")
     .args(&volumes)
     .arg("--")
-    .args(&volumes)
-    .arg("--")
     .arg(action)
-    .args(daemonset_host_args())
+    .args(host_args)
     .args(extra)
     .env_clear()
     .env(

@@ -20,6 +20,13 @@
 //! Node's labels (the API stub of hack/installer/in-node.sh) are checked after each install and
 //! uninstall; on COS the rewrite that drops the handler leaves `rsandbox.io/installed=true`
 //! until the installer runs again (docs/install.md).
+//!
+//! Last, the shape's installer pod: the installer image run as the DaemonSet runs it, with the
+//! volumes and arguments of deploy/kubernetes/shapes/NAME (the base for EKS) as kustomize builds
+//! them (hack/installer/test.sh writes them to RSANDBOX_INSTALLER_SHAPE_MANIFESTS): it finds the
+//! shape from inside the pod (systemd over D-Bus, the node's processes through hostPID),
+//! installs (a pod through the handler before it reports success), re-runs without a restart
+//! and uninstalls.
 
 use super::*;
 
@@ -55,6 +62,118 @@ fn installer_ok(n: &Node, s: &Shape, args: &[&str], what: &str) -> R<Run> {
     let r = run_installer(n, args);
     ensure!(r.code == Some(0), "{}: {what} failed:\n{}", s.name, r.log);
     Ok(r)
+}
+
+/// The installer pod of a shape's DaemonSet: the installer image's root, the hostPath volumes
+/// (but systemd's socket, which the pod gets as always) and the arguments that say how it
+/// reaches the host, as kustomize built them.
+struct ShapePod {
+    rootfs: PathBuf,
+    volumes: Vec<String>,
+    host_args: Vec<String>,
+}
+
+/// The installer pod of `component` (deploy/kubernetes/shapes/NAME, `base`: none), from the
+/// manifests hack/installer/test.sh built; skips (gate installer-daemonset) without them.
+macro_rules! shape_pod_or_skip {
+    ($component:expr) => {
+        match shape_pod($component) {
+            Ok(p) => p,
+            Err(why) => skip!("installer-daemonset", "{why}"),
+        }
+    };
+}
+
+fn shape_pod(component: &str) -> R<ShapePod> {
+    let rootfs = std::env::var("RSANDBOX_INSTALLER_IMAGE_ROOT").map_err(
+        |_| "RSANDBOX_INSTALLER_IMAGE_ROOT is not set (hack/installer/test.sh sets it on the node)",
+    )?;
+    let dir = std::env::var("RSANDBOX_INSTALLER_SHAPE_MANIFESTS").map_err(
+        |_| "RSANDBOX_INSTALLER_SHAPE_MANIFESTS is not set (hack/installer/test.sh builds them)",
+    )?;
+    let path = Path::new(&dir).join(format!("{component}.json"));
+    let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let volumes = v["volumes"]
+        .as_array()
+        .ok_or("no volumes")?
+        .iter()
+        .filter(|v| v["type"] != "Socket")
+        .filter_map(|v| v["path"].as_str().map(String::from))
+        .collect();
+    let host_args = v["args"]
+        .as_array()
+        .ok_or("no args")?
+        .iter()
+        .filter_map(|a| a.as_str())
+        .filter(|a| {
+            [
+                "--host-root=",
+                "--host-exec=",
+                "--systemctl=",
+                "--binary=",
+                "--distro=",
+            ]
+            .iter()
+            .any(|p| a.starts_with(p))
+        })
+        .map(String::from)
+        .collect();
+    Ok(ShapePod {
+        rootfs: rootfs.into(),
+        volumes,
+        host_args,
+    })
+}
+
+/// The shape's installer pod installs (the installer's own verification runs a pod through the
+/// handler first), finds the shape, writes where the host run did, re-runs without a restart,
+/// and uninstalls everything it did.
+fn from_the_daemonset(n: &Node, s: &Shape, pod: &ShapePod) -> R {
+    let run = |action: &str, what: &str| -> R<Run> {
+        n.reset_start_limit();
+        let r =
+            super::in_installer_pod_with(&pod.rootfs, &pod.volumes, &pod.host_args, action, &[]);
+        ensure!(
+            r.code == Some(0),
+            "{} ({}): {what} from the installer pod failed:\n{}",
+            s.name,
+            s.component,
+            r.log
+        );
+        Ok(r)
+    };
+    let r = run("install", "install")?;
+    ensure!(
+        r.log.contains(&format!("node shape {}", s.name)),
+        "{}: the installer pod did not find the shape:\n{}",
+        s.name,
+        r.log
+    );
+    ensure!(
+        Path::new(s.dropin).exists() && Path::new(s.shim).exists(),
+        "{}: after the installer pod's install: drop-in {} {}, shim {} {}",
+        s.name,
+        s.dropin,
+        Path::new(s.dropin).exists(),
+        s.shim,
+        Path::new(s.shim).exists()
+    );
+    wait_status_handler(n, true, "after the installer pod's install")?;
+    let r = run("install", "re-run")?;
+    ensure!(
+        r.log.contains("containerd not restarted"),
+        "{}: the installer pod's re-run restarted containerd:\n{}",
+        s.name,
+        r.log
+    );
+    run("uninstall", "uninstall")?;
+    ensure!(
+        !Path::new(s.dropin).exists() && !Path::new(s.shim).exists(),
+        "{}: the installer pod's uninstall left the drop-in or the shim",
+        s.name
+    );
+    wait_status_handler(n, false, "after the installer pod's uninstall")
 }
 
 /// The handlers `rsandbox-node.sh status` reads from the shape's CRI socket.
@@ -94,6 +213,8 @@ fn containerd_of(n: &Node) -> R<(PathBuf, String)> {
 
 struct Shape {
     name: &'static str,
+    /// The DaemonSet's component for the shape (deploy/kubernetes/shapes/NAME; `base`: none).
+    component: &'static str,
     /// The config the distribution renders (never edited by the installer).
     rendered: &'static str,
     /// Where the drop-in must go.
@@ -109,7 +230,7 @@ struct Shape {
     edits_rendered: bool,
 }
 
-async fn shape_lifecycle(n: &Node, s: &Shape) -> R {
+async fn shape_lifecycle(n: &Node, s: &Shape, pod: &ShapePod) -> R {
     prepare(n, Flavour::NoImports)?;
     let (ctrd, path) = containerd_of(n)?;
     helper(n, "up", s.name, &ctrd, &path)?;
@@ -201,7 +322,8 @@ async fn shape_lifecycle(n: &Node, s: &Shape) -> R {
         wait_status_handler(n, false, "after the uninstall")?;
         labels(None, "after the uninstall")?;
 
-        upgrade_with_pods(n, s, &labels).await
+        upgrade_with_pods(n, s, &labels).await?;
+        from_the_daemonset(n, s, pod)
     }
     .await;
     let down = helper(n, "down", s.name, &ctrd, &path);
@@ -317,16 +439,19 @@ async fn upgrade_with_pods(n: &Node, s: &Shape, labels: &impl Fn(Option<&Path>, 
 #[tokio::test(flavor = "multi_thread")]
 async fn k3s_renders_and_the_handler_survives() {
     let n = node_or_skip!();
+    let pod = shape_pod_or_skip!("k3s");
     shape_lifecycle(
         &n,
         &Shape {
             name: "k3s",
+            component: "k3s",
             rendered: "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
             dropin: "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/rsandbox.toml",
             shim: "/usr/local/bin/containerd-shim-rsandbox-v1",
             socket: Some("/run/k3s/containerd/containerd.sock"),
             edits_rendered: false,
         },
+        &pod,
     )
     .await
     .unwrap();
@@ -335,16 +460,19 @@ async fn k3s_renders_and_the_handler_survives() {
 #[tokio::test(flavor = "multi_thread")]
 async fn eks_nodeadm_rewrites_and_the_handler_survives() {
     let n = node_or_skip!();
+    let pod = shape_pod_or_skip!("base");
     shape_lifecycle(
         &n,
         &Shape {
             name: "eks",
+            component: "base",
             rendered: "/etc/containerd/config.toml",
             dropin: "/etc/containerd/config.d/rsandbox.toml",
             shim: "/usr/local/bin/containerd-shim-rsandbox-v1",
             socket: None,
             edits_rendered: false,
         },
+        &pod,
     )
     .await
     .unwrap();
@@ -353,16 +481,19 @@ async fn eks_nodeadm_rewrites_and_the_handler_survives() {
 #[tokio::test(flavor = "multi_thread")]
 async fn cos_read_only_usr_and_the_shim_in_home_kubernetes_bin() {
     let n = node_or_skip!();
+    let pod = shape_pod_or_skip!("cos");
     shape_lifecycle(
         &n,
         &Shape {
             name: "cos",
+            component: "cos",
             rendered: "/etc/containerd/config.toml",
             dropin: "/etc/containerd/conf.d/rsandbox.toml",
             shim: "/home/kubernetes/bin/containerd-shim-rsandbox-v1",
             socket: None,
             edits_rendered: true,
         },
+        &pod,
     )
     .await
     .unwrap();
@@ -417,16 +548,19 @@ fn crio_is_refused_once_and_nothing_restarts() {
 #[tokio::test(flavor = "multi_thread")]
 async fn rke2_renders_and_the_handler_survives() {
     let n = node_or_skip!();
+    let pod = shape_pod_or_skip!("rke2");
     shape_lifecycle(
         &n,
         &Shape {
             name: "rke2",
+            component: "rke2",
             rendered: "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
             dropin: "/var/lib/rancher/rke2/agent/etc/containerd/config-v3.toml.d/rsandbox.toml",
             shim: "/usr/local/bin/containerd-shim-rsandbox-v1",
             socket: Some("/run/k3s/containerd/containerd.sock"),
             edits_rendered: false,
         },
+        &pod,
     )
     .await
     .unwrap();
@@ -435,10 +569,12 @@ async fn rke2_renders_and_the_handler_survives() {
 #[tokio::test(flavor = "multi_thread")]
 async fn k0s_containerd_d_and_the_handler_survives() {
     let n = node_or_skip!();
+    let pod = shape_pod_or_skip!("k0s");
     shape_lifecycle(
         &n,
         &Shape {
             name: "k0s",
+            component: "k0s",
             // the CRI part k0s generates (its containerd.toml lists containerd.d's files)
             rendered: "/run/k0s/containerd-cri.toml",
             dropin: "/etc/k0s/containerd.d/rsandbox.toml",
@@ -446,6 +582,7 @@ async fn k0s_containerd_d_and_the_handler_survives() {
             socket: Some("/run/k0s/containerd.sock"),
             edits_rendered: false,
         },
+        &pod,
     )
     .await
     .unwrap();
@@ -454,16 +591,19 @@ async fn k0s_containerd_d_and_the_handler_survives() {
 #[tokio::test(flavor = "multi_thread")]
 async fn microk8s_renders_its_template_and_the_handler_survives() {
     let n = node_or_skip!();
+    let pod = shape_pod_or_skip!("microk8s");
     shape_lifecycle(
         &n,
         &Shape {
             name: "microk8s",
+            component: "microk8s",
             rendered: "/var/snap/microk8s/current/args/containerd.toml",
             dropin: "/var/snap/microk8s/current/args/containerd.d/rsandbox.toml",
             shim: "/usr/local/bin/containerd-shim-rsandbox-v1",
             socket: Some("/var/snap/microk8s/common/run/containerd.sock"),
             edits_rendered: false,
         },
+        &pod,
     )
     .await
     .unwrap();
