@@ -192,12 +192,21 @@ mod tests {
     #[test]
     fn delete_kills_a_pause_spawned_but_never_recorded() {
         use std::os::unix::process::CommandExt;
+        // spawn (posix_spawn: a vfork) returns once the exec has swapped the child's memory,
+        // which is before the kernel writes the new argument area: /proc/<pid>/cmdline may still
+        // be empty. Wait for the command line `delete` looks for (CI once lost this race).
         let pause_like = || {
-            std::process::Command::new("sleep")
+            let child = std::process::Command::new("sleep")
                 .arg0(crate::pod::pause::PAUSE_ARGV0)
                 .arg("3600")
                 .spawn()
-                .unwrap()
+                .unwrap();
+            let want = format!("{}\0{}\0", crate::pod::pause::PAUSE_ARGV0, 3600).into_bytes();
+            let cmdline = format!("/proc/{}/cmdline", child.id());
+            while std::fs::read(&cmdline).map(|c| c != want).unwrap_or(false) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            child
         };
         let mut older = pause_like();
         // The clock's ticks are coarse (10 ms): the mark lies after the older one's start.
