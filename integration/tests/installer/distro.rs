@@ -130,10 +130,19 @@ fn shape_pod(component: &str) -> R<ShapePod> {
 /// handler first), finds the shape, writes where the host run did, re-runs without a restart,
 /// and uninstalls everything it did.
 fn from_the_daemonset(n: &Node, s: &Shape, pod: &ShapePod) -> R {
+    // The shapes that keep containerd.service's socket (EKS, COS) serve CRI at
+    // /run/containerd/containerd.sock on a real node, which the manifest mounts; this node's
+    // containerd serves at the bench's socket instead: the pod gets that directory too.
+    let mut volumes = pod.volumes.clone();
+    if s.socket.is_none() {
+        let socket = std::env::var("CONTAINERD_ADDRESS")
+            .unwrap_or_else(|_| "/run/containerd/containerd.sock".into());
+        let socket = Path::new(socket.trim_start_matches("unix://"));
+        volumes.extend(socket.parent().and_then(Path::to_str).map(String::from));
+    }
     let run = |action: &str, what: &str| -> R<Run> {
         n.reset_start_limit();
-        let r =
-            super::in_installer_pod_with(&pod.rootfs, &pod.volumes, &pod.host_args, action, &[]);
+        let r = super::in_installer_pod_with(&pod.rootfs, &volumes, &pod.host_args, action, &[]);
         ensure!(
             r.code == Some(0),
             "{} ({}): {what} from the installer pod failed:\n{}",
