@@ -112,6 +112,27 @@ pub fn mount_option(label: &Label) -> String {
     format!("context=\"{label}\"")
 }
 
+/// Rewrites the `context=` option naming `old` (quoted, as go-selinux's `FormatMountLabel`
+/// writes it, or bare) to name `new`, in every mount of `mounts`; whether one changed.
+/// containerd's client appends the container's mount label to each rootfs mount so
+/// (`client/container.go:350-355` in v2.1.9): when the shim moves the container to another
+/// level, its rootfs must follow, or the process cannot read its own files.
+pub fn move_context_option(
+    mounts: &mut [crate::host::mount::MountSpec],
+    old: &str,
+    new: &str,
+) -> bool {
+    let (quoted, bare) = (format!("context=\"{old}\""), format!("context={old}"));
+    let mut changed = false;
+    for o in mounts.iter_mut().flat_map(|m| m.options.iter_mut()) {
+        if *o == quoted || *o == bare {
+            *o = format!("context=\"{new}\"");
+            changed = true;
+        }
+    }
+    changed
+}
+
 /// Writes and reads a file's label; the real one is `lsetxattr`/`lgetxattr`, tests record.
 pub trait Xattrs: Send + Sync {
     fn set_label(&self, path: &Path, label: &str) -> io::Result<()>;
@@ -608,6 +629,40 @@ mod tests {
             mount_option(&l),
             "context=\"system_u:object_r:container_file_t:s0:c1,c2\""
         );
+    }
+
+    /// The rootfs mounts as containerd 2.1.9's client sends them for a labelled container
+    /// (`client/container.go:350-355`: the snapshot's options, then `context="<mountLabel>"`).
+    #[test]
+    fn a_rootfs_context_option_moves_with_the_mount_label() {
+        use crate::host::mount::MountSpec;
+        let old = "system_u:object_r:container_file_t:s0:c197,c365";
+        let new = "system_u:object_r:container_file_t:s0:c225,c993";
+        let mut mounts = vec![MountSpec {
+            kind: "overlay".into(),
+            source: "overlay".into(),
+            target: String::new(),
+            options: vec![
+                "index=off".into(),
+                "workdir=/var/lib/containerd/snapshots/9/work".into(),
+                "upperdir=/var/lib/containerd/snapshots/9/fs".into(),
+                "lowerdir=/var/lib/containerd/snapshots/1/fs".into(),
+                format!("context=\"{old}\""),
+            ],
+        }];
+        assert!(move_context_option(&mut mounts, old, new));
+        assert_eq!(mounts[0].options[4], format!("context=\"{new}\""));
+        assert_eq!(
+            mounts[0].options[3],
+            "lowerdir=/var/lib/containerd/snapshots/1/fs"
+        );
+        // Moved once: nothing names the old label any more; another label is not touched.
+        assert!(!move_context_option(&mut mounts, old, new));
+        mounts[0].options[4] = "context=u:object_r:other_t:s0:c1,c2".into();
+        assert!(!move_context_option(&mut mounts, old, new));
+        mounts[0].options[4] = format!("context={old}");
+        assert!(move_context_option(&mut mounts, old, new));
+        assert_eq!(mounts[0].options[4], format!("context=\"{new}\""));
     }
 
     /// A policy directory like Fedora's: `config` names the policy, `lxc_contexts` the

@@ -130,6 +130,14 @@ pub fn cgroups_path(spec: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
+/// `linux.mountLabel` (SELinux), if the spec sets one.
+pub fn mount_label(spec: &Value) -> Option<String> {
+    spec.pointer("/linux/mountLabel")?
+        .as_str()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+}
+
 /// Points the spec's network namespace at `path`.
 pub fn set_netns_path(spec: &mut Value, path: &Path) {
     if let Some(list) = spec

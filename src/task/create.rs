@@ -69,7 +69,7 @@ impl TaskManager {
             .with_context(|| format!("create task {id}"))
     }
 
-    fn create_inner(&self, req: CreateRequest) -> Result<u32> {
+    fn create_inner(&self, mut req: CreateRequest) -> Result<u32> {
         validate::id("task id", &req.id)?;
         super::validate_bundle(&req.bundle)?;
         req.stdio.validate()?;
@@ -88,9 +88,17 @@ impl TaskManager {
         let mut spec_changed = false;
         let pod = self.pod().filter(|p| p.has_sandbox());
         if let Some(pod) = &pod {
+            let mount_label = oci::mount_label(&spec);
             spec_changed |= pod
                 .prepare_spec(&req.id, &mut spec)
                 .context("add pod mounts")?;
+            // The pod moved the container to its SELinux level: the rootfs's `context=`
+            // option, which containerd's client derived from the old mount label, follows.
+            if let (Some(old), Some(new)) = (mount_label, oci::mount_label(&spec))
+                && old != new
+            {
+                crate::host::selinux::move_context_option(&mut req.rootfs, &old, &new);
+            }
         }
         let mut network = None;
         if pod.is_none()

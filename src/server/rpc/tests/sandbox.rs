@@ -309,6 +309,8 @@ struct Fixture {
     tasks: crate::server::rpc::task::TaskService,
     sm: Arc<SandboxManager>,
     host: Arc<FakePodHost>,
+    /// The task side's host: it records the rootfs mounts it is given and refuses them.
+    task_host: Arc<NoHost>,
     dir: tempfile::TempDir,
     shut: Arc<Mutex<bool>>,
 }
@@ -329,6 +331,8 @@ fn fixture_with(
     net: Option<Arc<FakeNetwork>>,
 ) -> Fixture {
     let host = Arc::new(FakePodHost::default());
+    let task_host = Arc::new(NoHost::default());
+    let th = task_host.clone();
     let shut = Arc::new(Mutex::new(false));
     let s2 = shut.clone();
     let on_shutdown: Arc<dyn Fn() + Send + Sync> = Arc::new(move || *s2.lock().unwrap() = true);
@@ -344,7 +348,7 @@ fn fixture_with(
             TaskManager::new(TaskDeps {
                 namespace: "k8s.io".into(),
                 default_runc: RuncConfig::defaults("k8s.io"),
-                host: Arc::new(NoHost),
+                host: th,
                 events: Arc::new(RecordingSink::default()),
                 reaper: None,
                 network: None,
@@ -360,16 +364,24 @@ fn fixture_with(
         tasks: crate::server::rpc::task::TaskService::new(tm),
         sm,
         host,
+        task_host,
         dir: tempfile::tempdir().unwrap(),
         shut,
     }
 }
 
-/// The task side is not exercised here.
-struct NoHost;
+/// The task side is not exercised here, but for what a Create would mount: each rootfs is
+/// recorded, then refused (no runtime lies behind it).
+#[derive(Default)]
+struct NoHost {
+    rootfs: Mutex<Vec<Vec<crate::host::mount::MountSpec>>>,
+}
 impl crate::task::Host for NoHost {
-    fn mount_rootfs(&self, _: &[crate::host::mount::MountSpec], _: &Path) -> Result<()> {
-        Ok(())
+    fn mount_rootfs(&self, m: &[crate::host::mount::MountSpec], _: &Path) -> Result<()> {
+        self.rootfs.lock().unwrap().push(m.to_vec());
+        Err(crate::records::error::Error::internal(
+            "no rootfs in these tests",
+        ))
     }
     fn unmount_rootfs(&self, _: &Path) -> Result<()> {
         Ok(())

@@ -357,6 +357,48 @@ fn a_container_its_volumes_and_its_execs_move_to_the_pod_s_mcs_level() {
         f.host.calls_to("label_pod_files"),
         [format!("label_pod_files etc {mount_label}")]
     );
+    // Through Create: the rootfs's `context=` option, which containerd's client appends from
+    // the container's mount label (client/container.go:350-355), follows the move; the
+    // snapshot's own options are kept. (On the enforcing guest the rootfs kept the old level
+    // and the container could not read /bin/sh.)
+    {
+        use containerd_shim_protos::shim_sync::Task as _;
+        let bundle = f.dir.path().join("c3");
+        std::fs::create_dir_all(&bundle).unwrap();
+        let mut spec = cri_spec();
+        spec["ociVersion"] = "1.2.1".into();
+        spec["process"]["cwd"] = "/".into();
+        std::fs::write(bundle.join("config.json"), spec.to_string()).unwrap();
+        let r = f.tasks.create(
+            &ctx(),
+            containerd_shim_protos::api::CreateTaskRequest {
+                id: "c3".into(),
+                bundle: bundle.display().to_string(),
+                rootfs: vec![containerd_shim_protos::types::mount::Mount {
+                    type_: "overlay".into(),
+                    source: "overlay".into(),
+                    options: vec![
+                        "index=off".into(),
+                        "lowerdir=/var/lib/containerd/snapshots/1/fs".into(),
+                        "context=\"system_u:object_r:container_file_t:s0:c4,c811\"".into(),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        );
+        let e = r.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("no rootfs in these tests"), "{e}");
+        let mounted = f.task_host.rootfs.lock().unwrap().clone();
+        assert_eq!(
+            mounted[0][0].options,
+            [
+                "index=off".to_string(),
+                "lowerdir=/var/lib/containerd/snapshots/1/fs".into(),
+                format!("context=\"{mount_label}\""),
+            ]
+        );
+    }
     let mut exec = serde_json::json!({"args": ["ls"], "selinuxLabel": "system_u:system_r:container_t:s0:c4,c811"});
     assert!(f.sm.prepare_exec("c1", &mut exec).unwrap());
     assert_eq!(
