@@ -197,7 +197,7 @@ initramfs_build() { # busybox + the modules that mount / over 9p
 	bb=$(busybox_bin)
 	if [[ -s "$G/initramfs.cpio" && "$G/initramfs.cpio" -nt hack/guest/init && "$G/initramfs.cpio" -nt "$bb" &&
 		"$G/initramfs.cpio" -nt "$G/kernel.pkg" && "$G/initramfs.cpio" -nt hack/guest.sh &&
-		"$(cat "$G/initramfs.mods" 2>/dev/null)" == "virtio_blk ext4" ]]; then
+		"$(cat "$G/initramfs.mods" 2>/dev/null)" == "virtio_blk ext4 crc32c_generic" ]]; then
 		return 0
 	fi
 	rm -rf "$root"
@@ -205,9 +205,10 @@ initramfs_build() { # busybox + the modules that mount / over 9p
 	cp "$bb" "$root/bin/busybox"
 	for m in sh mount umount mkdir insmod switch_root sleep cat echo reboot sed; do ln -s busybox "$root/bin/$m"; done
 	kdir=$G/kernel/lib/modules/$KVER
-	# virtio PCI transport, 9p over virtio, overlayfs (and virtio-blk, ext4: the SELinux
+	# virtio PCI transport, 9p over virtio, overlayfs (and virtio-blk, ext4 and the crc32c its
+	# checksums need, which the kernel would otherwise ask modprobe for: the SELinux
 	# guest's root): the closure in modules.dep order
-	mods=$(module_closure "$kdir" virtio_pci 9pnet_virtio 9p overlay virtio_blk ext4) || die "kernel $KVER: cannot resolve the guest's modules"
+	mods=$(module_closure "$kdir" virtio_pci 9pnet_virtio 9p overlay virtio_blk ext4 crc32c_generic) || die "kernel $KVER: cannot resolve the guest's modules"
 	for m in $mods; do
 		[[ -f "$kdir/$m" ]] || die "kernel module $m missing in $KVER"
 		case $m in
@@ -223,7 +224,7 @@ initramfs_build() { # busybox + the modules that mount / over 9p
 	install -m 0755 hack/guest/init "$root/init"
 	(cd "$root" && find . | "$bb" cpio -o -H newc >"$G/initramfs.cpio.tmp" 2>/dev/null)
 	mv -f "$G/initramfs.cpio.tmp" "$G/initramfs.cpio"
-	echo "virtio_blk ext4" >"$G/initramfs.mods"
+	echo "virtio_blk ext4 crc32c_generic" >"$G/initramfs.mods"
 }
 # shellcheck source=hack/guest/selinux-image.sh
 . hack/guest/selinux-image.sh

@@ -18,7 +18,7 @@
 #   against that file_contexts: busybox (and /usr/sbin/init, a copy: init_exec_t), the bench's
 #   containerd, ctr and runc shim, runc 1.1 (/usr/sbin/runc), the CNI plugins bridge,
 #   host-local and loopback, the shim built by hack/build.sh, the probe binary
-#   (integration/tests/selinux.rs), the shared libraries they load, the test images' OCI
+#   (integration/tests/selinux.rs), setfiles, the shared libraries they load, the test images' OCI
 #   tarballs, the bridge and veth modules, the guest's scripts and config
 #   (hack/guest/selinux/). Cached by the content of all of it: $G/selinux/root-<hash>.ext4.
 
@@ -125,6 +125,7 @@ selinux_image() { # prints the path of the labelled root image, building it if i
 	ln -s usr/sbin "$st/sbin"
 	ln -s usr/lib "$st/lib"
 	ln -s usr/lib64 "$st/lib64"
+	ln -s ../run "$st/var/run"
 	mkdir -p "$st/usr/lib/modules/rsandbox"
 	cp "$bb" "$st/usr/bin/busybox"
 	for a in $("$bb" --list); do
@@ -136,7 +137,10 @@ selinux_image() { # prints the path of the labelled root image, building it if i
 	cp -L "$BIN/runc" "$st/usr/sbin/runc"
 	cp "$P/usr/lib/cni/bridge" "$P/usr/lib/cni/host-local" "$P/usr/lib/cni/loopback" "$st/opt/cni/bin/"
 	cp "$exe" "$st/usr/local/bin/selinux-probes"
-	selinux_copy_libs "$st" "$st"/usr/bin/* "$st/usr/sbin/runc" "$st"/opt/cni/bin/* "$st/usr/local/bin/selinux-probes"
+	# /dev is labelled after the policy is loaded, as udev or systemd would (restorecon)
+	cp "$sd/tools/sbin/setfiles" "$st/usr/sbin/setfiles"
+	selinux_copy_libs "$st" "$st"/usr/bin/* "$st/usr/sbin/runc" "$st/usr/sbin/setfiles" "$st"/opt/cni/bin/* \
+		"$st/usr/local/bin/selinux-probes"
 	cp "$P/images/busybox.oci.tar" "$P/images/pause.oci.tar" "$st/images/"
 	for m in $mods; do
 		case $m in

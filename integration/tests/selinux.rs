@@ -29,7 +29,10 @@ const IMAGE: &str = "localhost/busybox:latest";
 fn enforcing() -> Result<(), String> {
     match fs::read_to_string("/sys/fs/selinux/enforce") {
         Ok(s) if s.trim() == "1" => Ok(()),
-        Ok(s) => Err(format!("/sys/fs/selinux/enforce is {:?}: not enforcing", s.trim())),
+        Ok(s) => Err(format!(
+            "/sys/fs/selinux/enforce is {:?}: not enforcing",
+            s.trim()
+        )),
         Err(e) => Err(format!("/sys/fs/selinux/enforce: {e}: SELinux is not on")),
     }
 }
@@ -159,10 +162,10 @@ while :; do sleep 3600; done
 
 fn result_lines(pid: i32, name: &str) -> Option<String> {
     for d in ["dev/shm", "vol"] {
-        if let Ok(s) = fs::read_to_string(format!("/proc/{pid}/root/{d}/{name}.result")) {
-            if s.contains("done") {
-                return Some(s);
-            }
+        if let Ok(s) = fs::read_to_string(format!("/proc/{pid}/root/{d}/{name}.result"))
+            && s.contains("done")
+        {
+            return Some(s);
         }
     }
     None
@@ -178,7 +181,9 @@ async fn probe(handler: &'static str) {
     p.check(
         "enforcing",
         e.is_ok(),
-        e.clone().err().unwrap_or_else(|| "/sys/fs/selinux/enforce = 1".into()),
+        e.clone()
+            .err()
+            .unwrap_or_else(|| "/sys/fs/selinux/enforce = 1".into()),
     );
     if let Err(e) = e {
         panic!("{e}");
@@ -237,7 +242,11 @@ async fn probe(handler: &'static str) {
             panic!("{handler}: RunPodSandbox failed: {e}");
         }
     };
-    p.check("run-pod-sandbox", true, format!("{id} in {:?}", t.elapsed()));
+    p.check(
+        "run-pod-sandbox",
+        true,
+        format!("{id} in {:?}", t.elapsed()),
+    );
 
     let mut cids = Vec::new();
     let mut markers = Vec::new();
@@ -369,12 +378,15 @@ async fn probe(handler: &'static str) {
             format!("pid {pid}: {lab}"),
         );
         levels.push(lvl);
-        for f in ["etc/hostname", "etc/hosts", "etc/resolv.conf", "dev/shm", "vol"] {
+        for f in [
+            "etc/hostname",
+            "etc/hosts",
+            "etc/resolv.conf",
+            "dev/shm",
+            "vol",
+        ] {
             let path = PathBuf::from(format!("/proc/{pid}/root/{f}"));
-            println!(
-                "{handler}: container {cname} /{f}: {}",
-                file_label(&path)
-            );
+            println!("{handler}: container {cname} /{f}: {}", file_label(&path));
         }
     }
     if levels.len() == 2 {
@@ -414,7 +426,9 @@ async fn probe(handler: &'static str) {
                 .map(|q| format!("pid {} {} {}", q.pid, q.comm, q.label))
                 .collect::<Vec<_>>()
                 .join("; ")
-                + &format!(" (expected one process of the pod's label {lvl} besides the containers)"),
+                + &format!(
+                    " (expected one process of the pod's label {lvl} besides the containers)"
+                ),
         );
         if let Some(q) = pause.first() {
             println!(
@@ -440,7 +454,8 @@ async fn probe(handler: &'static str) {
         );
         p.check(
             &format!("log-{cname}-stdout"),
-            s.lines().any(|l| l.contains(" stdout ") && l.ends_with(" done")),
+            s.lines()
+                .any(|l| l.contains(" stdout ") && l.ends_with(" done")),
             "a stdout line 'done' in the CRI log",
         );
         p.check(
@@ -476,7 +491,11 @@ async fn probe(handler: &'static str) {
             format!(": {}", p.failed.join(" | "))
         }
     );
-    assert!(p.failed.is_empty(), "{handler}: {} probes failed", p.failed.len());
+    assert!(
+        p.failed.is_empty(),
+        "{handler}: {} probes failed",
+        p.failed.len()
+    );
 }
 
 #[tokio::test]
