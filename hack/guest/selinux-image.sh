@@ -120,7 +120,10 @@ selinux_image() { # prints the path of the labelled root image, building it if i
 	rm -rf "$st"
 	mkdir -p "$st"/usr/{bin,sbin,lib/rsandbox,lib64,local/bin} "$st"/{dev,proc,sys,run,tmp,mnt,root,images} \
 		"$st"/etc/{init.d,containerd,cni/net.d} "$st"/var/lib/{containerd,cni,kubelet/pods} "$st"/var/log/pods \
-		"$st/opt/cni/bin"
+		"$st/opt/cni/bin" "$st"/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs/snapshots \
+		"$st"/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes
+	# ^ the two trees refpolicy labels container_ro_file_t made before setfiles: what containerd
+	# makes below them inherits it (the policy has no name-based transition for them)
 	ln -s usr/bin "$st/bin"
 	ln -s usr/sbin "$st/sbin"
 	ln -s usr/lib "$st/lib"

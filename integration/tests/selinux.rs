@@ -45,17 +45,31 @@ fn pid_label(pid: i32) -> String {
 
 /// security.selinux of `path`, links not followed
 fn file_label(path: &Path) -> String {
+    label_of(path, false)
+}
+
+/// security.selinux of `path` (`follow`: of what the link points to, e.g. /proc/PID/exe)
+fn label_of(path: &Path, follow: bool) -> String {
     let p = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     let name = CString::new("security.selinux").unwrap();
     let mut buf = vec![0u8; 512];
     // SAFETY: valid C strings, buf of the length given
     let n = unsafe {
-        libc::lgetxattr(
-            p.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
+        if follow {
+            libc::getxattr(
+                p.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        } else {
+            libc::lgetxattr(
+                p.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        }
     };
     if n < 0 {
         return format!("<{}>", std::io::Error::last_os_error());
@@ -319,7 +333,7 @@ async fn probe(handler: &'static str) {
     for (cname, marker) in &markers {
         let mut pid = None;
         let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(60) {
+        while t.elapsed() < Duration::from_secs(30) {
             pid = procs()
                 .into_iter()
                 .find(|q| q.cmdline.iter().any(|a| a == marker))
@@ -331,11 +345,36 @@ async fn probe(handler: &'static str) {
         }
         match pid {
             Some(pid) => cpid.push((*cname, pid)),
-            None => p.check(
-                &format!("process-{cname}"),
-                false,
-                "no process with the marker within 60 s",
-            ),
+            None => {
+                let cid = cids
+                    .iter()
+                    .find(|(n, _)| n == cname)
+                    .map(|(_, c)| c.clone())
+                    .unwrap_or_default();
+                let st = rt
+                    .container_status(ContainerStatusRequest {
+                        container_id: cid,
+                        verbose: false,
+                    })
+                    .await
+                    .ok()
+                    .and_then(|r| r.into_inner().status)
+                    .map(|s| {
+                        format!(
+                            "state {:?} exit {} reason {:?} message {:?}",
+                            ContainerState::try_from(s.state),
+                            s.exit_code,
+                            s.reason,
+                            s.message
+                        )
+                    })
+                    .unwrap_or_default();
+                p.check(
+                    &format!("process-{cname}"),
+                    false,
+                    format!("no process with the marker within 30 s; {st}"),
+                )
+            }
         }
     }
     // the containers' own results
@@ -437,7 +476,7 @@ async fn probe(handler: &'static str) {
                 fs::read_link(format!("/proc/{}/exe", q.pid))
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
-                file_label(Path::new(&format!("/proc/{}/exe", q.pid)))
+                label_of(Path::new(&format!("/proc/{}/exe", q.pid)), true)
             );
         }
     }
