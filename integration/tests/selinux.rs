@@ -446,39 +446,43 @@ async fn probe(handler: &'static str) {
         }
     }
     // the pause: the pod's process in container_t that is neither container nor their child
-    if let Some(lvl) = levels.first() {
-        let pause: Vec<&P> = all
+    // (at the containers' level when they run; with none running, the one such process)
+    let lvl = levels.first().cloned();
+    let pause: Vec<&P> = all
+        .iter()
+        .filter(|q| {
+            let (ty, l) = type_level(&q.label);
+            ty == "container_t"
+                && lvl.as_ref().is_none_or(|lvl| &l == lvl)
+                && !cpids.contains(&q.pid)
+                && !cpids.contains(&q.ppid)
+        })
+        .collect();
+    p.check(
+        "pause-label",
+        pause.len() == 1 && type_level(&pause[0].label).1.contains(":c"),
+        pause
             .iter()
-            .filter(|q| {
-                let (ty, l) = type_level(&q.label);
-                ty == "container_t"
-                    && &l == lvl
-                    && !cpids.contains(&q.pid)
-                    && !cpids.contains(&q.ppid)
-            })
-            .collect();
-        p.check(
-            "pause-label",
-            pause.len() == 1,
-            pause
-                .iter()
-                .map(|q| format!("pid {} {} {}", q.pid, q.comm, q.label))
-                .collect::<Vec<_>>()
-                .join("; ")
-                + &format!(
-                    " (expected one process of the pod's label {lvl} besides the containers)"
-                ),
+            .map(|q| format!("pid {} {} {}", q.pid, q.comm, q.label))
+            .collect::<Vec<_>>()
+            .join("; ")
+            + &match &lvl {
+                Some(l) => {
+                    format!(" (expected one process of the pod's label {l} besides the containers)")
+                }
+                None => " (no container runs: expected one process in container_t with categories)"
+                    .into(),
+            },
+    );
+    for q in &pause {
+        println!(
+            "{handler}: pause pid {} exe {} (label of the file: {})",
+            q.pid,
+            fs::read_link(format!("/proc/{}/exe", q.pid))
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            label_of(Path::new(&format!("/proc/{}/exe", q.pid)), true)
         );
-        if let Some(q) = pause.first() {
-            println!(
-                "{handler}: pause pid {} exe {} (label of the file: {})",
-                q.pid,
-                fs::read_link(format!("/proc/{}/exe", q.pid))
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-                label_of(Path::new(&format!("/proc/{}/exe", q.pid)), true)
-            );
-        }
     }
     // logs: CRI's log files carry stdout and stderr
     tokio::time::sleep(Duration::from_secs(1)).await;
