@@ -31,12 +31,20 @@
 # dbus socket-activated. The test unit (hack/guest/systemd-run.sh) runs
 # integration/tests/systemd.rs once per runc and powers off.
 #
-# Usage: hack/guest.sh [--systemd] [--prepare] [TEST-FILTER...]   (args go to the test binary)
+# --selinux: an SELinux-enforcing node (hack/guest/selinux-image.sh, hack/guest/selinux/). The
+# same kernel, initramfs and QEMU, booted with security=selinux selinux=1 enforcing=1 from a
+# labelled ext4 root image (virtio-blk; 9p holds no per-file labels) instead of the host's /:
+# the policy is refpolicy's default plus its container and docker modules, loaded before init;
+# containerd runs in dockerd_t with CRI's enable_selinux = true on both handlers (runc, rsandbox)
+# and integration/tests/selinux.rs probes the same pod on each; the kernel's AVC lines are
+# collected per handler. Not part of hack/test.sh (yet).
+#
+# Usage: hack/guest.sh [--systemd|--selinux] [--prepare] [TEST-FILTER...]   (args go to the test binary)
 # --prepare: only install and build what the guest boots from (QEMU, the kernel, the
 # initramfs; the systemd layer with --systemd), boot nothing (hack/test.sh, before its steps).
 # The serial console is copied to the log and to console*.log without its escape codes.
 # Environment: see hack/lib.sh; RSANDBOX_GUEST_MEM (MiB, 2048),
-# RSANDBOX_GUEST_TIMEOUT (s, 900; 1800 with --systemd), RSANDBOX_GUEST_RUNCS ("1.1 1.3"),
+# RSANDBOX_GUEST_TIMEOUT (s, 900; 1800 with --systemd, 1200 with --selinux), RSANDBOX_GUEST_RUNCS ("1.1 1.3"),
 # RSANDBOX_GUEST_LIVE_ONLY=1 (systemd guest: only the shim's live_systemd unit tests, no
 # containerd, no integration tests; RSANDBOX_LIVE_ROUNDS rounds per way, 5;
 # RSANDBOX_GUEST_LIB_EXE: another unit-test binary to run, e.g. one built from an older
@@ -59,9 +67,10 @@ TIMEOUT=${RSANDBOX_GUEST_TIMEOUT:-}
 RUNCS=${RSANDBOX_GUEST_RUNCS:-1.1 1.3}
 MODE=${RSANDBOX_GUEST_MODE:-cgroupv2}
 PREPARE=0
-while [[ "${1:-}" == --systemd || "${1:-}" == --prepare ]]; do
+while [[ "${1:-}" == --systemd || "${1:-}" == --selinux || "${1:-}" == --prepare ]]; do
 	case $1 in
 	--systemd) MODE=systemd ;;
+	--selinux) MODE=selinux ;;
 	--prepare) PREPARE=1 ;;
 	esac
 	shift
@@ -78,7 +87,13 @@ systemd)
 	CONSOLE=$G/console-systemd.log
 	TIMEOUT=${TIMEOUT:-1800}
 	;;
-*) die "RSANDBOX_GUEST_MODE=$MODE: expected cgroupv2 or systemd" ;;
+selinux)
+	WHAT="SELinux guest"
+	OUT=$G/out-selinux
+	CONSOLE=$G/console-selinux.log
+	TIMEOUT=${TIMEOUT:-1200}
+	;;
+*) die "RSANDBOX_GUEST_MODE=$MODE: expected cgroupv2, systemd or selinux" ;;
 esac
 
 [[ -f "$SETUP_DONE" ]] || die "the bench is not set up: hack/setup.sh first"
@@ -181,7 +196,8 @@ initramfs_build() { # busybox + the modules that mount / over 9p
 	local root=$G/initramfs bb m mods kdir
 	bb=$(busybox_bin)
 	if [[ -s "$G/initramfs.cpio" && "$G/initramfs.cpio" -nt hack/guest/init && "$G/initramfs.cpio" -nt "$bb" &&
-		"$G/initramfs.cpio" -nt "$G/kernel.pkg" && "$G/initramfs.cpio" -nt hack/guest.sh ]]; then
+		"$G/initramfs.cpio" -nt "$G/kernel.pkg" && "$G/initramfs.cpio" -nt hack/guest.sh &&
+		"$(cat "$G/initramfs.mods" 2>/dev/null)" == "virtio_blk ext4 crc32c_generic" ]]; then
 		return 0
 	fi
 	rm -rf "$root"
@@ -189,8 +205,10 @@ initramfs_build() { # busybox + the modules that mount / over 9p
 	cp "$bb" "$root/bin/busybox"
 	for m in sh mount umount mkdir insmod switch_root sleep cat echo reboot sed; do ln -s busybox "$root/bin/$m"; done
 	kdir=$G/kernel/lib/modules/$KVER
-	# virtio PCI transport, 9p over virtio, overlayfs: the closure in modules.dep order
-	mods=$(module_closure "$kdir" virtio_pci 9pnet_virtio 9p overlay) || die "kernel $KVER: cannot resolve the guest's modules"
+	# virtio PCI transport, 9p over virtio, overlayfs (and virtio-blk, ext4 and the crc32c its
+	# checksums need, which the kernel would otherwise ask modprobe for: the SELinux
+	# guest's root): the closure in modules.dep order
+	mods=$(module_closure "$kdir" virtio_pci 9pnet_virtio 9p overlay virtio_blk ext4 crc32c_generic) || die "kernel $KVER: cannot resolve the guest's modules"
 	for m in $mods; do
 		[[ -f "$kdir/$m" ]] || die "kernel module $m missing in $KVER"
 		case $m in
@@ -206,7 +224,10 @@ initramfs_build() { # busybox + the modules that mount / over 9p
 	install -m 0755 hack/guest/init "$root/init"
 	(cd "$root" && find . | "$bb" cpio -o -H newc >"$G/initramfs.cpio.tmp" 2>/dev/null)
 	mv -f "$G/initramfs.cpio.tmp" "$G/initramfs.cpio"
+	echo "virtio_blk ext4 crc32c_generic" >"$G/initramfs.mods"
 }
+# shellcheck source=hack/guest/selinux-image.sh
+. hack/guest/selinux-image.sh
 
 # console_filter: the serial console as a person reads it: no terminal escape codes (the
 # firmware clears the screen and sets modes: ESC c, ESC [2J, ESC [?7l ...), no carriage
@@ -222,12 +243,22 @@ kernel_fetch
 initramfs_build
 if ((PREPARE)); then
 	[[ $MODE == systemd ]] && systemd_layer "$G" >/dev/null
+	[[ $MODE == selinux ]] && log "SELinux guest root: $(selinux_image)"
 	log "$WHAT prepared: $(qemu-system-x86_64 --version | head -n1), kernel $KVER ($KPKG), initramfs"
 	exit 0
 fi
 rm -rf "$OUT"
 mkdir -p "$OUT"
-if [[ $MODE == systemd ]]; then
+EXTRA=()
+if [[ $MODE == selinux ]]; then
+	# the labelled root, copied (sparse) for this boot: the guest writes to it
+	IMG=$(selinux_image)
+	cp --sparse=always "$IMG" "$G/selinux/boot.ext4"
+	EXTRA=(-drive "file=$G/selinux/boot.ext4,format=raw,if=virtio,cache=unsafe")
+	EXE= HS_EXE= LIB_EXE= LAYER=
+	RUN=/usr/lib/rsandbox/preinit
+	CMDLINE="security=selinux selinux=1 enforcing=1 audit=1 cgroup_no_v1=all rsandbox.root=vda"
+elif [[ $MODE == systemd ]]; then
 	# the guest runs integration/tests/systemd.rs (or the filter given), and the shim's
 	# ignored unit tests named live_systemd (its D-Bus client against the real systemd)
 	if [[ -n "${RSANDBOX_GUEST_LIVE_ONLY:-}" ]]; then
@@ -288,7 +319,7 @@ guest_run() {
 		-fsdev local,id=hostroot,path=/,security_model=passthrough,readonly=on,multidevs=remap \
 		-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
 		-fsdev local,id=out,path="$OUT",security_model=passthrough \
-		-device virtio-9p-pci,fsdev=out,mount_tag=out \
+		-device virtio-9p-pci,fsdev=out,mount_tag=out "${EXTRA[@]}" \
 		</dev/null 2>&1 | console_filter | tee "$CONSOLE"
 }
 # under TCG a single test can run for minutes without a line on the console
