@@ -54,9 +54,12 @@ impl TaskManager {
                 return Err(Error::precondition(format!("task {id} is not running")));
             }
         }
+        // A labelled exec's stdio goes through the shim's pipes (the label as runc gets it).
+        let labelled = serde_json::from_slice::<serde_json::Value>(&spec)
+            .is_ok_and(|p| stdio::has_process_label(&p));
         self.add_exec(
             &c,
-            Process::new(id, Some(exec_id.into()), stdio, Some(spec)),
+            Process::new(id, Some(exec_id.into()), stdio, Some(spec)).copying_stdio(labelled),
         )
     }
 
@@ -90,16 +93,16 @@ impl TaskManager {
     pub(super) fn spawn_exec(&self, c: &Arc<Container>, p: &Arc<Process>) -> Result<i32> {
         let exec_id = p.exec_id().unwrap_or_default();
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
-        let (io, keepalive) = if p.stdio().terminal {
-            (ProcessIo::default(), Default::default())
+        let (io, keepalive, pipes) = if p.stdio().terminal {
+            (ProcessIo::default(), Default::default(), None)
         } else {
-            let o = stdio::open(p.stdio())?;
-            (o.process, o.keepalive)
+            let o = stdio::open(p.stdio(), p.copies_stdio())?;
+            (o.process, o.keepalive, o.pipes)
         };
         let spawned =
             c.runtime
                 .exec(&c.id, &c.bundle, exec_id, p.spec(), p.stdio().terminal, io)?;
-        if let Err(e) = self.attach_io(p, spawned.console, keepalive) {
+        if let Err(e) = self.attach_io(p, spawned.console, keepalive, pipes) {
             // The process runs but cannot be served: kill it (the reaper collects it).
             self.kill_unregistered(spawned.pid, subscription.as_ref());
             return Err(e);
