@@ -38,14 +38,16 @@ impl TaskManager {
         stdio.validate()?;
         let c = self.container(id)?;
         let mut spec = oci::exec_process_spec(&spec_json, stdio.terminal)?;
-        if let Some(pod) = self.pod().filter(|p| p.has_sandbox()) {
-            let mut process: serde_json::Value = serde_json::from_slice(&spec)
-                .map_err(|e| Error::invalid(format!("process spec is not JSON: {e}")))?;
-            if pod.prepare_exec(id, &mut process)? {
-                spec = serde_json::to_vec(&process)
-                    .map_err(|e| Error::internal(format!("encode process spec: {e}")))?;
-            }
+        let mut process: serde_json::Value = serde_json::from_slice(&spec)
+            .map_err(|e| Error::invalid(format!("process spec is not JSON: {e}")))?;
+        if let Some(pod) = self.pod().filter(|p| p.has_sandbox())
+            && pod.prepare_exec(id, &mut process)?
+        {
+            spec = serde_json::to_vec(&process)
+                .map_err(|e| Error::internal(format!("encode process spec: {e}")))?;
         }
+        // A labelled exec's stdio goes through the shim's pipes (the label as runc gets it).
+        let labelled = stdio::has_process_label(&process);
         {
             let ist = c.init.state();
             if ist.has_ended()
@@ -54,9 +56,6 @@ impl TaskManager {
                 return Err(Error::precondition(format!("task {id} is not running")));
             }
         }
-        // A labelled exec's stdio goes through the shim's pipes (the label as runc gets it).
-        let labelled = serde_json::from_slice::<serde_json::Value>(&spec)
-            .is_ok_and(|p| stdio::has_process_label(&p));
         self.add_exec(
             &c,
             Process::new(id, Some(exec_id.into()), stdio, Some(spec)).copying_stdio(labelled),
