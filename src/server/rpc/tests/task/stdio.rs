@@ -217,21 +217,29 @@ fn a_labelled_process_gets_the_shims_pipes_and_its_exit_waits_for_its_output() {
 
     // The init writes, exits, and a child of it still holds its stdout: TaskExit waits for
     // the copier, which delivers the output and gives up on the child within its limit.
-    let child = out.try_clone().unwrap();
+    // The init writes, exits, and a child of it keeps writing to its stdout: TaskExit waits
+    // for the copier, which delivers the output and gives up on the child at DRAIN_LIMIT (1 s:
+    // a margin no scheduling delay of this thread comes near).
+    let child = std::fs::File::from(out.try_clone().unwrap());
     std::io::Write::write_all(&mut std::fs::File::from(out), b"hello\n").unwrap();
+    let child = std::thread::spawn(move || {
+        // Until the copier closes the pipe (EPIPE).
+        while std::io::Write::write_all(&mut &child, b".").is_ok() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    });
     for exec_id in ["labelled", "plain"] {
         let (_, p) = f.tm.process("t1", exec_id).unwrap();
         let pid = p.state().pid();
         f.exit(pid as u32, 0);
     }
+    let told = std::time::Instant::now();
     f.exit(pid, 3);
-    // The copier waits at least DRAIN_IDLE for the silent child: the init's TaskExit is not
-    // out yet when the reaper's call returns.
     assert!(
         exits(&f).iter().all(|(id, _)| id != "t1"),
         "the init's TaskExit went out before its output was delivered"
     );
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let end = told + std::time::Duration::from_secs(3);
     while !exits(&f).contains(&("t1".to_string(), 3)) {
         assert!(
             std::time::Instant::now() < end,
@@ -239,16 +247,24 @@ fn a_labelled_process_gets_the_shims_pipes_and_its_exit_waits_for_its_output() {
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    assert!(told.elapsed() >= crate::task::stdio::DRAIN_LIMIT / 2);
     assert_eq!(exits(&f).len(), 3);
-    let mut buf = [0u8; 64];
-    assert_eq!(std::io::Read::read(&mut &reader, &mut buf).unwrap(), 6);
-    assert_eq!(&buf[..6], b"hello\n");
-    assert_eq!(
-        std::io::Read::read(&mut &reader, &mut buf).unwrap(),
-        0,
-        "EOF once the copier is done"
+    child.join().unwrap();
+    // Everything the copier took is in the fifo, and then EOF (the copier's end is closed).
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match std::io::Read::read(&mut &reader, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("no EOF once the copier is done: {e}"),
+        }
+    }
+    assert!(
+        got.starts_with(b"hello\n."),
+        "{:?}",
+        String::from_utf8_lossy(&got)
     );
-    drop(child);
     assert_eq!(
         f.tm.state("t1", "").unwrap().status,
         crate::task::Status::Stopped
