@@ -26,6 +26,24 @@ use crate::{SOCKET_DIR, address, prefix};
 /// containerd's type URL of an OCI process spec (what its Go client puts in ExecProcessRequest).
 pub const PROCESS_SPEC_TYPE: &str = "types.containerd.io/opencontainers/runtime-spec/1/Process";
 
+/// Task options naming the runc binary (`containerd.runc.v1.Options{binary_name}`, field 6,
+/// encoded by hand), as containerd's Go client sends its runtime's `BinaryName`.
+pub fn runc_binary_options(binary: &Path) -> prost_types::Any {
+    let name = binary.to_string_lossy().into_owned().into_bytes();
+    let mut value = vec![0x32]; // field 6, length-delimited
+    let mut len = name.len();
+    while len >= 0x80 {
+        value.push((len as u8 & 0x7f) | 0x80);
+        len >>= 7;
+    }
+    value.push(len as u8);
+    value.extend_from_slice(&name);
+    prost_types::Any {
+        type_url: "containerd.runc.v1.Options".into(),
+        value,
+    }
+}
+
 /// A request carrying the containerd namespace.
 pub fn in_ns<T>(ns: &str, msg: T) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
@@ -89,6 +107,26 @@ impl TaskApi {
             .ok_or_else(|| format!("container {id}: no record"))
     }
 
+    /// Replaces the container's OCI spec (Containers.Update of `spec`).
+    pub async fn set_spec(&mut self, id: &str, spec: &serde_json::Value) -> Result<(), String> {
+        let mut c = self.container(id).await?;
+        let any = c
+            .spec
+            .as_mut()
+            .ok_or_else(|| format!("container {id} has no spec"))?;
+        any.value = serde_json::to_vec(spec).unwrap();
+        self.containers
+            .update(self.req(UpdateContainerRequest {
+                container: Some(c),
+                update_mask: Some(prost_types::FieldMask {
+                    paths: vec!["spec".into()],
+                }),
+            }))
+            .await
+            .map_err(status_err("Containers.Update"))?;
+        Ok(())
+    }
+
     /// The container's OCI spec (JSON).
     pub async fn spec(&mut self, id: &str) -> Result<serde_json::Value, String> {
         let c = self.container(id).await?;
@@ -119,6 +157,17 @@ impl TaskApi {
         io: &StdioPaths,
         terminal: bool,
     ) -> Result<u32, String> {
+        self.create_with_options(id, io, terminal, None).await
+    }
+
+    /// [`TaskApi::create`] with task options (e.g. [`runc_binary_options`]).
+    pub async fn create_with_options(
+        &mut self,
+        id: &str,
+        io: &StdioPaths,
+        terminal: bool,
+        options: Option<prost_types::Any>,
+    ) -> Result<u32, String> {
         let rootfs = self.rootfs(id).await?;
         let r = self
             .tasks
@@ -129,6 +178,7 @@ impl TaskApi {
                 stdout: io.stdout.clone(),
                 stderr: io.stderr.clone(),
                 terminal,
+                options,
                 ..Default::default()
             }))
             .await

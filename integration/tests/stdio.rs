@@ -6,7 +6,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use containerd_client::types::v1::Status;
-use rsandbox_integration::tasks::{Fifos, OutputReader, StdioPaths, TaskApi, write_and_detach};
+use rsandbox_integration::tasks::{
+    self, Fifos, OutputReader, StdioPaths, TaskApi, write_and_detach,
+};
 use rsandbox_integration::*;
 
 const NS: &str = "default";
@@ -290,6 +292,198 @@ async fn exec_tty_stdin_lives_until_close_io() {
             let ended = detach_reattach_close(api, id, "cat", &fifos, reader).await?;
             api.delete_exec(id, "cat").await?;
             tty_cat_ok(&ended)
+        },
+    )
+    .await;
+}
+
+/// The process label CRI would give a container (issue 37).
+const LABEL: &str = "system_u:system_r:container_t:s0:c4,c811";
+const MOUNT_LABEL: &str = "system_u:object_r:container_file_t:s0:c4,c811";
+const RUNC_V2: &str = "io.containerd.runc.v2";
+
+/// The runc that containerd's shims run on this bench.
+fn real_runc() -> std::path::PathBuf {
+    let ours = prefix().join("usr/bin/runc");
+    if ours.exists() {
+        ours
+    } else {
+        "/usr/sbin/runc".into()
+    }
+}
+
+/// A runc in `dir` that blanks `process.selinuxLabel` and `linux.mountLabel` in the bundle's
+/// config.json (runc create) and the process file (runc exec), logs its arguments to
+/// `dir/runc.log`, then runs the real runc: the bench has no SELinux and runc would refuse the
+/// labels, while the shim still sees them and takes the labelled path.
+fn label_dropping_runc(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("runc");
+    let script = format!(
+        r#"#!/bin/sh
+bundle= process= prev=
+for a in "$@"; do
+  case "$prev" in --bundle|-b) bundle=$a ;; --process|-p) process=$a ;; esac
+  prev=$a
+done
+strip() {{ sed -i -e 's/"selinuxLabel": *"[^"]*"/"selinuxLabel":""/g' -e 's/"mountLabel": *"[^"]*"/"mountLabel":""/g' "$1"; }}
+if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then strip "$bundle/config.json"; fi
+if [ -n "$process" ] && [ -f "$process" ]; then strip "$process"; fi
+echo "$*" >> {log}
+exec {real} "$@"
+"#,
+        log = dir.join("runc.log").display(),
+        real = real_runc().display()
+    );
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// Where `pid`'s fd `fd` points.
+fn fd_target(pid: u32, fd: u32) -> String {
+    std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+        .map(|l| l.to_string_lossy().into_owned())
+        .unwrap_or_else(|e| format!("({e})"))
+}
+
+/// One probe of a container's stdio: the init prints, reads a line from stdin, prints it back
+/// (stdout and stderr) and exits 7; while it waits for its line an exec does the same and exits
+/// 5. Output, exit codes and stdin's EOF after CloseIO must arrive, for init and exec. With
+/// `labelled`, the spec carries SELinux labels and runc is [`label_dropping_runc`].
+async fn stdio_probe(api: &mut TaskApi, id: &str, dir: &Path, runtime: &str, labelled: bool) -> R {
+    let o = ctr(
+        NS,
+        &[
+            "container",
+            "create",
+            "--runtime",
+            runtime,
+            BUSYBOX,
+            id,
+            "sh",
+            "-c",
+            r#"echo started; read l; echo "in:$l"; echo err >&2; exit 7"#,
+        ],
+    );
+    ensure!(o.ok(), "ctr container create: {o:?}");
+    let mut options = None;
+    if labelled {
+        let mut spec = api.spec(id).await?;
+        spec["process"]["selinuxLabel"] = serde_json::json!(LABEL);
+        spec["linux"]["mountLabel"] = serde_json::json!(MOUNT_LABEL);
+        api.set_spec(id, &spec).await?;
+        options = Some(tasks::runc_binary_options(&label_dropping_runc(dir)));
+    }
+    let init = Fifos::new(dir, "init");
+    let init_out = OutputReader::open(&init.stdout).map_err(|e| e.to_string())?;
+    let init_err = OutputReader::open(&init.stderr).map_err(|e| e.to_string())?;
+    let pid = api
+        .create_with_options(id, &init.paths(false), false, options)
+        .await?;
+    api.start(id, "").await?;
+    ensure!(
+        init_out.wait_for("started", 1, HANG),
+        "the init's first line never came: {:?}",
+        String::from_utf8_lossy(&init_out.so_far())
+    );
+    // The runc handler and rsandbox's labelled path give the process a pipe, rsandbox's
+    // unlabelled path the client's fifo itself (zero copy).
+    let fd1 = fd_target(pid, 1);
+    if runtime == RUNTIME && !labelled {
+        ensure!(
+            Path::new(&fd1) == init.stdout,
+            "the unlabelled init's stdout is {fd1}"
+        );
+    } else {
+        ensure!(fd1.starts_with("pipe:["), "the init's stdout is {fd1}");
+    }
+
+    let exec = Fifos::new(dir, "exec");
+    let exec_out = OutputReader::open(&exec.stdout).map_err(|e| e.to_string())?;
+    let exec_err = OutputReader::open(&exec.stderr).map_err(|e| e.to_string())?;
+    let process = exec_spec(
+        api,
+        id,
+        &[
+            "sh",
+            "-c",
+            r#"read l; echo "exec:$l"; echo eerr >&2; exit 5"#,
+        ],
+        false,
+    )
+    .await?;
+    ensure!(
+        !labelled || process["selinuxLabel"] == LABEL,
+        "the exec's spec has no label: {process}"
+    );
+    api.exec(id, "e1", &process, &exec.paths(false), false)
+        .await?;
+    api.start(id, "e1").await?;
+    write_and_detach(&exec.stdin, b"x\n").map_err(|e| format!("exec stdin: {e}"))?;
+    api.close_stdin(id, "e1").await?;
+    let status = wait_within(api, id, "e1", HANG).await?;
+    let (out, out_eof) = exec_out.finish(HANG);
+    let (err, err_eof) = exec_err.finish(HANG);
+    ensure!(
+        (status, out.as_slice(), err.as_slice(), out_eof, err_eof)
+            == (5, b"exec:x\n".as_slice(), b"eerr\n".as_slice(), true, true),
+        "exec: status {status}, stdout {:?} (EOF {out_eof}), stderr {:?} (EOF {err_eof})",
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&err)
+    );
+    api.delete_exec(id, "e1").await?;
+
+    write_and_detach(&init.stdin, b"hi\n").map_err(|e| format!("init stdin: {e}"))?;
+    api.close_stdin(id, "").await?;
+    let status = wait_within(api, id, "", HANG).await?;
+    let (out, out_eof) = init_out.finish(HANG);
+    let (err, err_eof) = init_err.finish(HANG);
+    ensure!(
+        (status, out.as_slice(), err.as_slice(), out_eof, err_eof)
+            == (
+                7,
+                b"started\nin:hi\n".as_slice(),
+                b"err\n".as_slice(),
+                true,
+                true
+            ),
+        "init: status {status}, stdout {:?} (EOF {out_eof}), stderr {:?} (EOF {err_eof})",
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&err)
+    );
+    api.delete(id).await?;
+    if labelled {
+        let log = std::fs::read_to_string(dir.join("runc.log")).unwrap_or_default();
+        ensure!(
+            log.lines()
+                .any(|l| l.contains(" create ") || l.starts_with("create"))
+                && log
+                    .lines()
+                    .any(|l| l.contains(" exec ") || l.starts_with("exec")),
+            "the label-dropping runc did not run create and exec: {log}"
+        );
+    }
+    Ok(())
+}
+
+/// Issue 37: a labelled container and exec on rsandbox get their stdio through the shim's pipes
+/// (the spec's labels reach the shim; runc, on this bench without SELinux, gets them blanked):
+/// output, exit codes and stdin's EOF arrive as on the runc handler, probed the same way, and
+/// as on rsandbox's unlabelled (zero-copy) path.
+#[tokio::test]
+async fn a_labelled_container_and_exec_get_their_stdio_through_the_shims_pipes() {
+    with_container(
+        "stdio-runc",
+        async |api: &mut TaskApi, id: &str, dir: &Path| {
+            stdio_probe(api, id, dir, RUNC_V2, false).await
+        },
+    )
+    .await;
+    with_container(
+        "stdio-label",
+        async |api: &mut TaskApi, id: &str, dir: &Path| {
+            stdio_probe(api, id, dir, RUNTIME, true).await
         },
     )
     .await;

@@ -184,7 +184,10 @@ impl TaskManager {
 
         steps.step("mount rootfs");
         let runtime = self.host.runtime(&runc);
-        let init = Arc::new(Process::new(&req.id, None, req.stdio.clone(), None));
+        // A labelled init's stdio goes through the shim's pipes (the label as runc gets it).
+        let labelled = spec.get("process").is_some_and(stdio::has_process_label);
+        let init =
+            Arc::new(Process::new(&req.id, None, req.stdio.clone(), None).copying_stdio(labelled));
         let spawned = self.spawn_init(&req, &runtime, &init)?;
         steps.step("runc create");
         {
@@ -275,14 +278,14 @@ impl TaskManager {
         init: &Arc<Process>,
     ) -> Result<Spawned> {
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
-        let (io, keepalive) = if req.stdio.terminal {
-            (ProcessIo::default(), Default::default())
+        let (io, keepalive, pipes) = if req.stdio.terminal {
+            (ProcessIo::default(), Default::default(), None)
         } else {
-            let o = stdio::open(&req.stdio)?;
-            (o.process, o.keepalive)
+            let o = stdio::open(&req.stdio, init.copies_stdio())?;
+            (o.process, o.keepalive, o.pipes)
         };
         let spawned = runtime.create(&req.id, &req.bundle, req.stdio.terminal, io)?;
-        if let Err(e) = self.attach_io(init, spawned.console, keepalive) {
+        if let Err(e) = self.attach_io(init, spawned.console, keepalive, pipes) {
             // The container exists but cannot be served: take it down again.
             let _ = runtime.delete(&req.id, true);
             return Err(e);
@@ -294,13 +297,14 @@ impl TaskManager {
         })
     }
 
-    /// Keeps the stdio descriptors of a freshly spawned process and starts its terminal
-    /// copier.
+    /// Keeps the stdio descriptors of a freshly spawned process and starts its terminal or
+    /// pipe copier.
     pub(super) fn attach_io(
         &self,
         p: &Arc<Process>,
         console: Option<std::fs::File>,
         keepalive: stdio::Keepalive,
+        pipes: Option<stdio::copy::Pipes>,
     ) -> Result<()> {
         let tty = match console {
             Some(master) => Some(self.start_tty(master, p)?),
@@ -311,8 +315,36 @@ impl TaskManager {
             }
             None => None,
         };
-        p.io().attach(keepalive, tty);
+        let pipes = match pipes {
+            Some(pipes) => Some(self.start_pipes(pipes, p)?),
+            None => None,
+        };
+        p.io().attach(keepalive, tty, pipes);
         Ok(())
+    }
+
+    fn start_pipes(
+        &self,
+        pipes: stdio::copy::Pipes,
+        process: &Arc<Process>,
+    ) -> Result<stdio::PipeCopier> {
+        let me = self.me.clone();
+        // Weak: a process dropped without an exit (a failed Create) drops its copier, which
+        // then ends (see `PipeCopier`).
+        let p = Arc::downgrade(process);
+        stdio::PipeCopier::start(
+            pipes,
+            format!(
+                "task {} process {}",
+                process.container_id(),
+                process.event_id()
+            ),
+            Box::new(move || {
+                if let (Some(tm), Some(p)) = (me.upgrade(), p.upgrade()) {
+                    tm.output_drained(&p);
+                }
+            }),
+        )
     }
 
     fn start_tty(&self, master: std::fs::File, process: &Arc<Process>) -> Result<stdio::TtyCopier> {

@@ -38,14 +38,16 @@ impl TaskManager {
         stdio.validate()?;
         let c = self.container(id)?;
         let mut spec = oci::exec_process_spec(&spec_json, stdio.terminal)?;
-        if let Some(pod) = self.pod().filter(|p| p.has_sandbox()) {
-            let mut process: serde_json::Value = serde_json::from_slice(&spec)
-                .map_err(|e| Error::invalid(format!("process spec is not JSON: {e}")))?;
-            if pod.prepare_exec(id, &mut process)? {
-                spec = serde_json::to_vec(&process)
-                    .map_err(|e| Error::internal(format!("encode process spec: {e}")))?;
-            }
+        let mut process: serde_json::Value = serde_json::from_slice(&spec)
+            .map_err(|e| Error::invalid(format!("process spec is not JSON: {e}")))?;
+        if let Some(pod) = self.pod().filter(|p| p.has_sandbox())
+            && pod.prepare_exec(id, &mut process)?
+        {
+            spec = serde_json::to_vec(&process)
+                .map_err(|e| Error::internal(format!("encode process spec: {e}")))?;
         }
+        // A labelled exec's stdio goes through the shim's pipes (the label as runc gets it).
+        let labelled = stdio::has_process_label(&process);
         {
             let ist = c.init.state();
             if ist.has_ended()
@@ -56,7 +58,7 @@ impl TaskManager {
         }
         self.add_exec(
             &c,
-            Process::new(id, Some(exec_id.into()), stdio, Some(spec)),
+            Process::new(id, Some(exec_id.into()), stdio, Some(spec)).copying_stdio(labelled),
         )
     }
 
@@ -90,16 +92,16 @@ impl TaskManager {
     pub(super) fn spawn_exec(&self, c: &Arc<Container>, p: &Arc<Process>) -> Result<i32> {
         let exec_id = p.exec_id().unwrap_or_default();
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
-        let (io, keepalive) = if p.stdio().terminal {
-            (ProcessIo::default(), Default::default())
+        let (io, keepalive, pipes) = if p.stdio().terminal {
+            (ProcessIo::default(), Default::default(), None)
         } else {
-            let o = stdio::open(p.stdio())?;
-            (o.process, o.keepalive)
+            let o = stdio::open(p.stdio(), p.copies_stdio())?;
+            (o.process, o.keepalive, o.pipes)
         };
         let spawned =
             c.runtime
                 .exec(&c.id, &c.bundle, exec_id, p.spec(), p.stdio().terminal, io)?;
-        if let Err(e) = self.attach_io(p, spawned.console, keepalive) {
+        if let Err(e) = self.attach_io(p, spawned.console, keepalive, pipes) {
             // The process runs but cannot be served: kill it (the reaper collects it).
             self.kill_unregistered(spawned.pid, subscription.as_ref());
             return Err(e);

@@ -9,7 +9,8 @@
 //! 1. the pid was registered, which happens after TaskCreate ([`TaskManager::register_pid`]);
 //! 2. Start is not running: Start publishes TaskStart, then releases the exit (under the same
 //!    state lock, so the reaper thread cannot slip a TaskExit in between);
-//! 3. a terminal's output is flushed (its copier calls [`TaskManager::output_drained`]);
+//! 3. a copier's output is flushed: a terminal's, or a labelled process's pipes' (the copier
+//!    calls [`TaskManager::output_drained`]);
 //! 4. for an init, no exec holds it (started, exit not visible yet).
 //!
 //! Nothing here blocks: the reaper thread calls [`TaskManager::on_exit`] and must stay free.
@@ -73,9 +74,9 @@ impl TaskManager {
             exit.pid,
             exit.status
         );
-        // Output readers see EOF now; a terminal's copier flushes first, then reports.
-        let tty_flushing = p.io().process_exited();
-        if !tty_flushing {
+        // Output readers see EOF now; a copier (terminal or pipes) flushes first, then reports.
+        let copier_flushing = p.io().process_exited();
+        if !copier_flushing {
             p.state().set_output_done();
         }
         if p.is_init() {
@@ -91,7 +92,7 @@ impl TaskManager {
         cond.notify_all();
     }
 
-    /// The terminal copier flushed the process's output.
+    /// The process's copier (terminal or pipes) flushed its output.
     pub(super) fn output_drained(&self, p: &Arc<Process>) {
         p.state().set_output_done();
         self.publish_ready(p);

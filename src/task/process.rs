@@ -22,7 +22,7 @@ use crate::records::error::{Error, Result};
 use crate::shim::sync::Lock;
 pub use crate::shim::waiters::{ExitInfo, ExitWaiter, UNKNOWN_EXIT_STATUS};
 use crate::shim::waiters::{Waiters, wake};
-use crate::task::stdio::{Keepalive, StdioRequest, TtyCopier};
+use crate::task::stdio::{Keepalive, PipeCopier, StdioRequest, TtyCopier};
 
 /// Where a process is in its life, as containerd sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -292,6 +292,8 @@ impl ProcState {
 pub struct ProcessIo {
     keepalive: Keepalive,
     tty: Option<TtyCopier>,
+    /// A labelled process's copier (its stdio goes through the shim's pipes).
+    pipes: Option<PipeCopier>,
     /// CloseIO(stdin) was called. It may come before the process's stdio exists (a client
     /// whose stdin is already at EOF when it starts the process, as `echo x | ctr task exec`):
     /// then stdin is closed the moment the stdio is attached.
@@ -300,15 +302,23 @@ pub struct ProcessIo {
 
 impl ProcessIo {
     /// Keeps the stdio of a freshly spawned process (and honours an earlier CloseIO).
-    pub fn attach(&mut self, keepalive: Keepalive, tty: Option<TtyCopier>) {
+    pub fn attach(
+        &mut self,
+        keepalive: Keepalive,
+        tty: Option<TtyCopier>,
+        pipes: Option<PipeCopier>,
+    ) {
         self.keepalive = keepalive;
         self.tty = tty;
+        self.pipes = pipes;
         if self.stdin_closed {
             self.close_stdin();
         }
     }
 
-    /// CloseIO(stdin), now or as soon as the stdio is attached.
+    /// CloseIO(stdin), now or as soon as the stdio is attached. A pipe copier needs no
+    /// word: its stdin fifo reads EOF once our writer (the keepalive) and the client's are
+    /// closed.
     pub fn close_stdin(&mut self) {
         self.stdin_closed = true;
         self.keepalive.close_stdin();
@@ -317,16 +327,29 @@ impl ProcessIo {
         }
     }
 
-    /// The process exited: output readers see EOF; a terminal's copier flushes first.
-    /// Returns whether a terminal copier will report when its output is flushed.
+    /// The process exited: output readers see EOF; a copier (terminal or pipes) flushes
+    /// first. Returns whether a copier will report when its output is flushed.
     pub fn process_exited(&mut self) -> bool {
         self.keepalive.release();
+        if let Some(p) = &self.pipes {
+            p.process_exited();
+            return true;
+        }
         match &self.tty {
             Some(t) => {
                 t.process_exited();
                 true
             }
             None => false,
+        }
+    }
+
+    /// Drops what the shim holds for the process (Delete, a failed start): a pipe copier
+    /// delivers what is left and ends.
+    fn release(&mut self) {
+        self.keepalive.release();
+        if let Some(p) = &self.pipes {
+            p.process_exited();
         }
     }
 
@@ -341,6 +364,8 @@ pub struct Process {
     /// `None` for the init process.
     exec_id: Option<String>,
     stdio: StdioRequest,
+    /// Its stdio goes through the shim's pipes (a labelled process, see `stdio`).
+    copies_stdio: bool,
     /// The exec's process spec (JSON).
     spec: Option<Vec<u8>>,
     state: Mutex<ProcState>,
@@ -360,10 +385,29 @@ impl Process {
             container_id: container_id.to_string(),
             exec_id,
             stdio,
+            copies_stdio: false,
             spec,
             state: Mutex::new(ProcState::new(output_done)),
             io: Mutex::default(),
         }
+    }
+
+    /// With `copy`, the process's stdio goes through the shim's pipes (a non-terminal
+    /// process with an SELinux process label): its exit then waits for its copier.
+    pub fn copying_stdio(mut self, copy: bool) -> Self {
+        if copy && !self.stdio.terminal {
+            self.copies_stdio = true;
+            self.state
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .output_done = false;
+        }
+        self
+    }
+
+    /// Whether its stdio goes through the shim's pipes.
+    pub fn copies_stdio(&self) -> bool {
+        self.copies_stdio
     }
 
     pub fn container_id(&self) -> &str {
@@ -409,7 +453,7 @@ impl Process {
 
     /// Drops the stdio the shim holds for the process: output readers see EOF, stdin closes.
     pub fn release_io(&self) {
-        self.io().keepalive.release();
+        self.io().release();
     }
 
     #[cfg(test)]

@@ -58,6 +58,8 @@ struct FakeRuntime {
     refuse_plain_delete: Mutex<Option<Error>>,
     /// The stdio `exec` was given (the process's ends).
     exec_io: Mutex<Vec<ProcessIo>>,
+    /// The stdio `create` was given (the init's ends).
+    create_io: Mutex<Vec<ProcessIo>>,
     ps: Mutex<Vec<i32>>,
     /// (container, pid) of every placement check.
     placement_checks: Mutex<Vec<(String, i32)>>,
@@ -91,8 +93,9 @@ impl FakeRuntime {
 }
 
 impl Runtime for FakeRuntime {
-    fn create(&self, id: &str, _bundle: &Path, _terminal: bool, _io: ProcessIo) -> Result<Spawned> {
+    fn create(&self, id: &str, _bundle: &Path, _terminal: bool, io: ProcessIo) -> Result<Spawned> {
         self.record(format!("create {id}"));
+        self.create_io.lock().unwrap().push(io);
         self.check("create")?;
         let pid = self.pid();
         if let Some(f) = self.on_create.lock().unwrap().as_ref() {

@@ -107,3 +107,166 @@ fn deleting_a_container_whose_exit_is_held_publishes_it_first() {
     );
     assert!(f.tm.is_empty());
 }
+
+/// A process label as CRI sets it (after the pod's relabel, see `pod::mcs_level`).
+const LABEL: &str = "system_u:system_r:container_t:s0:c4,c811";
+
+/// The client's fifo `path` opened for reading, non-blocking, as containerd's cio does.
+fn client_reader(path: &Path) -> std::fs::File {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .unwrap()
+}
+
+/// What the process was given as `fd`: a pipe of the shim's, or the client's fifo at `fifo`.
+#[derive(Debug, PartialEq)]
+enum Given {
+    ShimPipe,
+    ClientFifo,
+}
+
+fn given(fd: &std::os::fd::OwnedFd, fifo: &Path) -> Given {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let ino = nix::sys::stat::fstat(fd).unwrap().st_ino;
+    if ino == std::fs::metadata(fifo).unwrap().ino() {
+        return Given::ClientFifo;
+    }
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap();
+    assert!(link.to_string_lossy().starts_with("pipe:["), "{link:?}");
+    Given::ShimPipe
+}
+
+/// (id, status) of every TaskExit published so far.
+fn exits(f: &Fixture) -> Vec<(String, u32)> {
+    f.events
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            crate::shim::events::Event::Exit(x) => Some((x.id.clone(), x.exit_status)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Issue 37: under SELinux a labelled process (`container_t`) may not write containerd's fifos.
+/// A container or exec with `process.selinuxLabel` gets the shim's pipes, the runtime never
+/// sees the client's fifos, and the output still reaches them; an unlabelled exec keeps the
+/// fifos (zero copy).
+#[test]
+fn a_labelled_process_gets_the_shims_pipes_and_its_exit_waits_for_its_output() {
+    let f = fixture();
+    let spec = SPEC.replace(
+        r#""terminal":false"#,
+        &format!(r#""terminal":false,"selinuxLabel":"{LABEL}""#),
+    );
+    let bundle = f.bundle("t1", &spec);
+    let (stdin, stdout) = (fifo(&f, "t1-in"), fifo(&f, "t1-out"));
+    let reader = client_reader(&stdout);
+    let pid = f
+        .svc
+        .create(
+            &ctx(),
+            CreateTaskRequest {
+                stdin: stdin.display().to_string(),
+                stdout: stdout.display().to_string(),
+                ..create_req("t1", &bundle)
+            },
+        )
+        .unwrap()
+        .pid;
+    let io = f.host.runtime.create_io.lock().unwrap().pop().unwrap();
+    assert_eq!(given(io.stdin.as_ref().unwrap(), &stdin), Given::ShimPipe);
+    let out = io.stdout.unwrap();
+    assert_eq!(given(&out, &stdout), Given::ShimPipe);
+    f.start("t1", "").unwrap();
+
+    // A labelled exec, and an unlabelled one beside it.
+    for (exec_id, label, want) in [
+        (
+            "labelled",
+            format!(r#","selinuxLabel":"{LABEL}""#),
+            Given::ShimPipe,
+        ),
+        ("plain", String::new(), Given::ClientFifo),
+    ] {
+        let out = fifo(&f, &format!("{exec_id}-out"));
+        let _reader = client_reader(&out);
+        let spec = format!(r#"{{"args":["true"],"cwd":"/"{label}}}"#);
+        f.svc
+            .exec(
+                &ctx(),
+                ExecProcessRequest {
+                    id: "t1".into(),
+                    exec_id: exec_id.into(),
+                    stdout: out.display().to_string(),
+                    spec: process_spec(spec.as_bytes()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        f.start("t1", exec_id).unwrap();
+        let io = f.host.runtime.exec_io.lock().unwrap().pop().unwrap();
+        assert_eq!(given(io.stdout.as_ref().unwrap(), &out), want, "{exec_id}");
+    }
+
+    // The init writes, exits, and a child of it still holds its stdout: TaskExit waits for
+    // the copier, which delivers the output and gives up on the child within its limit.
+    // The init writes, exits, and a child of it keeps writing to its stdout: TaskExit waits
+    // for the copier, which delivers the output and gives up on the child at DRAIN_LIMIT (1 s:
+    // a margin no scheduling delay of this thread comes near).
+    let child = std::fs::File::from(out.try_clone().unwrap());
+    std::io::Write::write_all(&mut std::fs::File::from(out), b"hello\n").unwrap();
+    let child = std::thread::spawn(move || {
+        // Until the copier closes the pipe (EPIPE).
+        while std::io::Write::write_all(&mut &child, b".").is_ok() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    });
+    for exec_id in ["labelled", "plain"] {
+        let (_, p) = f.tm.process("t1", exec_id).unwrap();
+        let pid = p.state().pid();
+        f.exit(pid as u32, 0);
+    }
+    let told = std::time::Instant::now();
+    f.exit(pid, 3);
+    assert!(
+        exits(&f).iter().all(|(id, _)| id != "t1"),
+        "the init's TaskExit went out before its output was delivered"
+    );
+    let end = told + std::time::Duration::from_secs(3);
+    while !exits(&f).contains(&("t1".to_string(), 3)) {
+        assert!(
+            std::time::Instant::now() < end,
+            "the init's TaskExit never came"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(told.elapsed() >= crate::task::stdio::DRAIN_LIMIT / 2);
+    assert_eq!(exits(&f).len(), 3);
+    child.join().unwrap();
+    // Everything the copier took is in the fifo, and then EOF (the copier's end is closed).
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match std::io::Read::read(&mut &reader, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("no EOF once the copier is done: {e}"),
+        }
+    }
+    assert!(
+        got.starts_with(b"hello\n."),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    assert_eq!(
+        f.tm.state("t1", "").unwrap().status,
+        crate::task::Status::Stopped
+    );
+}

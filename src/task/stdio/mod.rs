@@ -17,6 +17,14 @@
 //!
 //! With a terminal, runc gives us the pty master and one small thread copies between it and
 //! the fifos (see [`TtyCopier`]).
+//!
+//! A process with an SELinux process label (`process.selinuxLabel`) gets neither the fifos
+//! nor the log file: under enforcing, its domain (`container_t`) may not write containerd's
+//! fifos (`container_runtime_t`). It gets pipes of the shim's own, and one thread copies
+//! between them and the client's fifos (see [`copy`]), as containerd's runc shim does for
+//! every process. The rules above hold there too: the keepalives, stdin's EOF after CloseIO
+//! once no client holds the fifo, a detaching client, and the exit published only after the
+//! output is delivered.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -24,14 +32,18 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use crate::host::client_paths::{self, FifoEnd};
 use crate::host::runtime::ProcessIo;
 use crate::records::error::{Context, Error, Result};
+use copy::{DRAIN_IDLE, Pipes, Sink, set_nonblocking};
+pub use copy::{DRAIN_LIMIT, PipeCopier};
+
+pub mod copy;
 
 /// Where one stdio stream goes, parsed from containerd's string.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +143,17 @@ impl Keepalive {
 pub struct Opened {
     pub process: ProcessIo,
     pub keepalive: Keepalive,
+    /// The shim's ends of the process's pipes, for a [`PipeCopier`] (a labelled process).
+    pub pipes: Option<Pipes>,
+}
+
+/// Whether a process (the OCI `process` object) runs with an SELinux process label: its
+/// stdio then goes through the shim's pipes (see the module docs).
+pub fn has_process_label(process: &serde_json::Value) -> bool {
+    process
+        .get("selinuxLabel")
+        .and_then(|l| l.as_str())
+        .is_some_and(|l| !l.is_empty())
 }
 
 fn open_fifo_rdwr(path: &Path) -> Result<File> {
@@ -143,8 +166,12 @@ fn open_fifo_writer(path: &Path) -> Result<File> {
     client_paths::open_fifo(path, FifoEnd::Write).and_then(|f| client_paths::blocking(f, path))
 }
 
-/// Opens the streams of a non-terminal process: descriptors for the process and keepalives.
-pub fn open(req: &StdioRequest) -> Result<Opened> {
+/// Opens the streams of a non-terminal process: descriptors for the process and keepalives,
+/// and with `copy` the pipes the process gets instead of the client's fifos and files.
+pub fn open(req: &StdioRequest, copy: bool) -> Result<Opened> {
+    if copy {
+        return open_copied(req);
+    }
     let mut keepalive = Keepalive::default();
     let mut process = ProcessIo::default();
     if let Target::Fifo(p) = parse_target("stdin", &req.stdin)? {
@@ -170,7 +197,45 @@ pub fn open(req: &StdioRequest) -> Result<Opened> {
         Some(out) if req.stderr == req.stdout => Some(out.try_clone().context("dup stdout")?),
         _ => output("stderr", &req.stderr)?,
     };
-    Ok(Opened { process, keepalive })
+    Ok(Opened {
+        process,
+        keepalive,
+        pipes: None,
+    })
+}
+
+/// [`open`] for a labelled process: the client's fifos and files are the copier's, the
+/// process gets pipes. Nothing blocks: the fifos are opened non-blocking.
+fn open_copied(req: &StdioRequest) -> Result<Opened> {
+    let mut keepalive = Keepalive::default();
+    let mut process = ProcessIo::default();
+    let mut pipes = Pipes::default();
+    if let Target::Fifo(p) = parse_target("stdin", &req.stdin)? {
+        // Our reader first (no writer is needed to open it), then our writer, the keepalive
+        // CloseIO drops (it needs a reader).
+        let reader = client_paths::open_fifo(&p, FifoEnd::Read)?;
+        keepalive.stdin = Some(client_paths::open_fifo(&p, FifoEnd::Write)?);
+        process.stdin = Some(pipes.add_stdin(reader)?);
+    }
+    let mut output = |name: &'static str, s: &str| -> Result<Option<OwnedFd>> {
+        let sink = match parse_target(name, s)? {
+            Target::None => return Ok(None),
+            Target::File(p) => Sink::File(client_paths::open_log_file(&p)?),
+            Target::Fifo(p) => Sink::Fifo(open_fifo_rdwr(&p)?),
+        };
+        pipes.add_output(name, sink).map(Some)
+    };
+    process.stdout = output("stdout", &req.stdout)?;
+    // Same target as stdout: one pipe, so the two keep their order.
+    process.stderr = match &process.stdout {
+        Some(out) if req.stderr == req.stdout => Some(out.try_clone().context("dup stdout")?),
+        _ => output("stderr", &req.stderr)?,
+    };
+    Ok(Opened {
+        process,
+        keepalive,
+        pipes: (!pipes.is_empty()).then_some(pipes),
+    })
 }
 
 /// What a terminal's copier is told, set before its wake-up pipe is poked: flags rather than
@@ -283,16 +348,6 @@ fn eof_char(master: &File) -> Option<u8> {
         .then(|| t.control_chars[nix::sys::termios::SpecialCharacterIndices::VEOF as usize])
 }
 
-/// How long the copier waits for more output once the process has exited and nothing is
-/// pending.
-const DRAIN_IDLE: Duration = Duration::from_millis(50);
-
-/// How long the copier may take, after the process exited, to deliver what is left. The exit
-/// is held until then (TaskExit after the last output, as with containerd's runc shim), but
-/// never longer: a client that keeps its fifo open without reading must not hold the exit (and
-/// with it the init's) hostage. What is not delivered by then is dropped and logged.
-pub const DRAIN_LIMIT: Duration = Duration::from_secs(1);
-
 /// The descriptors a copier moves bytes between.
 struct TtyEnds<'a> {
     master: &'a File,
@@ -340,15 +395,6 @@ impl Pending {
         }
         self.clear();
         Ok(())
-    }
-}
-
-fn set_nonblocking(f: &File) {
-    if let Ok(flags) = fcntl(f.as_fd(), FcntlArg::F_GETFL) {
-        let _ = fcntl(
-            f.as_fd(),
-            FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK),
-        );
     }
 }
 
@@ -520,8 +566,10 @@ fn copy_loop(mut ends: TtyEnds<'_>, wake: File, notices: &Notices, label: &str) 
 mod tests {
     use super::*;
     use crate::records::error::Kind;
+    use nix::fcntl::{FcntlArg, fcntl};
     use std::fs::OpenOptions;
     use std::os::unix::fs::OpenOptionsExt;
+    use std::time::Duration;
 
     #[test]
     fn parses_the_schemes_containerd_sends() {
@@ -577,7 +625,7 @@ mod tests {
             process,
             mut keepalive,
             ..
-        } = open(&req).unwrap();
+        } = open(&req, false).unwrap();
         let mut w = File::from(process.stdout.unwrap());
         w.write_all(b"hello").unwrap();
         drop(w); // the "container" exits
@@ -617,7 +665,8 @@ mod tests {
         let Opened {
             process,
             mut keepalive,
-        } = open(&req).unwrap();
+            ..
+        } = open(&req, false).unwrap();
         let mut r = nonblocking(process.stdin.unwrap());
         // No client yet: no data, and no premature EOF.
         assert_eq!(
@@ -653,7 +702,8 @@ mod tests {
         let Opened {
             process,
             mut keepalive,
-        } = open(&req).unwrap();
+            ..
+        } = open(&req, false).unwrap();
         let mut r = nonblocking(process.stdin.unwrap());
         let client = OpenOptions::new().write(true).open(&inp).unwrap();
         keepalive.close_stdin();
@@ -756,7 +806,7 @@ mod tests {
             stderr: uri,
             ..Default::default()
         };
-        let Opened { process, .. } = open(&req).unwrap();
+        let Opened { process, .. } = open(&req, false).unwrap();
         File::from(process.stdout.unwrap())
             .write_all(b"out\n")
             .unwrap();
@@ -775,6 +825,7 @@ mod tests {
             stdout: p.display().to_string(),
             ..Default::default()
         };
-        assert_eq!(open(&req).unwrap_err().kind(), Kind::InvalidArgument);
+        assert_eq!(open(&req, false).unwrap_err().kind(), Kind::InvalidArgument);
+        assert_eq!(open(&req, true).unwrap_err().kind(), Kind::InvalidArgument);
     }
 }
