@@ -37,11 +37,13 @@
 # the policy is refpolicy's default plus its container and docker modules, loaded before init;
 # containerd runs in dockerd_t with CRI's enable_selinux = true on both handlers (runc, rsandbox)
 # and integration/tests/selinux.rs probes the same pod on each; the kernel's AVC lines are
-# collected per handler. Not part of hack/test.sh (yet).
+# collected per handler. hack/test.sh runs it after the systemd guest.
 #
 # Usage: hack/guest.sh [--systemd|--selinux] [--prepare] [TEST-FILTER...]   (args go to the test binary)
 # --prepare: only install and build what the guest boots from (QEMU, the kernel, the
-# initramfs; the systemd layer with --systemd), boot nothing (hack/test.sh, before its steps).
+# initramfs; the systemd layer with --systemd; with --selinux the SELinux packages and the
+# policy: the root image holds the shim and the probes, so it is built at the boot, cached by
+# content), boot nothing (hack/test.sh, before its steps).
 # The serial console is copied to the log and to console*.log without its escape codes.
 # Environment: see hack/lib.sh; RSANDBOX_GUEST_MEM (MiB, 2048),
 # RSANDBOX_GUEST_TIMEOUT (s, 900; 1800 with --systemd, 1200 with --selinux), RSANDBOX_GUEST_RUNCS ("1.1 1.3"),
@@ -243,7 +245,10 @@ kernel_fetch
 initramfs_build
 if ((PREPARE)); then
 	[[ $MODE == systemd ]] && systemd_layer "$G" >/dev/null
-	[[ $MODE == selinux ]] && log "SELinux guest root: $(selinux_image)"
+	if [[ $MODE == selinux ]]; then
+		selinux_tools
+		selinux_policy
+	fi
 	log "$WHAT prepared: $(qemu-system-x86_64 --version | head -n1), kernel $KVER ($KPKG), initramfs"
 	exit 0
 fi

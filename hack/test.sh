@@ -45,6 +45,10 @@
 #   8e. the systemd guest: hack/guest.sh --systemd (the same kernel, systemd as
 #      PID 1 on cgroup v2, containerd as a unit; the systemd integration tests
 #      inside, both CRI handlers, both runcs); RSANDBOX_GUEST=0 skips it too
+#   8f. the SELinux guest: hack/guest.sh --selinux (the same kernel booted enforcing from a
+#      labelled ext4 root, refpolicy plus its container module; containerd with CRI's
+#      enable_selinux; integration/tests/selinux.rs's probes on both handlers, a denial of
+#      rsandbox's that the runc path lacks fails); RSANDBOX_GUEST=0 skips it too
 #   9. bench smoke run: hack/bench.sh --quick --compare bench/baseline.json
 #      (rsandbox vs the runc path, under a minute; fails on a failed workload or
 #      anything it leaves behind, never on a time: the comparison with the stored
@@ -87,6 +91,7 @@ hack/installer/test.sh --tools
 if [[ "${RSANDBOX_GUEST:-1}" != 0 ]]; then
 	hack/guest.sh --prepare
 	hack/guest.sh --systemd --prepare
+	hack/guest.sh --selinux --prepare
 fi
 
 section "a machine without Rust: hack/demo.sh stops at once and names what to install"
@@ -223,6 +228,15 @@ if [[ "${RSANDBOX_GUEST:-1}" = 0 ]]; then
 	log "SKIPPED: RSANDBOX_GUEST=0"
 elif [[ -f integration/Cargo.toml ]]; then
 	hack/guest.sh --systemd || failed+=("systemd guest")
+else
+	log "SKIPPED: integration/Cargo.toml does not exist yet"
+fi
+
+section "SELinux guest: hack/guest.sh --selinux"
+if [[ "${RSANDBOX_GUEST:-1}" = 0 ]]; then
+	log "SKIPPED: RSANDBOX_GUEST=0"
+elif [[ -f integration/Cargo.toml ]]; then
+	hack/guest.sh --selinux || failed+=("SELinux guest")
 else
 	log "SKIPPED: integration/Cargo.toml does not exist yet"
 fi
