@@ -94,11 +94,22 @@ main() {
 			"$(grep 'permissive=1' "$OUT/avc-$h.log" | grep -vc 'scontext=[^ ]*:initrc_t:') permissive (dockerd_t)," \
 			"$(grep -c 'scontext=[^ ]*:initrc_t:' "$OUT/avc-$h.log") of the harness (initrc_t, permissive, not compared)"
 		sed 's/^/guest:   denied /' "$OUT/avc-keys-$h.txt"
+		# the fail-closed cases (selinux.rs `refusals`): pods with a type or categories the policy
+		# lacks, refused on both handlers; the denials they provoke are shown, not compared
+		dmesg -c >/dev/null
+		RSANDBOX_EXPECT_GATES=selinux-guest CONTAINERD_ADDRESS=/run/containerd/containerd.sock RUST_BACKTRACE=1 timeout 300 \
+			/usr/local/bin/selinux-probes --exact "refusals_$h" --test-threads=1 --nocapture 2>&1 | tee "$OUT/refusals-$h.log"
+		trc=$?
+		grep -q '^summary refusals ' "$OUT/refusals-$h.log" || { echo "guest: FAIL: the refusals of $h did not finish (exit $trc)"; trc=1; }
+		[ $trc = 0 ] || rc=1
+		dmesg | grep 'avc:  denied' >"$OUT/avc-refusals-$h.log"
+		avc_keys "$OUT/avc-refusals-$h.log" | sed 's/^/guest:   refusals provoked: denied /'
 	done
 
 	echo "===== guest: summary ====="
 	for h in runc rsandbox; do
 		echo "guest: $h: $(grep '^summary ' "$OUT/probes-$h.log" || echo 'no summary (the test did not finish)')"
+		echo "guest: $h: $(grep '^summary refusals ' "$OUT/refusals-$h.log" || echo 'no summary of the refusals')"
 		echo "guest: $h: $(grep -vc '(permissive)' "$OUT/avc-keys-$h.txt") distinct enforced denials, $(grep -c '(permissive)' "$OUT/avc-keys-$h.txt") distinct permissive ones (dockerd_t)"
 	done
 	only=$(grep -vxF -f "$OUT/avc-keys-runc.txt" "$OUT/avc-keys-rsandbox.txt")
