@@ -14,7 +14,11 @@
 //!   of `/dev/shm` and of the emptyDir;
 //! - inside the containers: reading /etc/hostname, /etc/hosts, /etc/resolv.conf, writing
 //!   /dev/shm and the emptyDir, the second container reading what the first wrote there;
-//! - the container logs (CRI's log files) carrying the containers' stdout and stderr lines.
+//! - the container logs (CRI's log files) carrying the containers' stdout and stderr lines;
+//! - another pod's container, given the first pod's emptyDir by host path without a relabel,
+//!   can neither read nor write it (other categories).
+//!
+//! `refusals_<handler>`: pods the policy cannot label are refused, leaving nothing.
 //!
 //! The AVC denials of each handler are collected by the guest script around each test (dmesg).
 
@@ -504,6 +508,7 @@ async fn probe(handler: &'static str) {
             label_of(Path::new(&format!("/proc/{}/exe", q.pid)), true)
         );
     }
+    other_pod(handler, &mut rt, &pod, &vol, lvl.as_deref(), &mut p).await;
     // logs: CRI's log files carry stdout and stderr
     tokio::time::sleep(Duration::from_secs(1)).await;
     for (cname, _) in &cids {
@@ -559,6 +564,136 @@ async fn probe(handler: &'static str) {
         "{handler}: {} probes failed",
         p.failed.len()
     );
+}
+
+/// Another pod's container, given the first pod's emptyDir by host path without a relabel (as a
+/// hostPath volume would be), can neither read what the first pod wrote there nor write to it:
+/// it runs at other categories, and the files keep the first pod's. Its result goes to its own
+/// /dev/shm.
+const OTHER_SCRIPT: &str = r#"
+if cat /vol/a >/dev/null 2>&1; then r=read; else r=denied; fi
+if echo x > /vol/x 2>/dev/null; then w=written; else w=denied; fi
+echo "$r $w" > /dev/shm/other.result
+while :; do sleep 3600; done
+"#;
+
+async fn other_pod(
+    handler: &str,
+    rt: &mut rsandbox_integration::Runtime,
+    first: &PodSandboxConfig,
+    vol: &Path,
+    first_level: Option<&str>,
+    p: &mut Probes,
+) {
+    let mut cfg = first.clone();
+    let md = cfg.metadata.as_mut().unwrap();
+    md.name = format!("{}-other", md.name);
+    md.uid = format!("{}-other", md.uid);
+    cfg.hostname = md.name.clone();
+    let id = match rt
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(cfg.clone()),
+            runtime_handler: handler.into(),
+        })
+        .await
+    {
+        Ok(r) => r.into_inner().pod_sandbox_id,
+        Err(e) => {
+            p.check("other-pod", false, format!("RunPodSandbox: {e}"));
+            return;
+        }
+    };
+    let marker = format!("selprobe-{handler}-other-{}", std::process::id());
+    let created = rt
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: id.clone(),
+            config: Some(ContainerConfig {
+                metadata: Some(ContainerMetadata {
+                    name: "x".into(),
+                    attempt: 0,
+                }),
+                image: Some(ImageSpec {
+                    image: IMAGE.into(),
+                    ..Default::default()
+                }),
+                command: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    OTHER_SCRIPT.into(),
+                    marker.clone(),
+                ],
+                mounts: vec![Mount {
+                    container_path: "/vol".into(),
+                    host_path: vol.display().to_string(),
+                    selinux_relabel: false,
+                    ..Default::default()
+                }],
+                log_path: "x/0.log".into(),
+                linux: Some(LinuxContainerConfig {
+                    security_context: Some(LinuxContainerSecurityContext {
+                        namespace_options: Some(NamespaceOption::default()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            sandbox_config: Some(cfg),
+        })
+        .await;
+    let outcome = match created {
+        Err(e) => Err(format!("CreateContainer: {e}")),
+        Ok(r) => {
+            let cid = r.into_inner().container_id;
+            match rt
+                .start_container(StartContainerRequest { container_id: cid })
+                .await
+            {
+                Err(e) => Err(format!("StartContainer: {e}")),
+                Ok(_) => {
+                    let t = Instant::now();
+                    let mut found =
+                        Err("no process with the marker, or no result, within 60 s".to_string());
+                    while t.elapsed() < Duration::from_secs(60) {
+                        if let Some(q) = procs()
+                            .into_iter()
+                            .find(|q| q.cmdline.iter().any(|a| a == &marker))
+                            && let Ok(r) = fs::read_to_string(format!(
+                                "/proc/{}/root/dev/shm/other.result",
+                                q.pid
+                            ))
+                        {
+                            found = Ok((r.trim().to_string(), q.label));
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                    found
+                }
+            }
+        }
+    };
+    let _ = rt
+        .stop_pod_sandbox(StopPodSandboxRequest {
+            pod_sandbox_id: id.clone(),
+        })
+        .await;
+    let _ = rt
+        .remove_pod_sandbox(RemovePodSandboxRequest { pod_sandbox_id: id })
+        .await;
+    match outcome {
+        Err(e) => p.check("other-pod", false, e),
+        Ok((result, label)) => {
+            let level = type_level(&label).1;
+            p.check(
+                "other-pod",
+                result == "denied denied" && first_level.is_some_and(|l| l != level),
+                format!(
+                    "the other pod's container ({label}; the first pod's level {first_level:?}) on the first pod's emptyDir: {result}"
+                ),
+            )
+        }
+    }
 }
 
 /// Issue 37 item 3: a pod whose SELinux options the policy cannot give (a type it does not
