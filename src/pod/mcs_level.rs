@@ -73,16 +73,18 @@ pub fn move_process(process: &mut Value, level: &str) -> bool {
 /// `linux.mountLabel`. `None` when the container has no process label (a privileged container:
 /// containerd clears it) or is at that level already.
 pub fn move_container(spec: &mut Value, level: &str) -> Option<MovedContainer> {
-    let process = spec.get_mut("process")?;
-    if !move_process(process, level) {
-        return None;
-    }
+    // Both labels move or neither: a process moved over mounts left at the old level could
+    // not read its own files.
     let old_mount_label = spec
         .pointer("/linux/mountLabel")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
     let new_mount_label = relevel(&old_mount_label, level)?;
+    let process = spec.get_mut("process")?;
+    if !move_process(process, level) {
+        return None;
+    }
     spec["linux"]["mountLabel"] = Value::String(new_mount_label.clone());
     Some(MovedContainer {
         old_mount_label,
@@ -180,6 +182,12 @@ mod tests {
         spec["process"]["selinuxLabel"] = json!("bad label\"");
         assert_eq!(move_container(&mut spec, "s0:c1,c2"), None);
         assert_eq!(move_container(&mut json!({}), "s0:c1,c2"), None);
+        // A process label without a mount label to move with it: neither moves.
+        let mut spec = cri_spec();
+        spec["linux"]["mountLabel"] = json!("");
+        let before = spec.clone();
+        assert_eq!(move_container(&mut spec, "s0:c1,c2"), None);
+        assert_eq!(spec, before);
     }
 
     #[test]

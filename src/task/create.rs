@@ -96,8 +96,19 @@ impl TaskManager {
             // option, which containerd's client derived from the old mount label, follows.
             if let (Some(old), Some(new)) = (mount_label, oci::mount_label(&spec))
                 && old != new
+                && !crate::host::selinux::move_context_option(&mut req.rootfs, &old, &new)
+                && req
+                    .rootfs
+                    .iter()
+                    .flat_map(|m| &m.options)
+                    .any(|o| o.starts_with("context="))
             {
-                crate::host::selinux::move_context_option(&mut req.rootfs, &old, &new);
+                // Not the form containerd's client writes: the process would run at the new
+                // level over a rootfs at another one.
+                log::warn!(
+                    "task {}: the rootfs's context= option does not name the mount label {old}: left as sent, the container may not read its own files",
+                    req.id
+                );
             }
         }
         let mut network = None;
@@ -228,6 +239,7 @@ impl TaskManager {
             op: Default::default(),
             exec_starts_done: Default::default(),
             sigkilled: Default::default(),
+            process_labelled: labelled,
         });
         {
             let mut table = self.containers.locked();

@@ -46,8 +46,9 @@ impl TaskManager {
             spec = serde_json::to_vec(&process)
                 .map_err(|e| Error::internal(format!("encode process spec: {e}")))?;
         }
-        // A labelled exec's stdio goes through the shim's pipes (the label as runc gets it).
-        let labelled = stdio::has_process_label(&process);
+        // A labelled exec's stdio goes through the shim's pipes (the label as runc gets it;
+        // without one of its own, runc gives it the container's).
+        let labelled = stdio::has_process_label(&process) || c.process_labelled;
         {
             let ist = c.init.state();
             if ist.has_ended()

@@ -159,6 +159,10 @@ pub struct Container {
     /// A SIGKILL was sent to the init or all its processes: a later Pause would freeze a
     /// dying container (see [`TaskManager::thaw_after_sigkill`]).
     sigkilled: AtomicBool,
+    /// Its init runs with an SELinux process label. runc runs an exec that names no label of
+    /// its own under the container's (libcontainer's `newInitConfig`), so such an exec's stdio
+    /// goes through the shim's pipes too.
+    process_labelled: bool,
 }
 
 impl Container {

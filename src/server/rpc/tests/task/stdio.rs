@@ -186,14 +186,15 @@ fn a_labelled_process_gets_the_shims_pipes_and_its_exit_waits_for_its_output() {
     assert_eq!(given(&out, &stdout), Given::ShimPipe);
     f.start("t1", "").unwrap();
 
-    // A labelled exec, and an unlabelled one beside it.
+    // A labelled exec, and one naming no label: runc runs that one under the container's
+    // label (libcontainer's newInitConfig), so it gets the shim's pipes too.
     for (exec_id, label, want) in [
         (
             "labelled",
             format!(r#","selinuxLabel":"{LABEL}""#),
             Given::ShimPipe,
         ),
-        ("plain", String::new(), Given::ClientFifo),
+        ("plain", String::new(), Given::ShimPipe),
     ] {
         let out = fifo(&f, &format!("{exec_id}-out"));
         let _reader = client_reader(&out);
@@ -215,8 +216,6 @@ fn a_labelled_process_gets_the_shims_pipes_and_its_exit_waits_for_its_output() {
         assert_eq!(given(io.stdout.as_ref().unwrap(), &out), want, "{exec_id}");
     }
 
-    // The init writes, exits, and a child of it still holds its stdout: TaskExit waits for
-    // the copier, which delivers the output and gives up on the child within its limit.
     // The init writes, exits, and a child of it keeps writing to its stdout: TaskExit waits
     // for the copier, which delivers the output and gives up on the child at DRAIN_LIMIT (1 s:
     // a margin no scheduling delay of this thread comes near).
@@ -269,4 +268,46 @@ fn a_labelled_process_gets_the_shims_pipes_and_its_exit_waits_for_its_output() {
         f.tm.state("t1", "").unwrap().status,
         crate::task::Status::Stopped
     );
+}
+
+/// Where SELinux gives no label (a privileged container, a node without SELinux), a container
+/// and its execs keep the client's fifos: no copy.
+#[test]
+fn an_unlabelled_container_and_its_execs_keep_the_client_fifos() {
+    let f = fixture();
+    let bundle = f.bundle("t2", SPEC);
+    let stdout = fifo(&f, "t2-out");
+    let _reader = client_reader(&stdout);
+    f.svc
+        .create(
+            &ctx(),
+            CreateTaskRequest {
+                stdout: stdout.display().to_string(),
+                ..create_req("t2", &bundle)
+            },
+        )
+        .unwrap();
+    let io = f.host.runtime.create_io.lock().unwrap().pop().unwrap();
+    assert_eq!(
+        given(io.stdout.as_ref().unwrap(), &stdout),
+        Given::ClientFifo
+    );
+    f.start("t2", "").unwrap();
+    let out = fifo(&f, "e-out");
+    let _exec_reader = client_reader(&out);
+    f.svc
+        .exec(
+            &ctx(),
+            ExecProcessRequest {
+                id: "t2".into(),
+                exec_id: "e".into(),
+                stdout: out.display().to_string(),
+                spec: process_spec(br#"{"args":["true"],"cwd":"/"}"#),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    f.start("t2", "e").unwrap();
+    let io = f.host.runtime.exec_io.lock().unwrap().pop().unwrap();
+    assert_eq!(given(io.stdout.as_ref().unwrap(), &out), Given::ClientFifo);
 }
