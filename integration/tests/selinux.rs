@@ -179,7 +179,8 @@ done
 if echo "$0" > /dev/shm/$N && [ "$(cat /dev/shm/$N)" = "$0" ]; then r "shm ok"; else r "shm FAIL"; fi
 if echo "$0" > /vol/$N && [ "$(cat /vol/$N)" = "$0" ]; then r "vol ok"; else r "vol FAIL"; fi
 if [ -n "$PEER" ]; then
-  i=0; while [ ! -e /vol/$PEER.result ] && [ $i -lt 60 ]; do sleep 1; i=$((i+1)); done
+  # the peer's results end with "done", after its own /vol and /dev/shm files are written
+  i=0; while ! grep -qs '^done$' /vol/$PEER.result && [ $i -lt 60 ]; do sleep 1; i=$((i+1)); done
   if cat /dev/shm/$PEER >/dev/null; then r "peer-shm ok"; else r "peer-shm FAIL"; fi
   if cat /vol/$PEER >/dev/null; then r "peer-vol ok"; else r "peer-vol FAIL"; fi
 fi
