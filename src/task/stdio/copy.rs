@@ -61,6 +61,24 @@ pub fn set_nonblocking(f: &File) {
     }
 }
 
+/// How long a copier's poll may wait: without end while the process runs, then until the
+/// next [`DRAIN_IDLE`] check or the drain's `deadline`, whichever comes first (both copiers).
+pub fn drain_timeout(deadline: Option<Instant>, now: Instant) -> PollTimeout {
+    match deadline {
+        None => PollTimeout::NONE,
+        Some(d) => {
+            let ms = d.saturating_duration_since(now).min(DRAIN_IDLE).as_millis();
+            PollTimeout::from(ms.max(1) as u16)
+        }
+    }
+}
+
+/// Wakes a copier (both copiers' wake-up pipes are non-blocking). A full pipe (EAGAIN) already
+/// holds a wake-up, and the copier's flags say why.
+pub fn poke(wake: &File) {
+    let _ = (&*wake).write(b"!");
+}
+
 /// A pipe whose ends are both the shim's (close-on-exec), the caller's end non-blocking.
 fn pipe() -> Result<(File, File)> {
     let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).context("stdio pipe")?;
@@ -167,8 +185,7 @@ impl PipeCopier {
     /// blocks: the reaper thread calls it.
     pub fn process_exited(&self) {
         self.exited.store(true, Ordering::SeqCst);
-        // A full pipe (EAGAIN) already holds a wake-up, and the flag says why.
-        let _ = (&self.wake).write(b"!");
+        poke(&self.wake);
     }
 }
 
@@ -331,13 +348,7 @@ fn copy_loop(mut streams: Vec<Stream>, wake: File, exited: &AtomicBool, label: &
             slots.push((i, fds.len()));
             fds.push(fd);
         }
-        let timeout = match deadline {
-            None => PollTimeout::NONE,
-            Some(d) => {
-                let ms = d.saturating_duration_since(now).min(DRAIN_IDLE).as_millis();
-                PollTimeout::from(ms.max(1) as u16)
-            }
-        };
+        let timeout = drain_timeout(deadline, now);
         let n = match poll(&mut fds, timeout) {
             Ok(n) => n,
             Err(nix::errno::Errno::EINTR) => continue,

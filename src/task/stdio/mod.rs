@@ -35,13 +35,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use nix::fcntl::OFlag;
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::poll::{PollFd, PollFlags, poll};
 
 use crate::host::client_paths::{self, FifoEnd};
 use crate::host::runtime::ProcessIo;
 use crate::records::error::{Context, Error, Result};
-use copy::{DRAIN_IDLE, Pipes, Sink, set_nonblocking};
 pub use copy::{DRAIN_LIMIT, PipeCopier};
+use copy::{Pipes, Sink, drain_timeout, poke, set_nonblocking};
 
 pub mod copy;
 
@@ -333,11 +333,6 @@ impl TtyCopier {
     }
 }
 
-/// Wakes the copier. A full pipe (EAGAIN) already holds a wake-up, and the flags say why.
-fn poke(wake: &File) {
-    let _ = (&*wake).write(b"!");
-}
-
 /// The terminal's end-of-file character (VEOF, ^D by default) when the terminal is in
 /// canonical mode, so a process reading it reads EOF as it would from a keyboard. Raw-mode
 /// programs get nothing: they decide themselves what ends their input.
@@ -482,13 +477,7 @@ fn copy_loop(mut ends: TtyEnds<'_>, wake: File, notices: &Notices, label: &str) 
             slot[3] = Some(fds.len());
             fds.push(PollFd::new(o.as_fd(), PollFlags::POLLOUT));
         }
-        let timeout = match deadline {
-            None => PollTimeout::NONE,
-            Some(d) => {
-                let ms = d.saturating_duration_since(now).min(DRAIN_IDLE).as_millis();
-                PollTimeout::from(ms.max(1) as u16)
-            }
-        };
+        let timeout = drain_timeout(deadline, now);
         let n = match poll(&mut fds, timeout) {
             Ok(n) => n,
             Err(nix::errno::Errno::EINTR) => continue,
