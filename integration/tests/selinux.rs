@@ -200,6 +200,44 @@ fn result_lines(pid: i32, name: &str) -> Option<String> {
     None
 }
 
+/// The pod as the kubelet sends it for these probes: its name, uid and log directory, DNS (the
+/// guest has no /etc/resolv.conf to copy), namespaces of its own.
+fn pod_config(name: &str, uid: &str, logs: &Path) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: name.into(),
+            uid: uid.into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: name.into(),
+        log_directory: logs.display().to_string(),
+        dns_config: Some(DnsConfig {
+            servers: vec!["10.96.0.10".into()],
+            searches: vec!["default.svc.cluster.local".into()],
+            options: vec!["ndots:5".into()],
+        }),
+        linux: Some(LinuxPodSandboxConfig {
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(NamespaceOption::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `cfg` as another pod: `suffix` added to its name, uid and hostname.
+fn another_pod(cfg: &PodSandboxConfig, suffix: &str) -> PodSandboxConfig {
+    let mut cfg = cfg.clone();
+    let md = cfg.metadata.as_mut().unwrap();
+    md.name = format!("{}-{suffix}", md.name);
+    md.uid = format!("{}-{suffix}", md.uid);
+    cfg.hostname = md.name.clone();
+    cfg
+}
+
 async fn probe(handler: &'static str) {
     if !Path::new("/sys/fs/selinux/enforce").exists() {
         skip!(
@@ -240,29 +278,7 @@ async fn probe(handler: &'static str) {
         vol.display(),
         file_label(&vol)
     );
-    let pod = PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.clone(),
-            uid: uid.clone(),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        hostname: name.clone(),
-        log_directory: logs.display().to_string(),
-        dns_config: Some(DnsConfig {
-            servers: vec!["10.96.0.10".into()],
-            searches: vec!["default.svc.cluster.local".into()],
-            options: vec!["ndots:5".into()],
-        }),
-        linux: Some(LinuxPodSandboxConfig {
-            security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(NamespaceOption::default()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let pod = pod_config(&name, &uid, &logs);
     let t = Instant::now();
     let id = match rt
         .run_pod_sandbox(RunPodSandboxRequest {
@@ -586,11 +602,7 @@ async fn other_pod(
     first_level: Option<&str>,
     p: &mut Probes,
 ) {
-    let mut cfg = first.clone();
-    let md = cfg.metadata.as_mut().unwrap();
-    md.name = format!("{}-other", md.name);
-    md.uid = format!("{}-other", md.uid);
-    cfg.hostname = md.name.clone();
+    let cfg = another_pod(first, "other");
     let id = match rt
         .run_pod_sandbox(RunPodSandboxRequest {
             config: Some(cfg.clone()),
@@ -723,29 +735,7 @@ async fn refusals(handler: &'static str) {
     let uid = format!("{name}-{}", std::process::id());
     let logs = PathBuf::from(format!("/var/log/pods/default_{name}_{uid}"));
     fs::create_dir_all(&logs).unwrap();
-    let pod = &PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.clone(),
-            uid,
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        hostname: name,
-        log_directory: logs.display().to_string(),
-        // the guest has no /etc/resolv.conf to copy: the pod gets DNS, as the kubelet gives
-        dns_config: Some(DnsConfig {
-            servers: vec!["10.96.0.10".into()],
-            ..Default::default()
-        }),
-        linux: Some(LinuxPodSandboxConfig {
-            security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(NamespaceOption::default()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let pod = &pod_config(&name, &uid, &logs);
     let shims = || {
         procs()
             .into_iter()
@@ -758,11 +748,7 @@ async fn refusals(handler: &'static str) {
         ("refuse-level", "", "s0:c1024,c1025"),
     ] {
         let before = shims();
-        let mut cfg = pod.clone();
-        let md = cfg.metadata.as_mut().unwrap();
-        md.name = format!("{}-{what}", md.name);
-        md.uid = format!("{}-{what}", md.uid);
-        cfg.hostname = md.name.clone();
+        let mut cfg = another_pod(pod, what);
         cfg.linux
             .as_mut()
             .unwrap()
