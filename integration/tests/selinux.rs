@@ -11,7 +11,7 @@
 //!   pair, the same for both containers of the pod;
 //! - the pause's label (the pod's other process in `container_t`): the pod's label;
 //! - the labels of the pod files as the container sees them (`/proc/PID/root/etc/hosts`, ...),
-//!   of `/dev/shm` and of the emptyDir;
+//!   of `/dev/shm` and of the emptyDir: `container_file_t` at the container's pair;
 //! - inside the containers: reading /etc/hostname, /etc/hosts, /etc/resolv.conf, writing
 //!   /dev/shm and the emptyDir, the second container reading what the first wrote there;
 //! - the container logs (CRI's log files) carrying the containers' stdout and stderr lines;
@@ -457,7 +457,9 @@ async fn probe(handler: &'static str) {
             ty == "container_t" && lvl.contains(":c"),
             format!("pid {pid}: {lab}"),
         );
-        levels.push(lvl);
+        // The files the pod gives it, at its own pair: containerd relabels the pod files and
+        // the emptyDir with the container's mount label and mounts /dev/shm with the
+        // sandbox's, one pair on the runc path.
         for f in [
             "etc/hostname",
             "etc/hosts",
@@ -466,8 +468,16 @@ async fn probe(handler: &'static str) {
             "vol",
         ] {
             let path = PathBuf::from(format!("/proc/{pid}/root/{f}"));
-            println!("{handler}: container {cname} /{f}: {}", file_label(&path));
+            let label = file_label(&path);
+            println!("{handler}: container {cname} /{f}: {label}");
+            let (fty, flvl) = type_level(&label);
+            p.check(
+                &format!("{cname}-/{f}-label"),
+                fty == "container_file_t" && flvl == lvl,
+                format!("{label} (the container runs at {lvl})"),
+            );
         }
+        levels.push(lvl);
     }
     if levels.len() == 2 {
         p.check(

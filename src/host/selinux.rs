@@ -327,22 +327,37 @@ impl Selinux {
         self.file_context.is_some()
     }
 
-    /// The label of the pod's shared files and /dev/shm: the container file context, with the
-    /// pod's `user` if it names one (go-selinux's `InitLabels` gives `user` and `level` to the
-    /// mount label; `role` and `type` are the process's), at the shared level.
-    pub fn pod_file_label(&self, options: Option<&SelinuxOptions>) -> Option<Label> {
+    /// The label of the pod files and /dev/shm: the container file context, with the pod's
+    /// `user` if it names one (go-selinux's `InitLabels` gives `user` and `level` to the mount
+    /// label; `role` and `type` are the process's), at the pod's MCS `level` as containerd's
+    /// podsandbox gives its sandbox mount label to both; at the shared level where the pod has
+    /// none (its containers may then have any).
+    pub fn pod_file_label(
+        &self,
+        options: Option<&SelinuxOptions>,
+        level: Option<&str>,
+    ) -> Option<Label> {
         let mut label = self.file_context.clone()?;
         if let Some(o) = options.filter(|o| !o.user.is_empty()) {
             label.user = o.user.clone();
         }
-        Some(label.shared())
+        Some(match level {
+            Some(level) => Label {
+                level: level.to_string(),
+                ..label
+            },
+            None => label.shared(),
+        })
     }
 
-    /// The shared form of a container's mount label (`linux.mountLabel` of its spec), for the
-    /// pod files it mounts; `None` when SELinux is disabled or the label is not one.
-    pub fn shared_label_of(&self, mount_label: &str) -> Option<Label> {
+    /// The label a container's mount label (`linux.mountLabel` of its spec) gives the pod files
+    /// it mounts: itself in a pod with a level (containerd relabels them so on the runc path,
+    /// `label.Relabel(path, mountLabel, false)`), its shared form in one without (the pod's
+    /// containers have other levels); `None` when SELinux is disabled or it is not a label.
+    pub fn pod_files_label_of(&self, mount_label: &str, pod_has_level: bool) -> Option<Label> {
         self.file_context.as_ref()?;
-        Label::parse(mount_label).map(|l| l.shared())
+        let label = Label::parse(mount_label)?;
+        Some(if pod_has_level { label } else { label.shared() })
     }
 
     /// Labels each of `paths` (not following links). A filesystem without labels (ENOTSUP) is
@@ -725,7 +740,7 @@ mod tests {
         // read (an engine domain may not search it; `enforce` is never needed).
         let s = Selinux::detect_with(SELINUXFS, d.path(), &engine);
         assert_eq!(
-            s.pod_file_label(None).unwrap().to_string(),
+            s.pod_file_label(None, None).unwrap().to_string(),
             "system_u:object_r:container_file_t:s0"
         );
         assert!(s.labels_pause());
@@ -748,7 +763,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pod_label_takes_the_pods_user_and_never_its_categories() {
+    fn the_pod_label_takes_the_pods_user_and_its_reserved_level() {
         let s = Selinux::with_file_context(
             Label::parse("system_u:object_r:container_file_t:s0").unwrap(),
         );
@@ -759,16 +774,32 @@ mod tests {
             level: "s0:c5,c6".into(),
         };
         assert_eq!(
-            s.pod_file_label(Some(&o)).unwrap().to_string(),
-            "staff_u:object_r:container_file_t:s0"
-        );
-        assert_eq!(
-            s.shared_label_of("system_u:object_r:container_file_t:s0:c7,c8")
+            s.pod_file_label(Some(&o), Some("s0:c5,c6"))
                 .unwrap()
                 .to_string(),
+            "staff_u:object_r:container_file_t:s0:c5,c6"
+        );
+        assert_eq!(
+            s.pod_file_label(None, Some("s0:c1,c9"))
+                .unwrap()
+                .to_string(),
+            "system_u:object_r:container_file_t:s0:c1,c9"
+        );
+        // No level reserved (the pause is not labelled): shared by all the pod's containers.
+        assert_eq!(
+            s.pod_file_label(Some(&o), None).unwrap().to_string(),
+            "staff_u:object_r:container_file_t:s0"
+        );
+        let mount = "system_u:object_r:container_file_t:s0:c7,c8";
+        assert_eq!(
+            s.pod_files_label_of(mount, true).unwrap().to_string(),
+            mount
+        );
+        assert_eq!(
+            s.pod_files_label_of(mount, false).unwrap().to_string(),
             "system_u:object_r:container_file_t:s0"
         );
-        assert_eq!(s.shared_label_of("garbage"), None);
+        assert_eq!(s.pod_files_label_of("garbage", true), None);
     }
 
     #[test]
@@ -821,9 +852,9 @@ mod tests {
     #[test]
     fn disabled_selinux_labels_nothing() {
         let s = Selinux::disabled();
-        assert_eq!(s.pod_file_label(None), None);
+        assert_eq!(s.pod_file_label(None, Some("s0:c1,c2")), None);
         assert_eq!(
-            s.shared_label_of("system_u:object_r:container_file_t:s0:c1,c2"),
+            s.pod_files_label_of("system_u:object_r:container_file_t:s0:c1,c2", true),
             None
         );
         let x = Recorded::default();

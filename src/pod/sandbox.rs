@@ -46,13 +46,17 @@ pub use crate::records::bundle::SANDBOX_STATE_FILE;
 
 /// OS effects of the pod, behind one trait so the Sandbox service is testable without root.
 pub trait PodHost: Send + Sync {
-    fn write_files(&self, dir: &Path, spec: &PodSpec) -> Result<()>;
+    /// Writes the pod files into `dir`, labelled at the pod's MCS `level` where SELinux is on
+    /// (at the shared level where the pod has none).
+    fn write_files(&self, dir: &Path, spec: &PodSpec, level: Option<&str>) -> Result<()>;
     fn remove_files(&self, dir: &Path) -> Result<()>;
-    /// Mounts the pod's /dev/shm tmpfs, labelled for `spec`'s containers where SELinux is on.
-    fn mount_shm(&self, path: &Path, spec: &PodSpec) -> Result<()>;
-    /// Labels the pod files in `dir` with the shared form of a container's SELinux mount
-    /// label (its spec's `linux.mountLabel`); a no-op where SELinux is off.
-    fn label_pod_files(&self, dir: &Path, mount_label: &str) -> Result<()>;
+    /// Mounts the pod's /dev/shm tmpfs, labelled for `spec`'s containers at the pod's MCS
+    /// `level` where SELinux is on (`context=` is fixed at the mount).
+    fn mount_shm(&self, path: &Path, spec: &PodSpec, level: Option<&str>) -> Result<()>;
+    /// Labels the pod files in `dir` for a container's SELinux mount label (its spec's
+    /// `linux.mountLabel`): as is in a pod with a level, its shared form in one without
+    /// ([`crate::host::selinux::Selinux::pod_files_label_of`]); a no-op where SELinux is off.
+    fn label_pod_files(&self, dir: &Path, mount_label: &str, pod_has_level: bool) -> Result<()>;
     /// Relabels each of `volumes` that carries exactly `from` (a container's volume containerd
     /// relabelled for it) with `to`, its whole tree ([`crate::host::relabel::move_tree`]).
     fn move_volume_labels(&self, volumes: &[PathBuf], from: &str, to: &str) -> Result<()>;

@@ -1,5 +1,6 @@
-//! CreateSandbox: the pod's spec decoded and checked, its files and /dev/shm, its network
-//! where the shim owns it, and the record `delete` reads; undone step by step on a failure.
+//! CreateSandbox: the pod's spec decoded and checked, its SELinux level, its files and
+//! /dev/shm, its network where the shim owns it, and the record `delete` reads; undone step by
+//! step on a failure.
 
 use crate::pod::spec::{IpcMode, NetworkMode, NetworkPlan};
 use crate::records::error::{Context, Error, Result};
@@ -73,18 +74,33 @@ impl SandboxManager {
         let mut steps = Steps::new(|| format!("create sandbox {}", req.id));
         // Each step records what it made, so `undo` takes down exactly that on failure.
         let r = (|| -> Result<()> {
-            self.host
-                .write_files(&files_dir, &req.spec)
-                .context("write pod files")?;
-            steps.step("pod files");
+            // The pod's SELinux level, reserved across the node's shims before anything is
+            // labelled with it: the pod files and /dev/shm get it here (its `context=` is fixed
+            // at the mount), the pause at StartSandbox, as containerd's podsandbox gives its
+            // sandbox labels to all three. Recorded at once, for `delete` after a killed shim.
+            record.mcs = self
+                .host
+                .reserve_mcs(&req.id, req.spec.selinux.as_ref())
+                .context("reserve the pod's SELinux categories")?;
+            if record.mcs.is_some() {
+                save_record(&req.bundle, &record)?;
+                steps.step("SELinux level");
+            }
+            let level = record.mcs.as_ref().map(|r| r.level.as_str());
+            // /dev/shm first: the kernel checks its `context=` at the mount, so a level the
+            // policy refuses fails here before any file is given it.
             if let Some(shm) = &shm {
                 std::fs::create_dir_all(shm)
                     .with_context(|| format!("create {}", shm.display()))
-                    .and_then(|_| self.host.mount_shm(shm, &req.spec))
+                    .and_then(|_| self.host.mount_shm(shm, &req.spec, level))
                     .context("mount the pod's /dev/shm")?;
                 record.shm = Some(shm.clone());
                 steps.step("mount /dev/shm");
             }
+            self.host
+                .write_files(&files_dir, &req.spec, level)
+                .context("write pod files")?;
+            steps.step("pod files");
             if let Some(u) = &req.spec.userns {
                 self.host
                     .own_for_userns(&req.bundle, &files_dir, shm.as_deref(), u.host_root())
@@ -138,7 +154,7 @@ impl SandboxManager {
     }
 
     /// Takes down what `record` says was made: the network, /dev/shm, the pod files, the
-    /// pause's MCS reservation.
+    /// pod's MCS reservation.
     pub(super) fn undo(&self, record: &SandboxRecord) {
         self.teardown_network(record);
         self.undo_files(record);

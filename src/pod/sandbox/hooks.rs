@@ -93,15 +93,16 @@ impl PodHooks for SandboxManager {
                 .move_volume_labels(&m.volumes, &m.old_mount_label, &m.new_mount_label)
                 .context("move the container's volumes to the pod's SELinux level")?;
         }
-        // containerd gives each container a mount label; the pod files it mounts get its
-        // shared form (no categories: other containers of the pod may have other ones).
+        // containerd gives each container a mount label (moved to the pod's level above); the
+        // pod files it mounts get it, as containerd relabels them on the runc path, or its
+        // shared form in a pod with no level (its containers' levels then differ).
         if let Some(mount_label) = spec
             .pointer("/linux/mountLabel")
             .and_then(|l| l.as_str())
             .filter(|l| !l.is_empty())
         {
             self.host
-                .label_pod_files(&s.record.files_dir, mount_label)
+                .label_pod_files(&s.record.files_dir, mount_label, s.record.mcs.is_some())
                 .context("label the pod files for the container")?;
         }
         let mounted = oci::add_pod_mounts(spec, &pod_mounts(&s, shares_ipc))?;

@@ -42,20 +42,20 @@ impl LinuxPodHost {
         .map(|f| dir.join(f));
         self.selinux
             .relabel(&crate::host::selinux::RealXattrs, &files, label)
-            .context("label the pod files")
+            .with_context(|| format!("SELinux: label the pod files {label}"))
     }
 }
 
 impl PodHost for LinuxPodHost {
-    fn write_files(&self, dir: &Path, spec: &PodSpec) -> Result<()> {
+    fn write_files(&self, dir: &Path, spec: &PodSpec, level: Option<&str>) -> Result<()> {
         crate::pod::files::PodFiles::write(dir, spec, &self.host_etc).map_err(Error::from)?;
-        match self.selinux.pod_file_label(spec.selinux.as_ref()) {
+        match self.selinux.pod_file_label(spec.selinux.as_ref(), level) {
             Some(label) => self.label_files(dir, &label),
             None => Ok(()),
         }
     }
-    fn label_pod_files(&self, dir: &Path, mount_label: &str) -> Result<()> {
-        match self.selinux.shared_label_of(mount_label) {
+    fn label_pod_files(&self, dir: &Path, mount_label: &str, pod_has_level: bool) -> Result<()> {
+        match self.selinux.pod_files_label_of(mount_label, pod_has_level) {
             Some(label) => self.label_files(dir, &label),
             None => Ok(()),
         }
@@ -80,10 +80,10 @@ impl PodHost for LinuxPodHost {
         let _ = std::fs::remove_dir(dir);
         Ok(())
     }
-    fn mount_shm(&self, path: &Path, spec: &PodSpec) -> Result<()> {
+    fn mount_shm(&self, path: &Path, spec: &PodSpec, level: Option<&str>) -> Result<()> {
         let context = self
             .selinux
-            .pod_file_label(spec.selinux.as_ref())
+            .pod_file_label(spec.selinux.as_ref(), level)
             .map(|l| crate::host::selinux::mount_option(&l));
         crate::pod::files::mount_shm(
             path,
@@ -91,6 +91,11 @@ impl PodHost for LinuxPodHost {
             context.as_deref(),
         )
         .map_err(Error::from)
+        // EINVAL here is most often a label the policy does not accept: say which.
+        .with_context(|| match &context {
+            Some(c) => format!("SELinux {c}"),
+            None => "no SELinux label".into(),
+        })
     }
     fn unmount_shm(&self, path: &Path) -> Result<()> {
         crate::pod::files::unmount_shm(path).map_err(Error::from)

@@ -52,21 +52,13 @@ impl SandboxManager {
             self.host.sysctl_defaults(),
             &s.bundle,
         );
-        // The pause's SELinux categories, reserved across the node's shims and recorded before
-        // the spawn (for `delete`); released on any failure below that leaves no pause.
-        let mcs = match self
-            .host
-            .reserve_mcs(id, s.spec.selinux.as_ref())
-            .context("reserve the pause's SELinux categories")
-            .and_then(|m| self.record_before_spawn(id, m.clone()).map(|()| m))
-        {
-            Ok(m) => m,
-            Err(e) => {
-                self.forget_scope(id, scope.is_some());
-                return Err(e);
-            }
-        };
-        cfg.mcs_level = mcs.as_ref().map(|r| r.level.clone());
+        // The pod's SELinux level, reserved at CreateSandbox (its files carry it). The spawn
+        // is recorded as under way first, for `delete` after a shim killed meanwhile.
+        cfg.mcs_level = s.record.mcs.as_ref().map(|r| r.level.clone());
+        if let Err(e) = self.record_spawning(id, crate::pod::unrecorded_pause::boot_ticks_now()) {
+            self.forget_scope(id, scope.is_some());
+            return Err(e);
+        }
         // Subscribed before the fork: an exit of the pause process before its pid is stored
         // below is caught here, never lost (and never confused with a recycled pid).
         let subscription = self.reaper.as_ref().map(|r| r.subscribe());
@@ -82,7 +74,7 @@ impl SandboxManager {
             Err(e) => {
                 drop(reaps);
                 self.forget_scope(id, scope.is_some());
-                self.forget_mcs(id);
+                self.forget_spawning(id);
                 return Err(e);
             }
         };
@@ -159,10 +151,11 @@ impl SandboxManager {
             }
             Some(Err((e, scope_may_remain))) => {
                 self.host.kill(&pause);
-                // Its SELinux level goes back to the node's pool only once it has exited:
-                // another pod could draw it while this pause still runs under it. Waited for
-                // as StopSandbox waits, with its pid still held: until `s.pid` names it below,
-                // its exit stays unreaped, and on_exit sees it then.
+                // Waited for as StopSandbox waits, with its pid still held: until `s.pid`
+                // names it below, its exit stays unreaped, and on_exit sees it then. The pod's
+                // SELinux level stays reserved until ShutdownSandbox, which releases it only
+                // once the pause has exited (another pod could draw it while this pause still
+                // ran under it).
                 let exited = pause.exits_within(STOP_WAIT);
                 if exited && let Err(e) = self.record_pause(id, 0) {
                     log::warn!("sandbox {id}: {e}");
@@ -176,12 +169,12 @@ impl SandboxManager {
                     self.forget_scope(id, scope.is_some());
                 }
                 if exited {
-                    self.forget_mcs(id);
+                    self.forget_spawning(id);
                 } else {
                     // Not dead (stuck in the kernel): kept as StopSandbox keeps a pause that
-                    // would not die. The level and the record stay (`delete` kills a recorded
-                    // pause and keeps the level while it is there), the pod is NOTREADY and
-                    // never started again, and Shutdown fails until its exit is seen.
+                    // would not die. The record stays (`delete` kills a recorded pause and
+                    // keeps the level while it is there), the pod is NOTREADY and never
+                    // started again, and Shutdown fails until its exit is seen.
                     log::warn!(
                         "sandbox {id}: the pause process {pid} has not exited since it was \
                          killed: its SELinux level and record are kept"
@@ -267,57 +260,24 @@ impl SandboxManager {
         save_record(&s.bundle, &s.record)
     }
 
-    /// Writes what `delete` needs if the shim dies from here until the pause's pid is recorded
-    /// into the stored record: the pause's MCS reservation, and that its spawn begins now.
-    fn record_before_spawn(
-        &self,
-        id: &str,
-        mcs: Option<crate::host::mcs::Reservation>,
-    ) -> Result<()> {
-        self.record_mcs_and_spawn(id, mcs, crate::pod::unrecorded_pause::boot_ticks_now())
-    }
-
-    /// Writes the pause's MCS reservation into the stored record (after a failed start).
-    fn record_mcs(&self, id: &str, mcs: Option<crate::host::mcs::Reservation>) -> Result<()> {
-        self.record_mcs_and_spawn(id, mcs, 0)
-    }
-
-    fn record_mcs_and_spawn(
-        &self,
-        id: &str,
-        mcs: Option<crate::host::mcs::Reservation>,
-        spawning_since: u64,
-    ) -> Result<()> {
+    /// Writes into the stored record that the pause's spawn begins (boot-time ticks), or that
+    /// none is under way (0): a shim killed before the pause's pid is recorded leaves a pause
+    /// that `delete` then finds by its command line.
+    fn record_spawning(&self, id: &str, since_ticks: u64) -> Result<()> {
         let mut guard = self.lock();
         let Some(s) = guard.as_mut().filter(|s| s.id == id) else {
-            if let Some(r) = &mcs {
-                self.host.release_mcs(r);
-            }
             return Err(Error::precondition(format!(
                 "sandbox {id} went away while starting"
             )));
         };
-        s.record.mcs = mcs;
-        s.record.pause_spawning_since_ticks = spawning_since;
+        s.record.pause_spawning_since_ticks = since_ticks;
         save_record(&s.bundle, &s.record)
     }
 
-    /// After a failed start that leaves no pause: its MCS level is released, and the record
-    /// no longer says a spawn is under way.
-    fn forget_mcs(&self, id: &str) {
-        let (mcs, marked) = match self.lock().as_mut().filter(|s| s.id == id) {
-            Some(s) => (
-                s.record.mcs.take(),
-                std::mem::take(&mut s.record.pause_spawning_since_ticks) != 0,
-            ),
-            None => return,
-        };
-        if let Some(r) = &mcs {
-            self.host.release_mcs(r);
-        }
-        if (mcs.is_some() || marked)
-            && let Err(e) = self.record_mcs(id, None)
-        {
+    /// After a failed start that leaves no pause: the record no longer says a spawn is under
+    /// way. (The pod's SELinux level stays: its files carry it; ShutdownSandbox releases it.)
+    fn forget_spawning(&self, id: &str) {
+        if let Err(e) = self.record_spawning(id, 0) {
             log::warn!("sandbox {id}: {e}");
         }
     }

@@ -64,6 +64,8 @@ struct FakePodHost {
     mcs: Mutex<Option<crate::host::mcs::Registry>>,
     /// unmount_shm fails (EPERM) while set.
     fail_unmount_shm: Mutex<bool>,
+    /// mount_shm fails (ENOSPC) while set.
+    fail_shm: Mutex<bool>,
     /// kill only logs: the pause does not die (stuck in the kernel). Else it kills the
     /// stand-in through the handle's pidfd, as the real host does.
     unkillable_pause: Mutex<bool>,
@@ -97,11 +99,12 @@ impl FakePodHost {
 const PAUSE_PID: i32 = 1 << 23;
 
 impl PodHost for FakePodHost {
-    fn write_files(&self, dir: &Path, spec: &PodSpec) -> Result<()> {
+    fn write_files(&self, dir: &Path, spec: &PodSpec, level: Option<&str>) -> Result<()> {
         self.log(format!(
-            "write_files {} {}",
+            "write_files {} {}{}",
             dir.file_name().unwrap().to_string_lossy(),
-            spec.hostname
+            spec.hostname,
+            level.map(|l| format!(" {l}")).unwrap_or_default()
         ));
         Ok(())
     }
@@ -109,10 +112,11 @@ impl PodHost for FakePodHost {
         self.log("remove_files".into());
         Ok(())
     }
-    fn label_pod_files(&self, dir: &Path, mount_label: &str) -> Result<()> {
+    fn label_pod_files(&self, dir: &Path, mount_label: &str, pod_has_level: bool) -> Result<()> {
         self.log(format!(
-            "label_pod_files {} {mount_label}",
-            dir.file_name().unwrap().to_string_lossy()
+            "label_pod_files {} {mount_label}{}",
+            dir.file_name().unwrap().to_string_lossy(),
+            if pod_has_level { "" } else { " shared" }
         ));
         Ok(())
     }
@@ -122,11 +126,17 @@ impl PodHost for FakePodHost {
         }
         Ok(())
     }
-    fn mount_shm(&self, path: &Path, _spec: &PodSpec) -> Result<()> {
+    fn mount_shm(&self, path: &Path, _spec: &PodSpec, level: Option<&str>) -> Result<()> {
         self.log(format!(
-            "mount_shm {}",
-            path.file_name().unwrap().to_string_lossy()
+            "mount_shm {}{}",
+            path.file_name().unwrap().to_string_lossy(),
+            level.map(|l| format!(" {l}")).unwrap_or_default()
         ));
+        if *self.fail_shm.lock().unwrap() {
+            return Err(crate::records::error::Error::internal(
+                "mount tmpfs: No space left on device",
+            ));
+        }
         Ok(())
     }
     fn unmount_shm(&self, _path: &Path) -> Result<()> {

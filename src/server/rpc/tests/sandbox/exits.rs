@@ -90,8 +90,8 @@ fn a_user_namespaced_pod_has_its_pause_hold_the_user_namespace() {
         f.host.calls(),
         [
             "check_userns_runtime",
-            "write_files etc web-u",
             "mount_shm shm",
+            "write_files etc web-u",
             "own_for_userns pod1 etc shm 100000:200000"
         ]
     );
@@ -180,7 +180,8 @@ fn the_record_lists_the_pods_containers_until_they_are_deleted() {
 
 /// Issue 20 item 7: a container whose spec carries an SELinux mount label (containerd's CRI
 /// sets `linux.mountLabel` where SELinux is on) has the pod files labelled for it before its
-/// `runc create`; one without a label leaves them alone.
+/// `runc create`; one without a label leaves them alone. With no level of the pod's (SELinux
+/// gives the pause none here) they get the label's shared form.
 #[test]
 fn a_containers_mount_label_labels_the_pod_files() {
     let f = fixture();
@@ -194,5 +195,5 @@ fn a_containers_mount_label_labels_the_pod_files() {
     let mut plain = serde_json::json!({"root": {"path": "rootfs"}, "linux": {"mountLabel": ""}});
     f.sm.prepare_spec("c2", &mut plain).unwrap();
     let labelled = f.host.calls_to("label_pod_files");
-    assert_eq!(labelled, [format!("label_pod_files etc {label}")]);
+    assert_eq!(labelled, [format!("label_pod_files etc {label} shared")]);
 }

@@ -126,11 +126,12 @@ fn delete_keeps_the_mcs_level_of_a_pause_still_there() {
 /// Finding of the earlier review: a StartSandbox that fails after the pause's spawn (here its
 /// systemd scope could not be made) SIGKILLed the pause and released its MCS level at once,
 /// without waiting for its exit: another pod could draw that level while the old pause still
-/// ran under it. Now the level goes once the pause has exited; a pause that does not exit
-/// within StopSandbox's bound (stuck in the kernel) keeps it, stays recorded (for `delete`)
-/// and lingers as after StopSandbox, until its exit is seen. (Waits out that 10 s bound.)
+/// ran under it. The level (reserved at CreateSandbox since issue 37) now stays until
+/// ShutdownSandbox, which releases it once the pause has exited; a pause that does not exit
+/// within StopSandbox's bound (stuck in the kernel) stays recorded (for `delete`) and lingers
+/// as after StopSandbox, until its exit is seen. (Waits out that 10 s bound.)
 #[test]
-fn a_failed_start_releases_the_mcs_level_only_once_the_pause_has_exited() {
+fn a_failed_start_keeps_the_mcs_level_until_the_pause_has_exited() {
     let d = tempfile::tempdir().unwrap();
     let reg = crate::host::mcs::Registry::at(d.path().join("mcs"));
     let no_systemd =
@@ -151,8 +152,10 @@ fn a_failed_start_releases_the_mcs_level_only_once_the_pause_has_exited() {
         );
         f
     };
-    // A pause that dies at its kill: the failed start releases its level.
+    // A pause that dies at its kill: the level stays with the pod until ShutdownSandbox.
     let f = failing_start("pod1", false);
+    assert!(!released(&f), "{:?}", f.host.calls());
+    f.shutdown("pod1").unwrap();
     assert!(released(&f), "{:?}", f.host.calls());
     assert_eq!(std::fs::read_dir(reg.dir()).unwrap().count(), 0);
 

@@ -67,7 +67,7 @@ fn the_inline_answers_are_the_handler_s() {
 fn create_start_status_stop_shutdown() {
     let f = fixture();
     f.create("pod1", pod_config("web-0", true)).unwrap();
-    assert_eq!(f.host.calls(), ["write_files etc web-0", "mount_shm shm"]);
+    assert_eq!(f.host.calls(), ["mount_shm shm", "write_files etc web-0"]);
     let st = f.status("pod1").unwrap();
     assert_eq!((st.state.as_str(), st.pid), ("SANDBOX_NOTREADY", 0));
     assert!(f.state_file("pod1").exists());
@@ -238,18 +238,32 @@ fn pod_metrics_come_from_the_pod_cgroup_and_need_one() {
     assert!(format!("{e:?}").contains("no pod cgroup"), "{e:?}");
 }
 
-/// Issue 27 item 8: with SELinux labels the pause's MCS level is reserved across the node
-/// before the spawn, recorded (for `delete`), given to the pause, and released by
-/// ShutdownSandbox; a failed start releases it at once; two pods never share a random level.
+/// Issue 27 item 8, issue 37: with SELinux labels the pod's MCS level is reserved across the
+/// node at CreateSandbox, recorded (for `delete`), given to the pod files and /dev/shm there and
+/// to the pause at StartSandbox (containerd's podsandbox gives its sandbox labels to all three),
+/// and released by ShutdownSandbox; a failed start keeps it until then; two pods never share a
+/// random level.
 #[test]
-fn the_pause_s_mcs_level_is_reserved_recorded_and_released() {
+fn the_pod_s_mcs_level_is_reserved_at_create_recorded_and_released() {
     let (_d, reg) = mcs_registry();
     let f = fixture_with_mcs(&reg);
     f.create("pod1", pod_config("web-0", true)).unwrap();
-    f.start("pod1").unwrap();
-    let r = f.record("pod1").mcs.expect("the reservation is recorded");
+    let r = f
+        .record("pod1")
+        .mcs
+        .expect("the reservation is recorded at create");
     assert_eq!(r.owner, "pod1");
     assert_eq!(reg.users(&r.level), ["pod1"]);
+    let calls = f.host.calls();
+    let at = |prefix: &str| calls.iter().position(|c| c.starts_with(prefix)).unwrap();
+    assert!(at("reserve_mcs") < at("write_files"), "{calls:?}");
+    assert!(
+        calls.contains(&format!("write_files etc web-0 {}", r.level))
+            && calls.contains(&format!("mount_shm shm {}", r.level)),
+        "the pod files and /dev/shm at the pod's level: {calls:?}"
+    );
+    f.start("pod1").unwrap();
+    assert_eq!(f.host.calls_to("reserve_mcs").len(), 1, "reserved once");
     assert_eq!(
         f.host
             .pause
@@ -271,14 +285,22 @@ fn the_pause_s_mcs_level_is_reserved_recorded_and_released() {
     f.stop("pod1").unwrap();
     f.shutdown("pod1").unwrap();
     assert!(reg.users(&r.level).is_empty(), "not released at shutdown");
-    // A start that fails releases the level it reserved.
+    // A start that fails keeps the level (the pod files carry it) until ShutdownSandbox.
     let h = fixture_with_mcs(&reg);
     *h.host.fail_pause.lock().unwrap() = true;
     h.create("pod3", pod_config("web-2", true)).unwrap();
     h.start("pod3").unwrap_err();
-    assert!(h.sm.get("pod3").unwrap().record.mcs.is_none());
-    let released = h.host.calls_to("release_mcs pod3");
-    assert_eq!(released.len(), 1, "{:?}", h.host.calls());
+    let r3 = h.record("pod3").mcs.expect("kept in the record");
+    assert_eq!(h.record("pod3").pause_spawning_since_ticks, 0);
+    assert_eq!(reg.users(&r3.level), ["pod3"]);
+    assert!(h.host.calls_to("release_mcs").is_empty());
+    h.shutdown("pod3").unwrap();
+    assert_eq!(h.host.calls_to("release_mcs pod3").len(), 1);
+    // A create that fails after the reservation releases it.
+    let k = fixture_with_mcs(&reg);
+    *k.host.fail_shm.lock().unwrap() = true;
+    k.create("pod4", pod_config("web-3", true)).unwrap_err();
+    assert_eq!(k.host.calls_to("release_mcs pod4").len(), 1);
     let entries: Vec<_> = std::fs::read_dir(reg.dir()).unwrap().collect();
     assert_eq!(entries.len(), 1, "only pod2's level is left: {entries:?}");
 }

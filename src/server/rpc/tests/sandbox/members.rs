@@ -352,7 +352,8 @@ fn a_container_its_volumes_and_its_execs_move_to_the_pod_s_mcs_level() {
             "move_volume_labels {volume} system_u:object_r:container_file_t:s0:c4,c811 {mount_label}"
         )]
     );
-    // The pod files get the shared form of the (moved) mount label.
+    // The pod files get the (moved) mount label itself, the pod's level, as containerd
+    // relabels them on the runc path.
     assert_eq!(
         f.host.calls_to("label_pod_files"),
         [format!("label_pod_files etc {mount_label}")]

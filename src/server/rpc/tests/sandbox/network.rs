@@ -65,8 +65,8 @@ fn a_failing_network_setup_fails_the_create_and_leaves_nothing() {
     assert_eq!(
         calls[..4],
         [
-            "write_files etc a",
             "mount_shm shm",
+            "write_files etc a",
             "unmount_shm",
             "remove_files"
         ],
