@@ -10,7 +10,8 @@
 # - refpolicy's `container` and `docker` modules, which the default policy does not ship, built
 #   from selinux-policy-src's .te/.fc with selinux-policy-dev's Makefile (docker.fc labels
 #   /usr/bin/containerd dockerd_exec_t: containerd runs in dockerd_t, an engine domain of
-#   container.te's template); hack/guest/selinux/harness.cil (initrc_t permissive);
+#   container.te's template); hack/guest/selinux/harness.cil (initrc_t permissive, dockerd_t
+#   enforced with the one rule runc needs that refpolicy lacks);
 # - the policy: every module of selinux-policy-default (its .pp turned into CIL with the
 #   package's own hll/pp) plus those, linked by `semodule -p ROOT -n` into a private root
 #   ($G/selinux/policyroot: policy.33, file_contexts, lxc_contexts);

@@ -720,12 +720,13 @@ async fn other_pod(
 }
 
 /// Issue 37 item 3: a pod whose SELinux options the policy cannot give (a type it does not
-/// have; categories beyond its range, c0.c1023) is refused by RunPodSandbox with an error, on
-/// both handlers, and leaves nothing: no process of that label, no shim more than before, and
-/// (rsandbox) no MCS reservation of that level. Both refuse, so the runc path never runs what
-/// rsandbox refuses here.
+/// have; categories beyond its range, c0.c1023; a type it has but the engine's domain may not
+/// enter, `sshd_t`) is refused by RunPodSandbox with an error, on both handlers, and leaves
+/// nothing: no process of that label, no shim more than before, and (rsandbox) no MCS
+/// reservation of that level. Both refuse, so the runc path never runs what rsandbox refuses
+/// here; rsandbox's error names the step that refused (each of its fail-closed checks).
 /// Its own test, so that the guest script keeps the denials these provoke (the policy refusing
-/// what is asked, rsandbox's at the pause's memfd label) apart from the ones it compares.
+/// what is asked) apart from the ones it compares.
 async fn refusals(handler: &'static str) {
     if !Path::new("/sys/fs/selinux/enforce").exists() {
         skip!(
@@ -753,9 +754,22 @@ async fn refusals(handler: &'static str) {
             .map(|q| q.pid)
             .collect::<Vec<_>>()
     };
-    for (what, ty, level) in [
-        ("refuse-type", "rsandbox_no_such_t", ""),
-        ("refuse-level", "", "s0:c1024,c1025"),
+    // (case, type, level, the step rsandbox's error names)
+    for (what, ty, level, step) in [
+        ("refuse-type", "rsandbox_no_such_t", "", "(attr/exec)"),
+        (
+            "refuse-level",
+            "",
+            "s0:c1024,c1025",
+            "/dev/shm: SELinux context=",
+        ),
+        // the policy has the type; dockerd_t may not transition to it (the exec is refused)
+        (
+            "refuse-transition",
+            "sshd_t",
+            "",
+            "execute the pause program in the pod's domain",
+        ),
     ] {
         let before = shims();
         let mut cfg = another_pod(pod, what);
@@ -807,11 +821,11 @@ async fn refusals(handler: &'static str) {
         let reserved = !level.is_empty() && Path::new("/run/rsandbox/mcs").join(level).exists();
         p.check(
             what,
-            // rsandbox's error names the SELinux step (the pause's fail-closed checks); runc's
-            // is its own (attr/keycreate, or the rootfs's context= mount)
+            // rsandbox's error names the SELinux step (its fail-closed checks); runc's is its
+            // own (attr/keycreate, the rootfs's context= mount, the exec)
             refused
                 .as_ref()
-                .is_some_and(|m| handler != "rsandbox" || m.contains("SELinux"))
+                .is_some_and(|m| handler != "rsandbox" || m.contains(step))
                 && after == before
                 && labelled.is_empty()
                 && !reserved,

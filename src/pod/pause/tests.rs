@@ -387,7 +387,8 @@ fn the_fallback_leaves_no_fd_open() {
 /// SELinux fails closed, as runc. Before, the child went on without the label and the pause
 /// ran in the shim's own domain (this test asserted so); likewise where SELinux refuses the
 /// exec into the pod's domain (EACCES/EPERM: not reproducible without SELinux, see
-/// `child::tests`), the child cleared the label and ran it unlabelled.
+/// `child::tests`; the SELinux guest's `refuse-transition` provokes it, EPERM from the denied
+/// `nnp_transition`), the child cleared the label and ran it unlabelled.
 #[test]
 #[ignore = "needs root: creates namespaces and drops to 65535"]
 fn a_label_the_kernel_refuses_fails_the_pause_at_that_step() {
