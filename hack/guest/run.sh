@@ -79,6 +79,13 @@ cd "$GUEST_REPO" || exit 1
 . hack/lib.sh
 eval "$(print_env)"
 export RSANDBOX_PREFIX
+# The bench as it was when hack/guest.sh launched this guest, whatever the host's tests do to
+# it meanwhile (hack/test.sh runs both at once): its copies of the shim and the config dir,
+# and a runc link of the guest's own (select_runc writes it into the overlay only if absent
+# or different: an untouched link would still follow the host's).
+cp "$OUT/$SHIM_NAME" "$BIN/$SHIM_NAME"
+mount --bind "$OUT/conf" "$P/conf"
+rm -f "$BIN/runc"
 # hack/guest.sh's config: the bench's plus the cgroup_writable handlers (runc-cgw, rsandbox-cgw)
 CONFIG=$GUEST_CONTAINERD_CONFIG
 rc=0
