@@ -53,7 +53,8 @@
 # commit; RSANDBOX_GUEST_TRACE=1: systemd at log level debug into the kernel log, strace of
 # PID 1's and the test's socket calls, all written to the results share),
 # RSANDBOX_GUEST_MODE (cgroupv2 | systemd: the same as --systemd),
-# RSANDBOX_GUEST_NO_SWITCH_ROOT=1 (cgroup v2 mode: / stays the initramfs, an initramfs root
+# RSANDBOX_GUEST_BENCH_COPY (cgroup v2 mode: a directory holding the shim and conf/ to run
+# instead of the bench's; hack/test.sh's copies), RSANDBOX_GUEST_NO_SWITCH_ROOT=1 (cgroup v2 mode: / stays the initramfs, an initramfs root
 # where pivot_root cannot work), RSANDBOX_GUEST_EXE (cgroup v2 mode: a test binary of this
 # tree to run instead of cgroupv2's, e.g. the unit tests': the filter then goes to it).
 set -euo pipefail
@@ -258,9 +259,11 @@ if [[ $MODE == cgroupv2 ]]; then
 	# hack/test.sh runs this guest beside the host's integration tests, which change the
 	# bench while they run (upgrade.rs installs the previous release's shim for a while,
 	# network.rs adds a broken conflist, others wrap runc): the guest works on copies of the
-	# shim and the config dir taken now, before they start (hack/guest/run.sh)
-	cp "$BIN/$SHIM_NAME" "$OUT/$SHIM_NAME"
-	cp -a "$P/conf" "$OUT/conf"
+	# shim and the config dir (hack/guest/run.sh), taken by hack/test.sh before any of those
+	# tests starts (RSANDBOX_GUEST_BENCH_COPY), else now
+	copy=${RSANDBOX_GUEST_BENCH_COPY:-}
+	cp "${copy:-$BIN}/$SHIM_NAME" "$OUT/$SHIM_NAME"
+	cp -a "${copy:-$P}/conf" "$OUT/conf"
 fi
 EXTRA=()
 if [[ $MODE == selinux ]]; then

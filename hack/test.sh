@@ -72,10 +72,11 @@ cd "$RSANDBOX_REPO"
 
 on_exit() {
 	local rc=$?
-	# a guest still running in the background (a failure above cut the run short)
-	if [[ -n "${guest_bg:-}" ]] && kill -0 "$guest_bg" 2>/dev/null; then
-		pkill -TERM -P "$guest_bg" || true
-		kill "$guest_bg" 2>/dev/null || true
+	# the cgroup v2 guest still running beside (a failure cut the run short): its session,
+	# hack/guest.sh and QEMU with it; what it printed so far
+	if [[ -n "${guest_bg:-}" && ! -s "$guest_rc" ]]; then
+		kill -TERM -- -"$guest_bg" 2>/dev/null || true
+		cat "$guest_log" 2>/dev/null || true
 	fi
 	if containerd_pid >/dev/null; then
 		stop || rc=1
@@ -159,21 +160,35 @@ fi
 # The cgroup v2 guest runs beside the host's integration tests: they leave the two cores
 # mostly idle (about a third busy, waiting on containerd and runc), the guest keeps them busy
 # (TCG). Launched once the test binaries are built and before any test runs, it works on copies
-# of the bench's shim and config taken at its launch (hack/guest.sh, hack/guest/run.sh); waited
-# for after them, its output printed then.
+# of the bench's shim and config taken then (hack/guest.sh, hack/guest/run.sh); waited for after
+# them, its output printed then.
 guest_bg=
 guest_log=$P/guest/cgroupv2-beside.log
+guest_rc=$P/guest/cgroupv2-beside.rc
 if [[ -f integration/Cargo.toml ]]; then
 	eval "$(print_env)"
 	export RSANDBOX_PREFIX
 	if [[ "${RSANDBOX_GUEST:-1}" != 0 ]]; then
 		section "the cgroup v2 guest, launched beside the integration tests"
-		with_heartbeat "build the integration tests" \
-			cargo test --manifest-path integration/Cargo.toml --no-run
-		# slower beside the host's tests than alone (about 5 min): a longer bound
-		RSANDBOX_GUEST_TIMEOUT=${RSANDBOX_GUEST_TIMEOUT:-1500} hack/guest.sh >"$guest_log" 2>&1 &
-		guest_bg=$!
-		log "hack/guest.sh: pid $guest_bg, output in $guest_log (printed after the integration tests)"
+		if with_heartbeat "build the integration tests" \
+			cargo test --manifest-path integration/Cargo.toml --no-run; then
+			# what the host's tests change while they run, copied before any of them starts
+			guest_copy=$P/guest/bench-copy
+			rm -rf "$guest_copy" "$guest_rc"
+			mkdir -p "$guest_copy"
+			cp "$BIN/$SHIM_NAME" "$guest_copy/"
+			cp -a "$P/conf" "$guest_copy/conf"
+			# a session of its own, so that on_exit can end it whole (QEMU included); its exit
+			# status into a file (its pid may name another process once it has ended); a longer
+			# bound than alone (about 5 min), as the host's tests share the cores
+			RSANDBOX_GUEST_BENCH_COPY=$guest_copy RSANDBOX_GUEST_TIMEOUT=${RSANDBOX_GUEST_TIMEOUT:-1500} \
+				setsid bash -c 'hack/guest.sh >"$1" 2>&1; echo $? >"$2"' _ "$guest_log" "$guest_rc" &
+			guest_bg=$!
+			log "hack/guest.sh: session $guest_bg, output in $guest_log (printed after the integration tests)"
+		else
+			failed+=("integration tests (build)")
+			log "the integration tests did not build: the cgroup v2 guest is not launched"
+		fi
 	fi
 	for RSANDBOX_RUNC in 1.1 1.3; do
 		section "integration tests, runc $RSANDBOX_RUNC"
@@ -195,12 +210,15 @@ if [[ -f integration/Cargo.toml ]]; then
 	select_runc
 	section "cgroup v2 guest: hack/guest.sh (launched beside the integration tests)"
 	if [[ -n "$guest_bg" ]]; then
-		with_heartbeat "the cgroup v2 guest" tail --pid="$guest_bg" -f /dev/null
-		grc=0
-		wait "$guest_bg" || grc=$?
-		guest_bg=
+		# until its exit status is written, or its session is gone without one (killed)
+		with_heartbeat "the cgroup v2 guest" bash -c \
+			'until [[ -s $1 ]] || ! kill -0 -- "-$2" 2>/dev/null; do sleep 2; done' _ "$guest_rc" "$guest_bg"
+		wait "$guest_bg" || true
 		cat "$guest_log"
-		((grc == 0)) || failed+=("cgroup v2 guest")
+		[[ "$(cat "$guest_rc" 2>/dev/null)" == 0 ]] || failed+=("cgroup v2 guest")
+		guest_bg=
+	elif [[ "${RSANDBOX_GUEST:-1}" != 0 ]]; then
+		failed+=("cgroup v2 guest (not launched)")
 	else
 		log "SKIPPED: RSANDBOX_GUEST=0"
 	fi

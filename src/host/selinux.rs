@@ -351,13 +351,19 @@ impl Selinux {
     }
 
     /// The label a container's mount label (`linux.mountLabel` of its spec) gives the pod files
-    /// it mounts: itself in a pod with a level (containerd relabels them so on the runc path,
-    /// `label.Relabel(path, mountLabel, false)`), its shared form in one without (the pod's
-    /// containers have other levels); `None` when SELinux is disabled or it is not a label.
-    pub fn pod_files_label_of(&self, mount_label: &str, pod_has_level: bool) -> Option<Label> {
+    /// it mounts: itself where it is at the pod's level (containerd relabels them so on the
+    /// runc path, `label.Relabel(path, mountLabel, false)`), else its shared form, which every
+    /// container of the pod can read (a pod without a level, whose containers' levels differ,
+    /// or a container at a level of its own, which must not take them from the others); `None`
+    /// when SELinux is disabled or it is not a label.
+    pub fn pod_files_label_of(&self, mount_label: &str, pod_level: Option<&str>) -> Option<Label> {
         self.file_context.as_ref()?;
         let label = Label::parse(mount_label)?;
-        Some(if pod_has_level { label } else { label.shared() })
+        Some(if pod_level == Some(label.level.as_str()) {
+            label
+        } else {
+            label.shared()
+        })
     }
 
     /// Labels each of `paths` (not following links). A filesystem without labels (ENOTSUP) is
@@ -792,14 +798,19 @@ mod tests {
         );
         let mount = "system_u:object_r:container_file_t:s0:c7,c8";
         assert_eq!(
-            s.pod_files_label_of(mount, true).unwrap().to_string(),
+            s.pod_files_label_of(mount, Some("s0:c7,c8"))
+                .unwrap()
+                .to_string(),
             mount
         );
-        assert_eq!(
-            s.pod_files_label_of(mount, false).unwrap().to_string(),
-            "system_u:object_r:container_file_t:s0"
-        );
-        assert_eq!(s.pod_files_label_of("garbage", true), None);
+        // No pod level, or a container at a level of its own: the shared form.
+        for pod_level in [None, Some("s0:c1,c2")] {
+            assert_eq!(
+                s.pod_files_label_of(mount, pod_level).unwrap().to_string(),
+                "system_u:object_r:container_file_t:s0"
+            );
+        }
+        assert_eq!(s.pod_files_label_of("garbage", Some("s0:c7,c8")), None);
     }
 
     #[test]
@@ -854,7 +865,10 @@ mod tests {
         let s = Selinux::disabled();
         assert_eq!(s.pod_file_label(None, Some("s0:c1,c2")), None);
         assert_eq!(
-            s.pod_files_label_of("system_u:object_r:container_file_t:s0:c1,c2", true),
+            s.pod_files_label_of(
+                "system_u:object_r:container_file_t:s0:c1,c2",
+                Some("s0:c1,c2")
+            ),
             None
         );
         let x = Recorded::default();

@@ -70,19 +70,25 @@ pub fn move_process(process: &mut Value, level: &str) -> bool {
 }
 
 /// Moves a container's spec to the pod's `level`: `process.selinuxLabel` and
-/// `linux.mountLabel`. `None` when the container has no process label (a privileged container:
-/// containerd clears it) or is at that level already.
+/// `linux.mountLabel`, or the mount label alone for a privileged container (containerd clears
+/// its process label, `container_create.go:329-333` in v2.1.9, but keeps its mount label at
+/// the categories it drew and relabels its volumes with it; on the runc path that label is the
+/// sandbox's). `None` when it is at that level already or a label is not one.
 pub fn move_container(spec: &mut Value, level: &str) -> Option<MovedContainer> {
-    // Both labels move or neither: a process moved over mounts left at the old level could
-    // not read its own files.
     let old_mount_label = spec
         .pointer("/linux/mountLabel")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
     let new_mount_label = relevel(&old_mount_label, level)?;
-    let process = spec.get_mut("process")?;
-    if !move_process(process, level) {
+    let unlabelled = spec
+        .pointer("/process/selinuxLabel")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty);
+    // A labelled process and its mounts move together or not at all: a process moved over
+    // mounts left at the old level could not read its own files. An unlabelled one (spc_t)
+    // reads either.
+    if !unlabelled && !move_process(spec.get_mut("process")?, level) {
         return None;
     }
     spec["linux"]["mountLabel"] = Value::String(new_mount_label.clone());
@@ -166,16 +172,39 @@ mod tests {
         assert_eq!(move_container(&mut spec, "s0:c17,c90"), None);
     }
 
+    /// A privileged container: containerd clears its process label and keeps its mount label
+    /// at the categories it drew, relabelling its volumes with it; they move to the pod's
+    /// level (an emptyDir it shares with the pod's other containers stays theirs), its process
+    /// stays unlabelled.
     #[test]
-    fn privileged_or_unlabelled_containers_and_odd_labels_stay() {
-        let mut spec = cri_spec();
-        spec["process"]["selinuxLabel"] = json!("");
-        assert_eq!(move_container(&mut spec, "s0:c1,c2"), None);
-        spec["process"]
-            .as_object_mut()
-            .unwrap()
-            .remove("selinuxLabel");
-        assert_eq!(move_container(&mut spec, "s0:c1,c2"), None);
+    fn a_privileged_container_s_mounts_move_and_its_process_stays_unlabelled() {
+        for unlabelled in [json!(""), Value::Null] {
+            let mut spec = cri_spec();
+            match &unlabelled {
+                Value::Null => {
+                    spec["process"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("selinuxLabel");
+                }
+                l => spec["process"]["selinuxLabel"] = l.clone(),
+            }
+            let moved = move_container(&mut spec, "s0:c1,c2").expect("its mounts move");
+            assert_eq!(
+                moved.new_mount_label,
+                "system_u:object_r:container_file_t:s0:c1,c2"
+            );
+            assert_eq!(moved.volumes.len(), 2);
+            assert_eq!(spec["linux"]["mountLabel"], moved.new_mount_label.as_str());
+            assert_eq!(
+                spec["process"].get("selinuxLabel"),
+                unlabelled.as_str().map(|_| &unlabelled)
+            );
+        }
+    }
+
+    #[test]
+    fn odd_labels_stay() {
         let mut spec = cri_spec();
         spec["process"]["selinuxLabel"] = json!("system_u:system_r:container_t");
         assert_eq!(move_container(&mut spec, "s0:c1,c2"), None);

@@ -54,9 +54,11 @@ pub trait PodHost: Send + Sync {
     /// `level` where SELinux is on (`context=` is fixed at the mount).
     fn mount_shm(&self, path: &Path, spec: &PodSpec, level: Option<&str>) -> Result<()>;
     /// Labels the pod files in `dir` for a container's SELinux mount label (its spec's
-    /// `linux.mountLabel`): as is in a pod with a level, its shared form in one without
-    /// ([`crate::host::selinux::Selinux::pod_files_label_of`]); a no-op where SELinux is off.
-    fn label_pod_files(&self, dir: &Path, mount_label: &str, pod_has_level: bool) -> Result<()>;
+    /// `linux.mountLabel`): as is where it is at the pod's reserved `pod_level`, else its shared
+    /// form ([`crate::host::selinux::Selinux::pod_files_label_of`]); a no-op where SELinux is
+    /// off.
+    fn label_pod_files(&self, dir: &Path, mount_label: &str, pod_level: Option<&str>)
+    -> Result<()>;
     /// Relabels each of `volumes` that carries exactly `from` (a container's volume containerd
     /// relabelled for it) with `to`, its whole tree ([`crate::host::relabel::move_tree`]).
     fn move_volume_labels(&self, volumes: &[PathBuf], from: &str, to: &str) -> Result<()>;

@@ -94,15 +94,21 @@ impl PodHooks for SandboxManager {
                 .context("move the container's volumes to the pod's SELinux level")?;
         }
         // containerd gives each container a mount label (moved to the pod's level above); the
-        // pod files it mounts get it, as containerd relabels them on the runc path, or its
-        // shared form in a pod with no level (its containers' levels then differ).
+        // pod files it mounts get it where it is the pod's level, as containerd relabels them
+        // on the runc path, else its shared form: a pod with no level (its containers' levels
+        // differ), or a container at a level of its own, which must not take them from the
+        // pod's other containers.
         if let Some(mount_label) = spec
             .pointer("/linux/mountLabel")
             .and_then(|l| l.as_str())
             .filter(|l| !l.is_empty())
         {
             self.host
-                .label_pod_files(&s.record.files_dir, mount_label, s.record.mcs.is_some())
+                .label_pod_files(
+                    &s.record.files_dir,
+                    mount_label,
+                    s.record.mcs.as_ref().map(|r| r.level.as_str()),
+                )
                 .context("label the pod files for the container")?;
         }
         let mounted = oci::add_pod_mounts(spec, &pod_mounts(&s, shares_ipc))?;

@@ -54,8 +54,13 @@ impl PodHost for LinuxPodHost {
             None => Ok(()),
         }
     }
-    fn label_pod_files(&self, dir: &Path, mount_label: &str, pod_has_level: bool) -> Result<()> {
-        match self.selinux.pod_files_label_of(mount_label, pod_has_level) {
+    fn label_pod_files(
+        &self,
+        dir: &Path,
+        mount_label: &str,
+        pod_level: Option<&str>,
+    ) -> Result<()> {
+        match self.selinux.pod_files_label_of(mount_label, pod_level) {
             Some(label) => self.label_files(dir, &label),
             None => Ok(()),
         }

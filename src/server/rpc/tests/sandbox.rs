@@ -112,11 +112,16 @@ impl PodHost for FakePodHost {
         self.log("remove_files".into());
         Ok(())
     }
-    fn label_pod_files(&self, dir: &Path, mount_label: &str, pod_has_level: bool) -> Result<()> {
+    fn label_pod_files(
+        &self,
+        dir: &Path,
+        mount_label: &str,
+        pod_level: Option<&str>,
+    ) -> Result<()> {
         self.log(format!(
-            "label_pod_files {} {mount_label}{}",
+            "label_pod_files {} {mount_label} pod level {}",
             dir.file_name().unwrap().to_string_lossy(),
-            if pod_has_level { "" } else { " shared" }
+            pod_level.unwrap_or("none")
         ));
         Ok(())
     }

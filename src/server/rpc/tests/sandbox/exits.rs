@@ -195,5 +195,8 @@ fn a_containers_mount_label_labels_the_pod_files() {
     let mut plain = serde_json::json!({"root": {"path": "rootfs"}, "linux": {"mountLabel": ""}});
     f.sm.prepare_spec("c2", &mut plain).unwrap();
     let labelled = f.host.calls_to("label_pod_files");
-    assert_eq!(labelled, [format!("label_pod_files etc {label} shared")]);
+    assert_eq!(
+        labelled,
+        [format!("label_pod_files etc {label} pod level none")]
+    );
 }

@@ -356,7 +356,9 @@ fn a_container_its_volumes_and_its_execs_move_to_the_pod_s_mcs_level() {
     // relabels them on the runc path.
     assert_eq!(
         f.host.calls_to("label_pod_files"),
-        [format!("label_pod_files etc {mount_label}")]
+        [format!(
+            "label_pod_files etc {mount_label} pod level {level}"
+        )]
     );
     // Through Create: the rootfs's `context=` option, which containerd's client appends from
     // the container's mount label (client/container.go:350-355), follows the move; the
@@ -405,6 +407,22 @@ fn a_container_its_volumes_and_its_execs_move_to_the_pod_s_mcs_level() {
     assert_eq!(
         exec["selinuxLabel"],
         format!("system_u:system_r:container_t:{level}")
+    );
+
+    // A privileged container (containerd clears its process label, keeps its mount label at
+    // categories it drew and relabels its volumes with it): its mounts, its volumes and the
+    // pod files it mounts go to the pod's level, its process stays unlabelled. Before, the pod
+    // files took its categories, and the pod's other containers could no longer read them.
+    let mut privileged = cri_spec();
+    privileged["process"]["selinuxLabel"] = serde_json::json!("");
+    let moves = f.host.calls_to("move_volume_labels").len();
+    assert!(f.sm.prepare_spec("c3", &mut privileged).unwrap());
+    assert_eq!(privileged["process"]["selinuxLabel"], "");
+    assert_eq!(privileged["linux"]["mountLabel"], mount_label.as_str());
+    assert_eq!(f.host.calls_to("move_volume_labels").len(), moves + 1);
+    assert_eq!(
+        f.host.calls_to("label_pod_files").last().unwrap(),
+        &format!("label_pod_files etc {mount_label} pod level {level}")
     );
 
     // A pod that names its level: its containers keep what containerd gave them.
