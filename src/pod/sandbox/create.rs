@@ -77,15 +77,16 @@ impl SandboxManager {
             // The pod's SELinux level, reserved across the node's shims before anything is
             // labelled with it: the pod files and /dev/shm get it here (its `context=` is fixed
             // at the mount), the pause at StartSandbox, as containerd's podsandbox gives its
-            // sandbox labels to all three. Recorded at once, for `delete` after a killed shim.
+            // sandbox labels to all three.
             record.mcs = self
                 .host
                 .reserve_mcs(&req.id, req.spec.selinux.as_ref())
                 .context("reserve the pod's SELinux categories")?;
-            if record.mcs.is_some() {
-                save_record(&req.bundle, &record)?;
-                steps.step("SELinux level");
-            }
+            // The level and /dev/shm are in the record before the mount, for `delete` after a
+            // shim killed meanwhile (a /dev/shm not mounted yet is nothing to unmount).
+            record.shm = shm.clone();
+            save_record(&req.bundle, &record)?;
+            steps.step("reserve and record");
             let level = record.mcs.as_ref().map(|r| r.level.as_str());
             // /dev/shm first: the kernel checks its `context=` at the mount, so a level the
             // policy refuses fails here before any file is given it.
@@ -94,7 +95,6 @@ impl SandboxManager {
                     .with_context(|| format!("create {}", shm.display()))
                     .and_then(|_| self.host.mount_shm(shm, &req.spec, level))
                     .context("mount the pod's /dev/shm")?;
-                record.shm = Some(shm.clone());
                 steps.step("mount /dev/shm");
             }
             self.host

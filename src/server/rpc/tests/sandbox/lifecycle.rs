@@ -296,11 +296,17 @@ fn the_pod_s_mcs_level_is_reserved_at_create_recorded_and_released() {
     assert!(h.host.calls_to("release_mcs").is_empty());
     h.shutdown("pod3").unwrap();
     assert_eq!(h.host.calls_to("release_mcs pod3").len(), 1);
-    // A create that fails after the reservation releases it.
+    // A create that fails after the reservation releases it. The record on disk named the
+    // level and /dev/shm before the mount (what `delete` reads after a shim killed in it).
     let k = fixture_with_mcs(&reg);
     *k.host.fail_shm.lock().unwrap() = true;
     k.create("pod4", pod_config("web-3", true)).unwrap_err();
     assert_eq!(k.host.calls_to("release_mcs pod4").len(), 1);
+    let on_disk = k.record("pod4");
+    assert!(
+        on_disk.mcs.is_some() && on_disk.shm.is_some(),
+        "{on_disk:?}"
+    );
     let entries: Vec<_> = std::fs::read_dir(reg.dir()).unwrap().collect();
     assert_eq!(entries.len(), 1, "only pod2's level is left: {entries:?}");
 }
