@@ -54,8 +54,8 @@
 # PID 1's and the test's socket calls, all written to the results share),
 # RSANDBOX_GUEST_MODE (cgroupv2 | systemd: the same as --systemd),
 # RSANDBOX_GUEST_BENCH_COPY (cgroup v2 mode: a directory holding the shim and conf/ to run
-# instead of the bench's; hack/test.sh's copies), RSANDBOX_GUEST_NO_SWITCH_ROOT=1 (cgroup v2 mode: / stays the initramfs, an initramfs root
-# where pivot_root cannot work), RSANDBOX_GUEST_EXE (cgroup v2 mode: a test binary of this
+# instead of the bench's; hack/test.sh's copies), RSANDBOX_GUEST_NO_SWITCH_ROOT=1 (cgroup v2
+# mode: / stays the initramfs, an initramfs root where pivot_root cannot work), RSANDBOX_GUEST_EXE (cgroup v2 mode: a test binary of this
 # tree to run instead of cgroupv2's, e.g. the unit tests': the filter then goes to it).
 set -euo pipefail
 # shellcheck source=hack/lib.sh
