@@ -93,7 +93,7 @@ selinux_copy_libs() {
 }
 
 selinux_image() { # prints the path of the labelled root image, building it if its inputs changed
-	local sd=$G/selinux r=$G/selinux/policyroot st img key inputs exe shim m mods kdir bb a size
+	local sd=$G/selinux r=$G/selinux/policyroot st img key inputs exe shim m mods kdir bb a size runc
 	selinux_tools
 	selinux_policy
 	exe=$(test_binary selinux)
@@ -103,7 +103,10 @@ selinux_image() { # prints the path of the labelled root image, building it if i
 	bb=$(busybox_bin)
 	kdir=$G/kernel/lib/modules/$KVER
 	mods=$(module_closure "$kdir" bridge veth) || die "kernel $KVER: cannot resolve bridge, veth"
-	inputs=("$bb" "$BIN/containerd" "$BIN/ctr" "$BIN/containerd-shim-runc-v2" "$(readlink -f "$BIN/runc")"
+	# runc 1.1, the host's, whichever runc the bench has selected: sid's 1.3 needs sid's libc,
+	# which the image does not carry
+	runc=$(runc_path_for 1.1)
+	inputs=("$bb" "$BIN/containerd" "$BIN/ctr" "$BIN/containerd-shim-runc-v2" "$runc"
 		"$P/usr/lib/cni/bridge" "$P/usr/lib/cni/host-local" "$P/usr/lib/cni/loopback" "$shim" "$exe"
 		"$P/images/busybox.oci.tar" "$P/images/pause.oci.tar" "$r/etc/selinux/default/policy/policy.33"
 		"$RSANDBOX_REPO"/hack/guest/selinux/* "$RSANDBOX_REPO/hack/guest/selinux-image.sh")
@@ -138,7 +141,7 @@ selinux_image() { # prints the path of the labelled root image, building it if i
 	cp "$bb" "$st/usr/sbin/init"
 	cp "$BIN/containerd" "$BIN/ctr" "$BIN/containerd-shim-runc-v2" "$st/usr/bin/"
 	cp "$shim" "$st/usr/bin/$SHIM_NAME"
-	cp -L "$BIN/runc" "$st/usr/sbin/runc"
+	cp -L "$runc" "$st/usr/sbin/runc"
 	cp "$P/usr/lib/cni/bridge" "$P/usr/lib/cni/host-local" "$P/usr/lib/cni/loopback" "$st/opt/cni/bin/"
 	cp "$exe" "$st/usr/local/bin/selinux-probes"
 	# /dev is labelled after the policy is loaded, as udev or systemd would (restorecon)
