@@ -28,9 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rsandbox_integration::cri::*;
-use rsandbox_integration::{cri_clients, skip};
-
-const IMAGE: &str = "localhost/busybox:latest";
+use rsandbox_integration::{cri_clients, pods, skip};
 
 fn enforcing() -> Result<(), String> {
     match fs::read_to_string("/sys/fs/selinux/enforce") {
@@ -200,32 +198,24 @@ fn result_lines(pid: i32, name: &str) -> Option<String> {
     None
 }
 
-/// The pod as the kubelet sends it for these probes: its name, uid and log directory, DNS (the
-/// guest has no /etc/resolv.conf to copy), namespaces of its own.
+/// The pod as the kubelet sends it for these probes: the integration suite's pod
+/// (`pods::pod_config`: the kubelet's namespaces of an ordinary pod, network and IPC shared, a
+/// PID namespace per container) with its uid, in `default`, with DNS (the guest has no
+/// /etc/resolv.conf to copy).
 fn pod_config(name: &str, uid: &str, logs: &Path) -> PodSandboxConfig {
-    PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.into(),
-            uid: uid.into(),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        hostname: name.into(),
-        log_directory: logs.display().to_string(),
-        dns_config: Some(DnsConfig {
-            servers: vec!["10.96.0.10".into()],
-            searches: vec!["default.svc.cluster.local".into()],
-            options: vec!["ndots:5".into()],
-        }),
-        linux: Some(LinuxPodSandboxConfig {
-            security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(NamespaceOption::default()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    let mut cfg = pods::pod_config(name, logs);
+    let md = cfg
+        .metadata
+        .as_mut()
+        .expect("pods::pod_config names the pod");
+    md.uid = uid.into();
+    md.namespace = "default".into();
+    cfg.dns_config = Some(DnsConfig {
+        servers: vec!["10.96.0.10".into()],
+        searches: vec!["default.svc.cluster.local".into()],
+        options: vec!["ndots:5".into()],
+    });
+    cfg
 }
 
 /// `cfg` as another pod: `suffix` added to its name, uid and hostname.
@@ -307,15 +297,6 @@ async fn probe(handler: &'static str) {
             .create_container(CreateContainerRequest {
                 pod_sandbox_id: id.clone(),
                 config: Some(ContainerConfig {
-                    metadata: Some(ContainerMetadata {
-                        name: cname.into(),
-                        attempt: 0,
-                    }),
-                    image: Some(ImageSpec {
-                        image: IMAGE.into(),
-                        ..Default::default()
-                    }),
-                    command: vec!["sh".into(), "-c".into(), SCRIPT.into(), marker.clone()],
                     envs: vec![
                         KeyValue {
                             key: "N".into(),
@@ -337,14 +318,7 @@ async fn probe(handler: &'static str) {
                         ..Default::default()
                     }],
                     log_path: format!("{cname}/0.log"),
-                    linux: Some(LinuxContainerConfig {
-                        security_context: Some(LinuxContainerSecurityContext {
-                            namespace_options: Some(NamespaceOption::default()),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
+                    ..pods::container_config(cname, &["sh", "-c", SCRIPT, &marker])
                 }),
                 sandbox_config: Some(pod.clone()),
             })
@@ -631,20 +605,6 @@ async fn other_pod(
         .create_container(CreateContainerRequest {
             pod_sandbox_id: id.clone(),
             config: Some(ContainerConfig {
-                metadata: Some(ContainerMetadata {
-                    name: "x".into(),
-                    attempt: 0,
-                }),
-                image: Some(ImageSpec {
-                    image: IMAGE.into(),
-                    ..Default::default()
-                }),
-                command: vec![
-                    "sh".into(),
-                    "-c".into(),
-                    OTHER_SCRIPT.into(),
-                    marker.clone(),
-                ],
                 mounts: vec![Mount {
                     container_path: "/vol".into(),
                     host_path: vol.display().to_string(),
@@ -652,14 +612,7 @@ async fn other_pod(
                     ..Default::default()
                 }],
                 log_path: "x/0.log".into(),
-                linux: Some(LinuxContainerConfig {
-                    security_context: Some(LinuxContainerSecurityContext {
-                        namespace_options: Some(NamespaceOption::default()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
-                ..Default::default()
+                ..pods::container_config("x", &["sh", "-c", OTHER_SCRIPT, &marker])
             }),
             sandbox_config: Some(cfg),
         })
