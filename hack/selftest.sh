@@ -150,7 +150,7 @@ heartbeat_tests() {
 }
 
 tally_tests() {
-	local rc out
+	local rc out i
 	printf 'running 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 4 filtered out; finished in 0.00s\n' >"$tmp/zero"
 	rc=0
 	tally "zero" "$tmp/zero" 2>"$tmp/zero.err" || rc=$?
@@ -175,6 +175,24 @@ tally_tests() {
 	rc=0
 	run_tallied "none" cat "$tmp/zero" >/dev/null 2>&1 || rc=$?
 	((rc == 1)) && pass "run_tallied fails a passing CMD that ran zero cases" || fail "run_tallied of zero cases gave $rc"
+
+	# a failed case: named in the tally, and its output's end in the stage's recap
+	{
+		printf 'running 2 tests\ntest s::good ... ok\ntest s::bad ... FAILED\n\nfailures:\n\n'
+		printf -- '---- s::bad stdout ----\n'
+		for ((i = 1; i <= 40; i++)); do printf 'out %d\n' "$i"; done
+		printf "thread 's::bad' panicked at tests/s.rs:9:5:\nthe reason\n\n\nfailures:\n    s::bad\n\n"
+		printf 'test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.10s\n'
+	} >"$tmp/failed"
+	rc=0
+	: >"$tmp/recap"
+	RSANDBOX_TALLY_RECAP=$tmp/recap tally "one" "$tmp/failed" 2>"$tmp/failed.err" || rc=$?
+	((rc == 0)) && grep -qx "  FAILED: s::bad" "$tmp/failed.err" && ! grep -q "s::good" "$tmp/failed.err" &&
+		[[ "$(head -n1 "$tmp/recap")" == "--- one: s::bad (the last 30 lines of its output)" ]] &&
+		[[ "$(sed -n 2p "$tmp/recap")" == "    out 13" && "$(tail -n1 "$tmp/recap")" == "    the reason" ]] &&
+		(($(wc -l <"$tmp/recap") == 31)) &&
+		pass "a failed case named in the tally, the end of its output in the recap" ||
+		fail "a failed case's tally (status $rc): $(cat "$tmp/failed.err") recap: $(cat "$tmp/recap")"
 }
 
 # need_rust_toolchain under this script's pipefail: its probe once piped rustc -vV into grep -q,

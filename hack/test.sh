@@ -82,12 +82,22 @@ on_exit() {
 		stop || rc=1
 	fi
 	if ((rc)); then
+		# the failed cases again, last: a long log's tail is what a reader sees first
+		if [[ -s "$RSANDBOX_TALLY_RECAP" ]]; then
+			printf '\n=== the failed cases (hack/lib/tally.sh) ===\n' >&2
+			cat "$RSANDBOX_TALLY_RECAP" >&2
+		fi
 		printf '\n=== hack/test.sh: FAILED (exit %s) ===\n' "$rc" >&2
 	fi
+	rm -f "$RSANDBOX_TALLY_RECAP"
 	exit "$rc"
 }
 # First, before anything is trapped or set up: what every build needs.
 need_rust_toolchain rustfmt clippy
+# each failed case's name and the end of its output, gathered by the tallies (run_tallied) of
+# the stages run here and printed again at the end
+RSANDBOX_TALLY_RECAP=$(mktemp "${TMPDIR:-/tmp}/rsandbox-failed-cases.XXXXXX")
+export RSANDBOX_TALLY_RECAP
 trap on_exit EXIT
 
 section "install what the tests need"
@@ -203,6 +213,10 @@ if [[ -f integration/Cargo.toml ]]; then
 			failed+=("integration tests (runc $RSANDBOX_RUNC)")
 			log "containerd log (last 40 lines of $LOGFILE):"
 			tail -n 40 "$LOGFILE" >&2 || true
+			{
+				echo "--- containerd log while integration tests, runc $RSANDBOX_RUNC ran (last 15 lines)"
+				tail -n 15 "$LOGFILE" | sed 's/^/    /'
+			} >>"$RSANDBOX_TALLY_RECAP" 2>/dev/null || true
 		fi
 	done
 	reset_objects

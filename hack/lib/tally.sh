@@ -25,11 +25,33 @@ tally() {
 	printf 'rsandbox-tests: %s: %d run (%d passed, %d failed), %d ignored, %d skipped\n' \
 		"$what" "$run" "$passed" "$failed" "$ignored" "$skipped" >&2
 	grep -o 'rsandbox-skip: .*' "$log" | sed 's/^/  /' >&2 || true
+	# the failed cases by name (libtest's "test NAME ... FAILED"), and where a stage keeps a
+	# recap (RSANDBOX_TALLY_RECAP, a file), each with the end of its own output: a long run's
+	# last lines then still say which case failed and why
+	grep -o '^test .* \.\.\. FAILED$' "$log" | sed 's/^test \(.*\) \.\.\. FAILED$/  FAILED: \1/' >&2 || true
+	if ((failed)) && [[ -n "${RSANDBOX_TALLY_RECAP:-}" ]]; then
+		failure_recap "$what" "$log" >>"$RSANDBOX_TALLY_RECAP"
+	fi
 	if ((run == 0)); then
 		printf 'rsandbox-tests: %s: ran zero cases: FAILED (the stage exists to run them)\n' "$what" >&2
 		return 1
 	fi
 	return 0
+}
+
+# failure_recap WHAT LOG: for each case LOG names as failed, its name and the last 30 lines of
+# its own output (libtest's "---- NAME stdout ----" block, printed after all cases ran).
+failure_recap() {
+	local what=$1 log=$2
+	awk -v what="$what" '
+		function flush() { blank = 0; if (name != "") { printf "--- %s: %s (the last %d lines of its output)\n", what, name, (n < 30 ? n : 30); for (i = (n > 30 ? n - 29 : 1); i <= n; i++) print "    " buf[i] } name = ""; n = 0 }
+		/^---- .* stdout ----$/ { flush(); name = $2; next }
+		/^failures:$/ || /^test result: / { flush(); next }
+		name != "" && $0 == "" { blank++; next }
+		name != "" && blank { while (blank) { buf[++n] = ""; blank-- } }
+		name != "" { buf[++n] = $0 }
+		END { flush() }
+	' "$log"
 }
 
 # run_tallied WHAT CMD...: runs CMD (test binaries, or cargo test), its output unchanged (stdout
