@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 pub use k8s_cri::v1 as cri;
 
 pub mod controller;
+pub mod events;
 pub mod images;
 pub mod pods;
 pub mod pty;

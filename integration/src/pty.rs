@@ -95,6 +95,34 @@ impl PtyChild {
         }
     }
 
+    /// Writes `input` until the output contains `needle`, waiting up to `each` for it after
+    /// each write; panics after `timeout`. For what reaches the child at a moment nobody can
+    /// see from here (the console size ctr sets once the task has started, or on SIGWINCH): a
+    /// fixed sleep before one write is a race a busy machine loses.
+    #[track_caller]
+    pub fn prompt_until(&mut self, input: &str, needle: &str, each: Duration, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.text().contains(needle) {
+            if Instant::now() >= deadline {
+                panic!(
+                    "pty: no {needle:?} within {timeout:?} of writing {input:?}; got {:?}",
+                    self.text()
+                );
+            }
+            self.write(input);
+            let until = (Instant::now() + each).min(deadline);
+            while !self.text().contains(needle) {
+                match self
+                    .rx
+                    .recv_timeout(until.saturating_duration_since(Instant::now()))
+                {
+                    Ok(b) => self.out.extend_from_slice(&b),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
     pub fn write(&mut self, s: &str) {
         self.master.write_all(s.as_bytes()).unwrap();
     }

@@ -1,10 +1,10 @@
 //! `ctr run --runtime io.containerd.rsandbox.v1` behaves as with runc.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use rsandbox_integration::events::EventStream;
 use rsandbox_integration::pty::{PtyChild, set_winsize};
 use rsandbox_integration::*;
 
@@ -141,9 +141,9 @@ fn tty_and_resize() {
         ns: NS,
         ids: vec![id.clone()],
     };
-    // ctr sets the console size right after the task starts, as with runc: wait for input
-    // before reading it.
-    let script = "tty; read x; stty size; read x; stty size; echo bye";
+    // ctr sets the console size once the task has started, as with runc, and again on
+    // SIGWINCH: the container prints its size at each line it reads, until a `q`.
+    let script = r#"tty; while read x && [ "$x" != q ]; do stty size; done; echo bye"#;
     let mut p = PtyChild::spawn(
         NS,
         &run_args(&["--rm", "-t"], &id, &["sh", "-c", script]),
@@ -151,9 +151,7 @@ fn tty_and_resize() {
         100,
     );
     p.expect("/dev/pts/0", HANG);
-    std::thread::sleep(Duration::from_millis(300));
-    p.write("\r");
-    p.expect("30 100", HANG);
+    p.prompt_until("\r", "30 100", Duration::from_millis(300), HANG);
     // Resize our terminal, tell ctr (it resizes the container's console on SIGWINCH).
     set_winsize(&p.master, 42, 77);
     nix::sys::signal::kill(
@@ -161,17 +159,13 @@ fn tty_and_resize() {
         nix::sys::signal::Signal::SIGWINCH,
     )
     .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    p.write("\r");
+    p.prompt_until("\r", "42 77", Duration::from_millis(300), HANG);
+    p.write("q\r");
     p.expect("bye", HANG);
     let code = p.wait(HANG);
     let text = p.text();
     ctr_force_remove(NS, std::slice::from_ref(&id));
     assert_eq!(code, Some(0), "ctr run -t: {text:?}");
-    assert!(
-        text.contains("42 77"),
-        "resize did not reach the container: {text:?}"
-    );
     g.assert_clean(&[id]);
 }
 
@@ -233,15 +227,15 @@ fn exec_plain_and_tty() {
             &id,
             "sh",
             "-c",
-            "tty; read x; stty size; exit 7",
+            r#"tty; while read x && [ "$x" != q ]; do stty size; done; exit 7"#,
         ],
         25,
         90,
     );
     p.expect("/dev/pts/", HANG);
-    std::thread::sleep(Duration::from_millis(300));
-    p.write("\r");
-    p.expect("25 90", HANG);
+    // the size ctr sets once the exec has started: printed at each line, until a `q`
+    p.prompt_until("\r", "25 90", Duration::from_millis(300), HANG);
+    p.write("q\r");
     let code = p.wait(HANG);
     let text = p.text();
     assert!(text.contains("/dev/pts/"), "exec -t: {text:?}");
@@ -416,19 +410,7 @@ fn oom_kill_exit_137_and_event() {
         ns: NS,
         ids: vec![id.clone()],
     };
-    let mut ev = ctr_cmd(NS, &["events"]);
-    ev.stdout(Stdio::piped()).stderr(Stdio::null());
-    let mut events = ev.spawn().unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    let so = events.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for l in BufReader::new(so).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    std::thread::sleep(Duration::from_millis(300));
+    let mut events = EventStream::subscribe(NS).unwrap_or_else(|e| panic!("{e}"));
     let o = ctr(
         NS,
         &run_args(
@@ -441,24 +423,19 @@ fn oom_kill_exit_137_and_event() {
             ],
         ),
     );
-    let mut seen = Vec::new();
-    let deadline = Instant::now() + HANG;
-    while let Ok(l) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        let oom = l.contains("/tasks/oom") && l.contains(&id);
-        seen.push(l);
-        if oom {
-            break;
-        }
-    }
-    let _ = events.kill();
-    let _ = events.wait();
+    let oom = events.wait_until(
+        |lines| {
+            lines
+                .iter()
+                .any(|l| l.contains("/tasks/oom") && l.contains(&id))
+        },
+        HANG,
+    );
+    let seen = events.lines().to_vec();
+    drop(events);
     ctr_force_remove(NS, std::slice::from_ref(&id));
     assert_eq!(o.code, Some(137), "{o:?}");
-    assert!(
-        seen.iter()
-            .any(|l| l.contains("/tasks/oom") && l.contains(&id)),
-        "no /tasks/oom event for {id}: {seen:#?}"
-    );
+    assert!(oom, "no /tasks/oom event for {id}: {seen:#?}");
     g.assert_clean(&[id]);
 }
 

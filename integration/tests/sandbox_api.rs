@@ -3,9 +3,8 @@
 //! add`): the lifecycle, and the pause process's name. Without a netns the shim owns the pod's
 //! network: see `network.rs`.
 
-use std::time::Duration;
-
 use rsandbox_integration::controller::*;
+use rsandbox_integration::events::EventStream;
 use rsandbox_integration::*;
 
 /// A named netns (`ip netns add`), deleted on drop.
@@ -232,36 +231,6 @@ async fn a_member_in_its_own_ipc_namespace_keeps_its_own_shm() {
     g.assert_clean(&ids);
 }
 
-/// `ctr events` in the background; [`Events::stop`] returns what it printed.
-struct Events(std::process::Child);
-
-impl Events {
-    fn start() -> Events {
-        let mut cmd = ctr_cmd("default", &["events"]);
-        cmd.stdout(std::process::Stdio::piped());
-        let child = cmd.spawn().expect("ctr events");
-        // Let it subscribe before anything happens.
-        std::thread::sleep(Duration::from_millis(300));
-        Events(child)
-    }
-    fn stop(mut self) -> String {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let mut out = String::new();
-        if let Some(mut stdout) = self.0.stdout.take() {
-            let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
-        }
-        out
-    }
-}
-
-impl Drop for Events {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Issue 14 item 7: ShutdownSandbox deletes the members still there and the daemon exits right
 /// after: their TaskDelete (published by the shim: it carries the `id`) still reaches
 /// containerd.
@@ -273,7 +242,7 @@ async fn the_last_events_of_a_shutdown_sandbox_reach_containerd() {
     let netns = NetNs::new(&id);
     let mut c = controller().await;
     store_record(&id).await;
-    let events = Events::start();
+    let mut events = EventStream::subscribe("default").unwrap_or_else(|e| panic!("{e}"));
     let res: Result<(), String> = async {
         create_and_start(&mut c, &id, &netns.path()).await?;
         let o = ctr(
@@ -300,8 +269,20 @@ async fn the_last_events_of_a_shutdown_sandbox_reach_containerd() {
     let errs = stop_and_shutdown(&mut c, &id).await;
     // The daemon is gone once its shim process is.
     let gone = poll(HANG, || shim_daemons_for(&id).is_empty().then_some(()));
-    std::thread::sleep(Duration::from_millis(500));
-    let seen = events.stop();
+    let from_shim = |lines: &[String], topic: &str| {
+        lines.iter().any(|l| {
+            l.contains(topic)
+                && l.contains(&format!("\"container_id\":\"{member}\""))
+                && l.contains(&format!("\"id\":\"{member}\""))
+        })
+    };
+    // what the shim sent before it exited, as containerd passes it on (HANG: only a hang)
+    let arrived = events.wait_until(
+        |lines| from_shim(lines, "/tasks/exit") && from_shim(lines, "/tasks/delete"),
+        HANG,
+    );
+    let seen = events.lines().join("\n");
+    drop(events);
     ctr_force_remove("default", std::slice::from_ref(&member));
     // containerd made the member's bundle and removes it only when it deletes the task itself;
     // here the sandbox shim deleted the member (CRI removes members before the sandbox, so this
@@ -316,15 +297,8 @@ async fn the_last_events_of_a_shutdown_sandbox_reach_containerd() {
     expect_ok(&id, res);
     assert!(errs.is_empty(), "{errs:?}");
     assert!(gone.is_some(), "the shim of {id} did not exit");
-    let from_shim = |topic: &str| {
-        seen.lines().any(|l| {
-            l.contains(topic)
-                && l.contains(&format!("\"container_id\":\"{member}\""))
-                && l.contains(&format!("\"id\":\"{member}\""))
-        })
-    };
     assert!(
-        from_shim("/tasks/exit") && from_shim("/tasks/delete"),
+        arrived,
         "the shim's TaskExit/TaskDelete of {member} did not arrive:\n{seen}"
     );
     g.assert_clean(&[id, member]);
