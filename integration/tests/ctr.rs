@@ -369,9 +369,12 @@ fn pause_resume_metrics_ps() {
 
     ctr(NS, &["task", "resume", &id]).expect_ok("resume");
     wait_status(&id, "RUNNING");
-    std::thread::sleep(Duration::from_millis(600));
-    let n3 = std::fs::read_to_string(format!("/proc/{pid}/root/tmp/n")).unwrap();
-    assert_ne!(n2, n3, "the resumed container does not run");
+    // it counts again (HANG: only a container that never runs again fails)
+    let counting = poll(HANG, || {
+        let n3 = std::fs::read_to_string(format!("/proc/{pid}/root/tmp/n")).ok()?;
+        (n3 != n2).then_some(())
+    });
+    assert!(counting.is_some(), "the resumed container does not run");
 
     let m = ctr(NS, &["task", "metrics", &id]);
     m.expect_ok("metrics");
