@@ -218,7 +218,9 @@ node_exec_args() {
 	while IFS= read -r kv; do
 		echo "--setenv=$kv"
 	done < <(unit_env)
-	for v in $(compgen -e | grep -E '^(RSANDBOX|RUST)_' || true); do
+	# not the host's recap file of failed cases (hack/test.sh): a path on the host, which the
+	# node's own /tmp would take instead
+	for v in $(compgen -e | grep -E '^(RSANDBOX|RUST)_' | grep -vx RSANDBOX_TALLY_RECAP || true); do
 		echo "--setenv=$v=${!v}"
 	done
 	# the caller's directory, when the node sees it (not one of its own tmpfs: /tmp, /run)

@@ -18,6 +18,8 @@
 set -euo pipefail
 # shellcheck source=hack/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# its tallies of made-up failures are not hack/test.sh's failed cases
+unset RSANDBOX_TALLY_RECAP
 cd "$RSANDBOX_REPO"
 
 HANG=120
@@ -176,22 +178,33 @@ tally_tests() {
 	run_tallied "none" cat "$tmp/zero" >/dev/null 2>&1 || rc=$?
 	((rc == 1)) && pass "run_tallied fails a passing CMD that ran zero cases" || fail "run_tallied of zero cases gave $rc"
 
-	# a failed case: named in the tally, and its output's end in the stage's recap
+	# a failed case: named in the tally (with its binary), the end of its output in the
+	# stage's recap, then its name; a binary that crashed before its result, the same
 	{
+		printf '     Running tests/s.rs (target/debug/deps/s-0123)\n\n'
 		printf 'running 2 tests\ntest s::good ... ok\ntest s::bad ... FAILED\n\nfailures:\n\n'
 		printf -- '---- s::bad stdout ----\n'
 		for ((i = 1; i <= 40; i++)); do printf 'out %d\n' "$i"; done
 		printf "thread 's::bad' panicked at tests/s.rs:9:5:\nthe reason\n\n\nfailures:\n    s::bad\n\n"
 		printf 'test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.10s\n'
+		printf 'error: test failed, to rerun pass `--test s`\n\nCaused by:\n'
+		printf '  process didn'"'"'t exit successfully: `s-0123` (exit status: 101)\n'
+		printf '     Running tests/t.rs (target/debug/deps/t-4567)\n\nrunning 1 test\n'
+		printf 'fatal runtime error: stack overflow\nerror: test failed, to rerun pass `--test t`\n'
+		printf '  process didn'"'"'t exit successfully: `t-4567` (signal: 6, SIGABRT: process abort signal)\n'
 	} >"$tmp/failed"
 	rc=0
 	: >"$tmp/recap"
 	RSANDBOX_TALLY_RECAP=$tmp/recap tally "one" "$tmp/failed" 2>"$tmp/failed.err" || rc=$?
-	((rc == 0)) && grep -qx "  FAILED: s::bad" "$tmp/failed.err" && ! grep -q "s::good" "$tmp/failed.err" &&
-		[[ "$(head -n1 "$tmp/recap")" == "--- one: s::bad (the last 30 lines of its output)" ]] &&
-		[[ "$(sed -n 2p "$tmp/recap")" == "    out 13" && "$(tail -n1 "$tmp/recap")" == "    the reason" ]] &&
-		(($(wc -l <"$tmp/recap") == 31)) &&
-		pass "a failed case named in the tally, the end of its output in the recap" ||
+	((rc == 0)) && grep -qx "  FAILED: tests/s.rs: s::bad" "$tmp/failed.err" && ! grep -q "s::good" "$tmp/failed.err" &&
+		grep -qx "  FAILED: tests/t.rs: ended without a result (process didn't exit successfully: \`t-4567\` (signal: 6, SIGABRT: process abort signal))" "$tmp/failed.err" &&
+		[[ "$(head -n1 "$tmp/recap")" == "--- one: tests/s.rs: s::bad (the last 30 lines of its output)" ]] &&
+		[[ "$(sed -n 2p "$tmp/recap")" == "    out 13" && "$(sed -n 31p "$tmp/recap")" == "    the reason" ]] &&
+		[[ "$(sed -n 32p "$tmp/recap")" == "--- one: tests/t.rs: ended without a result (the last 5 lines of its output)" ]] &&
+		grep -qx "    fatal runtime error: stack overflow" "$tmp/recap" &&
+		[[ "$(grep '^FAILED: ' "$tmp/recap" | head -n1)" == "FAILED: one: tests/s.rs: s::bad" ]] &&
+		(($(grep -c '^FAILED: ' "$tmp/recap") == 2)) &&
+		pass "failed cases named with their binary in the tally, the end of each one's output in the recap, a crashed binary too" ||
 		fail "a failed case's tally (status $rc): $(cat "$tmp/failed.err") recap: $(cat "$tmp/recap")"
 }
 

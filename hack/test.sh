@@ -85,7 +85,9 @@ on_exit() {
 		# the failed cases again, last: a long log's tail is what a reader sees first
 		if [[ -s "$RSANDBOX_TALLY_RECAP" ]]; then
 			printf '\n=== the failed cases (hack/lib/tally.sh) ===\n' >&2
-			cat "$RSANDBOX_TALLY_RECAP" >&2
+			# the end of each one's output, then all their names
+			grep -v '^FAILED: ' "$RSANDBOX_TALLY_RECAP" >&2 || true
+			grep '^FAILED: ' "$RSANDBOX_TALLY_RECAP" >&2 || true
 		fi
 		printf '\n=== hack/test.sh: FAILED (exit %s) ===\n' "$rc" >&2
 	fi
@@ -95,7 +97,8 @@ on_exit() {
 # First, before anything is trapped or set up: what every build needs.
 need_rust_toolchain rustfmt clippy
 # each failed case's name and the end of its output, gathered by the tallies (run_tallied) of
-# the stages run here and printed again at the end
+# the host's unit and integration runs and printed again at the end (the node and the guests
+# print their own; hack/node.sh does not pass this into the node)
 RSANDBOX_TALLY_RECAP=$(mktemp "${TMPDIR:-/tmp}/rsandbox-failed-cases.XXXXXX")
 export RSANDBOX_TALLY_RECAP
 trap on_exit EXIT

@@ -25,12 +25,13 @@ tally() {
 	printf 'rsandbox-tests: %s: %d run (%d passed, %d failed), %d ignored, %d skipped\n' \
 		"$what" "$run" "$passed" "$failed" "$ignored" "$skipped" >&2
 	grep -o 'rsandbox-skip: .*' "$log" | sed 's/^/  /' >&2 || true
-	# the failed cases by name (libtest's "test NAME ... FAILED"), and where a stage keeps a
-	# recap (RSANDBOX_TALLY_RECAP, a file), each with the end of its own output: a long run's
-	# last lines then still say which case failed and why
-	grep -o '^test .* \.\.\. FAILED$' "$log" | sed 's/^test \(.*\) \.\.\. FAILED$/  FAILED: \1/' >&2 || true
-	if ((failed)) && [[ -n "${RSANDBOX_TALLY_RECAP:-}" ]]; then
-		failure_recap "$what" "$log" >>"$RSANDBOX_TALLY_RECAP"
+	# the failed cases by name, with their test binary: a case libtest reports FAILED, or a
+	# binary that ended without its result (a crash, a signal); where a stage keeps a recap
+	# (RSANDBOX_TALLY_RECAP, a file), each with the end of its own output: a long run's last
+	# lines then still say which case failed and why
+	failed_cases names "$what" "$log" >&2
+	if [[ -n "${RSANDBOX_TALLY_RECAP:-}" ]]; then
+		failed_cases recap "$what" "$log" >>"$RSANDBOX_TALLY_RECAP"
 	fi
 	if ((run == 0)); then
 		printf 'rsandbox-tests: %s: ran zero cases: FAILED (the stage exists to run them)\n' "$what" >&2
@@ -39,18 +40,55 @@ tally() {
 	return 0
 }
 
-# failure_recap WHAT LOG: for each case LOG names as failed, its name and the last 30 lines of
-# its own output (libtest's "---- NAME stdout ----" block, printed after all cases ran).
-failure_recap() {
-	local what=$1 log=$2
-	awk -v what="$what" '
-		function flush() { blank = 0; if (name != "") { printf "--- %s: %s (the last %d lines of its output)\n", what, name, (n < 30 ? n : 30); for (i = (n > 30 ? n - 29 : 1); i <= n; i++) print "    " buf[i] } name = ""; n = 0 }
-		/^---- .* stdout ----$/ { flush(); name = $2; next }
-		/^failures:$/ || /^test result: / { flush(); next }
-		name != "" && $0 == "" { blank++; next }
-		name != "" && blank { while (blank) { buf[++n] = ""; blank-- } }
+# failed_cases MODE WHAT LOG: the cases LOG (cargo test's output, one or more binaries) shows
+# failed: libtest's `test NAME ... FAILED`, and a binary that ended without its `test result:`
+# line (cargo: "process didn't exit successfully"). MODE names: a line `  FAILED: BIN: NAME`
+# each. MODE recap: for the first 10, the last 30 lines of the case's own output (libtest's
+# `---- NAME stdout ----` block), or of the binary's; then one line `FAILED: WHAT: BIN: NAME`
+# each (hack/test.sh prints those last).
+failed_cases() {
+	local mode=$1 what=$2 log=$3
+	awk -v mode="$mode" -v what="$what" '
+		function keep(line) { ring[++rn] = line; delete ring[rn - 30] }
+		function show(head, first, last, from_ring,   i, k) {
+			if (mode != "recap") return
+			if (++blocks > 10) { hidden++; return }
+			printf "--- %s: %s (the last %d lines of its output)\n", what, head, last - first + 1
+			for (i = first; i <= last; i++) print "    " (from_ring ? ring[i] : buf[i])
+		}
+		function flush(   last) {
+			if (name != "") {
+				last = n
+				while (last > 0 && buf[last] == "") last--
+				show(of_bin(name), (last > 30 ? last - 29 : 1), last, 0)
+			}
+			name = ""; n = 0
+		}
+		function add(entry) { cases[++nc] = entry }
+		function of_bin(x) { return bin == "" ? x : bin ": " x }
+		function start(b) { flush(); bin = b; rn = 0; split("", ring); result = 0 }
+		/^ *Running unittests / { start($3); next }
+		/^ *Running / { start($2); next }
+		/^ *Doc-tests / { start("doc-tests " $2); next }
+		{ keep($0) }
+		/^test .* \.\.\. FAILED$/ { add(of_bin(substr($0, 6, length($0) - 16))) }
+		/^---- .* stdout ----$/ { flush(); name = substr($0, 6, length($0) - 17); next }
+		/^failures:$/ { flush(); next }
+		/^test result: / { flush(); result = 1; next }
+		/process didn.t exit successfully/ && bin != "" && !result {
+			flush(); result = 1
+			line = $0; sub(/^ +/, "", line)
+			add(bin ": ended without a result (" line ")")
+			show(bin ": ended without a result", (rn > 30 ? rn - 29 : 1), rn, 1)
+		}
 		name != "" { buf[++n] = $0 }
-		END { flush() }
+		END {
+			flush()
+			if (mode == "recap" && hidden) printf "--- %s: %d more failed cases (names below)\n", what, hidden
+			for (i = 1; i <= nc; i++)
+				if (mode == "recap") printf "FAILED: %s: %s\n", what, cases[i]
+				else printf "  FAILED: %s\n", cases[i]
+		}
 	' "$log"
 }
 
