@@ -26,7 +26,8 @@ impl EventStream {
     /// publishes `/namespaces/update`) has come back through it. The label is taken off again.
     pub fn subscribe(ns: &str) -> Result<EventStream, String> {
         let mut cmd = ctr_cmd(ns, &["events"]);
-        cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+        // stderr read only once it has exited (it says little: why it could not subscribe)
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|e| format!("spawn ctr events: {e}"))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
@@ -46,6 +47,16 @@ impl EventStream {
         let deadline = Instant::now() + HANG;
         let mut subscribed = false;
         while !subscribed && Instant::now() < deadline {
+            if let Ok(Some(status)) = s.child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = s.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                return Err(format!(
+                    "ctr events in {ns} ended ({status}): {}",
+                    err.trim()
+                ));
+            }
             let o = ctr(
                 ns,
                 &["namespaces", "label", ns, &format!("{PROBE_LABEL}={probe}")],

@@ -331,8 +331,39 @@ async fn stuck_client(runtime: &str, id: &str, dir: &Path) -> R {
     };
     api.exec(id, "y", &process, &io, true).await?;
     api.start(id, "y").await?;
-    // `yes` fills the fifo and blocks on its terminal.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // `yes` fills the fifo and blocks on its terminal: the test is about a client stuck
+    // there, so it goes on only once the fifo is full: more than half its capacity queued
+    // (the kernel fills its slots with pages the copies leave part empty) and no more coming
+    // for 4 looks 50 ms apart.
+    let (mut queued, mut capacity, mut still) = (0, 0, 0);
+    let t = Instant::now();
+    while t.elapsed() < HANG && still < 4 {
+        use std::os::fd::AsRawFd;
+        let fd = _held.as_raw_fd();
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one c_int; F_GETPIPE_SZ reads nothing
+        let (now, cap) = unsafe {
+            (
+                if libc::ioctl(fd, libc::FIONREAD, &mut n) == 0 {
+                    n
+                } else {
+                    -1
+                },
+                libc::fcntl(fd, libc::F_GETPIPE_SZ),
+            )
+        };
+        still = if now == queued && cap > 0 && now > cap / 2 {
+            still + 1
+        } else {
+            0
+        };
+        (queued, capacity) = (now, cap);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ensure!(
+        still >= 4,
+        "the client's fifo: {queued} of {capacity} bytes, still filling {HANG:?} after `yes` started"
+    );
     api.kill(id, "y", 9).await?;
     api.kill(id, "", 9).await?;
     let t = Instant::now();

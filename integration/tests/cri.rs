@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rsandbox_integration::cri::*;
 use rsandbox_integration::pods::{self, Pods, container_config};
@@ -171,15 +171,15 @@ async fn containers_share_the_pod() {
         let cli = p.start(&id, &cfg, container_config("client", &["sleep", "300"])).await?;
 
         // localhost is shared
-        let mut got = String::new();
-        for _ in 0..50 {
+        let deadline = Instant::now() + HANG; // the server may still be starting
+        let got = loop {
             let r = p.exec(&cli, &["wget", "-qO-", "http://127.0.0.1:8080/"]).await?;
-            got = String::from_utf8_lossy(&r.stdout).into_owned();
-            if r.exit_code == 0 {
-                break;
+            let got = String::from_utf8_lossy(&r.stdout).into_owned();
+            if r.exit_code == 0 || Instant::now() >= deadline {
+                break got;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        };
         ensure!(got == "hello-from-server\n", "wget from the client: {got:?}");
 
         // hostname, hosts, resolv.conf
@@ -419,14 +419,15 @@ async fn exec_logs_and_exit_codes() {
         let s = p.wait_exited(&ok, HANG).await?;
         ensure!(s.exit_code == 0 && s.reason == "Completed", "{s:?}");
 
-        let mut log = String::new();
-        for _ in 0..50 {
-            log = read_log(dir, "talker");
-            if log.contains("to-stderr") && log.contains("to-stdout") {
-                break;
+        let deadline = Instant::now() + HANG; // written by the shim's copy, after the exit
+        let log = loop {
+            let log = read_log(dir, "talker");
+            if log.contains("to-stderr") && log.contains("to-stdout") || Instant::now() >= deadline
+            {
+                break log;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        };
         ensure!(
             log.lines().any(|l| l.contains(" stdout F to-stdout")),
             "CRI log lacks stdout: {log:?}"

@@ -336,14 +336,11 @@ fn start_speaks_the_2_3_protocol_and_delete_removes_the_killed_shims_socket() {
     let pid = started.pid().expect("shim.pid");
     // spawn() returns once the exec has closed the CLOEXEC fds, a moment before the kernel
     // lays out the new stack: until then /proc/<pid>/environ reads empty.
-    let mut environ = Vec::new();
-    for _ in 0..200 {
-        environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-        if !environ.is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let environ = poll(HANG, || {
+        let e = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        (!e.is_empty()).then_some(e)
+    })
+    .unwrap_or_default();
     assert!(
         environ
             .split(|b| *b == 0)
