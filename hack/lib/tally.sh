@@ -50,7 +50,7 @@ failed_cases() {
 	local mode=$1 what=$2 log=$3
 	awk -v mode="$mode" -v what="$what" '
 		function keep(line) { ring[++rn] = line; delete ring[rn - 30] }
-		function show(head, first, last, from_ring,   i, k) {
+		function show(head, first, last, from_ring,   i) {
 			if (mode != "recap") return
 			if (++blocks > 10) { hidden++; return }
 			printf "--- %s: %s (the last %d lines of its output)\n", what, head, last - first + 1

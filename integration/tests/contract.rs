@@ -310,6 +310,20 @@ async fn a_terminal_client_that_never_reads_does_not_hold_the_exit() {
     }
 }
 
+/// How many bytes the pipe `f` reads from holds, and its capacity (-1 where unknown).
+fn pipe_fill(f: &std::fs::File) -> (libc::c_int, libc::c_int) {
+    use std::os::fd::AsRawFd;
+    let mut queued: libc::c_int = -1;
+    // SAFETY: FIONREAD writes one c_int to the pointer, which outlives the call; F_GETPIPE_SZ
+    // takes no argument. Both only read the fd's state.
+    unsafe {
+        if libc::ioctl(f.as_raw_fd(), libc::FIONREAD, &mut queued) != 0 {
+            queued = -1;
+        }
+        (queued, libc::fcntl(f.as_raw_fd(), libc::F_GETPIPE_SZ))
+    }
+}
+
 async fn stuck_client(runtime: &str, id: &str, dir: &Path) -> R {
     run_detached(runtime, id, &[], &["sleep", "300"])?;
     let mut api = TaskApi::connect(NS).await;
@@ -319,7 +333,7 @@ async fn stuck_client(runtime: &str, id: &str, dir: &Path) -> R {
     process["terminal"] = serde_json::json!(true);
     let fifos = Fifos::new(dir, "y");
     // The client's read end, held and never read.
-    let _held = OpenOptions::new()
+    let held = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(&fifos.stdout)
@@ -338,20 +352,7 @@ async fn stuck_client(runtime: &str, id: &str, dir: &Path) -> R {
     let (mut queued, mut capacity, mut still) = (0, 0, 0);
     let t = Instant::now();
     while t.elapsed() < HANG && still < 4 {
-        use std::os::fd::AsRawFd;
-        let fd = _held.as_raw_fd();
-        let mut n: libc::c_int = 0;
-        // SAFETY: FIONREAD writes one c_int; F_GETPIPE_SZ reads nothing
-        let (now, cap) = unsafe {
-            (
-                if libc::ioctl(fd, libc::FIONREAD, &mut n) == 0 {
-                    n
-                } else {
-                    -1
-                },
-                libc::fcntl(fd, libc::F_GETPIPE_SZ),
-            )
-        };
+        let (now, cap) = pipe_fill(&held);
         still = if now == queued && cap > 0 && now > cap / 2 {
             still + 1
         } else {

@@ -419,15 +419,12 @@ async fn exec_logs_and_exit_codes() {
         let s = p.wait_exited(&ok, HANG).await?;
         ensure!(s.exit_code == 0 && s.reason == "Completed", "{s:?}");
 
-        let deadline = Instant::now() + HANG; // written by the shim's copy, after the exit
-        let log = loop {
+        // written by the shim's copy, after the exit
+        let log = poll(HANG, || {
             let log = read_log(dir, "talker");
-            if log.contains("to-stderr") && log.contains("to-stdout") || Instant::now() >= deadline
-            {
-                break log;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+            (log.contains("to-stderr") && log.contains("to-stdout")).then_some(log)
+        })
+        .unwrap_or_else(|| read_log(dir, "talker"));
         ensure!(
             log.lines().any(|l| l.contains(" stdout F to-stdout")),
             "CRI log lacks stdout: {log:?}"
